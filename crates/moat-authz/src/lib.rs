@@ -1,0 +1,1 @@
+//! moat-authz (being written).

@@ -1,0 +1,1 @@
+//! moat-bench (being written).

@@ -1,0 +1,279 @@
+//! Buffered bodies and bounded content decoding.
+//!
+//! Several engines inspect the same body (WAF, secrets, discovery); the decoded
+//! form is computed once per body and cached here. Decoding is bounded both in
+//! output size and in expansion ratio so a decompression bomb costs at most
+//! `max_output` bytes of memory.
+
+use std::io::Read;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+/// Limits for [`decode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Maximum decoded size in bytes.
+    pub max_output: usize,
+    /// Maximum decoded/encoded ratio.
+    pub max_ratio: usize,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_output: 8 << 20,
+            max_ratio: 100,
+        }
+    }
+}
+
+/// Why a body could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The `Content-Encoding` is not one moat decodes.
+    #[error("unsupported content-encoding `{0}`")]
+    Unsupported(String),
+    /// The compressed data is corrupt.
+    #[error("corrupt {0} data")]
+    Corrupt(&'static str),
+    /// Decoding would exceed [`DecodeLimits::max_output`] or the ratio limit.
+    #[error("decoded body exceeds the limit of {limit} bytes (ratio limit {ratio})")]
+    TooLarge {
+        /// The output limit that applied.
+        limit: usize,
+        /// The ratio limit that applied.
+        ratio: usize,
+    },
+}
+
+/// Decodes `data` according to a `Content-Encoding` header value
+/// (`gzip`, `x-gzip`, `deflate`, `br`, `identity`, or a comma-separated chain).
+pub fn decode(encoding: &str, data: &[u8], limits: DecodeLimits) -> Result<Vec<u8>, DecodeError> {
+    let mut current: Vec<u8> = data.to_vec();
+    // Encodings are listed in the order applied; undo them in reverse.
+    for enc in encoding.rsplit(',') {
+        let enc = enc.trim().to_ascii_lowercase();
+        let cap = limits
+            .max_output
+            .min(current.len().saturating_mul(limits.max_ratio).max(1024));
+        current = match enc.as_str() {
+            "" | "identity" => current,
+            "gzip" | "x-gzip" => read_bounded(
+                flate2::read::MultiGzDecoder::new(&current[..]),
+                cap,
+                "gzip",
+                limits,
+            )?,
+            "deflate" => {
+                // RFC 9110 says zlib-wrapped; some clients send raw deflate.
+                match read_bounded(
+                    flate2::read::ZlibDecoder::new(&current[..]),
+                    cap,
+                    "deflate",
+                    limits,
+                ) {
+                    Err(DecodeError::Corrupt(_)) => read_bounded(
+                        flate2::read::DeflateDecoder::new(&current[..]),
+                        cap,
+                        "deflate",
+                        limits,
+                    )?,
+                    other => other?,
+                }
+            }
+            "br" => read_bounded(
+                brotli::Decompressor::new(&current[..], 4096),
+                cap,
+                "br",
+                limits,
+            )?,
+            other => return Err(DecodeError::Unsupported(other.to_string())),
+        };
+    }
+    Ok(current)
+}
+
+fn read_bounded<R: Read>(
+    reader: R,
+    cap: usize,
+    name: &'static str,
+    limits: DecodeLimits,
+) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::new();
+    let mut limited = reader.take(cap as u64 + 1);
+    limited
+        .read_to_end(&mut out)
+        .map_err(|_| DecodeError::Corrupt(name))?;
+    if out.len() > cap {
+        return Err(DecodeError::TooLarge {
+            limit: limits.max_output,
+            ratio: limits.max_ratio,
+        });
+    }
+    Ok(out)
+}
+
+/// A buffered body as received, with its decoded form computed on first use.
+#[derive(Debug)]
+pub struct Body {
+    raw: Bytes,
+    content_encoding: Option<String>,
+    truncated: bool,
+    limits: DecodeLimits,
+    decoded: OnceLock<Result<Bytes, DecodeError>>,
+    modified: bool,
+}
+
+impl Body {
+    /// Wraps received bytes. `truncated` is true when the body was longer than
+    /// the buffer limit and only this prefix was read.
+    pub fn new(
+        raw: Bytes,
+        content_encoding: Option<String>,
+        truncated: bool,
+        limits: DecodeLimits,
+    ) -> Self {
+        let content_encoding = content_encoding.filter(|e| {
+            let e = e.trim();
+            !e.is_empty() && !e.eq_ignore_ascii_case("identity")
+        });
+        Body {
+            raw,
+            content_encoding,
+            truncated,
+            limits,
+            decoded: OnceLock::new(),
+            modified: false,
+        }
+    }
+
+    /// The bytes as received (still content-encoded).
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The `Content-Encoding` that applies to [`raw`](Self::raw), if any.
+    pub fn content_encoding(&self) -> Option<&str> {
+        self.content_encoding.as_deref()
+    }
+
+    /// True when the body exceeded the buffer limit and only a prefix is here.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The decoded body (identical to `raw` when there is no content encoding).
+    /// Computed once and cached.
+    pub fn decoded(&self) -> Result<&Bytes, &DecodeError> {
+        self.decoded
+            .get_or_init(|| match &self.content_encoding {
+                None => Ok(self.raw.clone()),
+                Some(enc) => decode(enc, &self.raw, self.limits).map(Bytes::from),
+            })
+            .as_ref()
+    }
+
+    /// Replaces the body with new, *unencoded* content (e.g. after redaction).
+    /// The proxy then drops `Content-Encoding` and fixes `Content-Length`.
+    pub fn replace(&mut self, decoded: Bytes) {
+        self.raw = decoded.clone();
+        self.content_encoding = None;
+        self.decoded = OnceLock::new();
+        let _ = self.decoded.set(Ok(decoded));
+        self.modified = true;
+    }
+
+    /// True when a phase replaced the body.
+    pub fn modified(&self) -> bool {
+        self.modified
+    }
+
+    /// Consumes the body, returning the bytes to forward.
+    pub fn into_raw(self) -> Bytes {
+        self.raw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_roundtrip_and_cache() {
+        let body = Body::new(
+            Bytes::from(gzip(b"hello world")),
+            Some("gzip".into()),
+            false,
+            DecodeLimits::default(),
+        );
+        assert_eq!(&body.decoded().unwrap()[..], b"hello world");
+        assert_eq!(&body.decoded().unwrap()[..], b"hello world");
+    }
+
+    #[test]
+    fn bomb_is_refused() {
+        let bomb = gzip(&vec![0u8; 50 << 20]);
+        let limits = DecodeLimits {
+            max_output: 1 << 20,
+            max_ratio: 100,
+        };
+        assert!(matches!(
+            decode("gzip", &bomb, limits),
+            Err(DecodeError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn corrupt_and_unknown() {
+        let l = DecodeLimits::default();
+        assert_eq!(
+            decode("gzip", b"not gzip", l),
+            Err(DecodeError::Corrupt("gzip"))
+        );
+        assert!(matches!(
+            decode("zstd", b"x", l),
+            Err(DecodeError::Unsupported(_))
+        ));
+        assert!(decode("br", b"\xff\xff\xff", l).is_err());
+    }
+
+    #[test]
+    fn deflate_raw_and_zlib() {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(b"abc").unwrap();
+        let z = z.finish().unwrap();
+        assert_eq!(
+            decode("deflate", &z, DecodeLimits::default()).unwrap(),
+            b"abc"
+        );
+        let mut d = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+        d.write_all(b"abc").unwrap();
+        let d = d.finish().unwrap();
+        assert_eq!(
+            decode("deflate", &d, DecodeLimits::default()).unwrap(),
+            b"abc"
+        );
+    }
+
+    #[test]
+    fn replace_drops_encoding() {
+        let mut body = Body::new(
+            Bytes::from(gzip(b"x")),
+            Some("gzip".into()),
+            false,
+            DecodeLimits::default(),
+        );
+        body.replace(Bytes::from_static(b"plain"));
+        assert!(body.modified());
+        assert_eq!(body.content_encoding(), None);
+        assert_eq!(&body.decoded().unwrap()[..], b"plain");
+    }
+}

@@ -1,0 +1,303 @@
+//! The request model and phase traits shared by moat's engines and its proxy.
+//!
+//! moat handles a request as a sequence of named phases (pingora style):
+//!
+//! | phase | trait | typical engine |
+//! |---|---|---|
+//! | connection (TLS handshake done) | [`ConnectionPhase`] | TLS audit |
+//! | request headers | [`RequestHeadersPhase`] | access control, WAF on URL/headers |
+//! | request body | [`RequestBodyPhase`] | WAF on body, secret detection |
+//! | upstream | (proxy) | |
+//! | response headers | [`ResponseHeadersPhase`] | |
+//! | response body | [`ResponseBodyPhase`] | secret detection on responses |
+//! | after response | [`AfterResponsePhase`] | API discovery |
+//!
+//! Engines know nothing of sockets: they see borrowed request data
+//! ([`http::request::Parts`], a [`Body`]) and a [`RequestCtx`], and return a
+//! [`Verdict`]. The proxy crate owns the I/O and calls them in order.
+
+pub mod body;
+pub mod event;
+pub mod reply;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use body::{Body, DecodeError, DecodeLimits};
+pub use event::{new_event_id, EventAction, SecurityEvent};
+pub use reply::{Reply, ReplyFormat};
+
+/// Identity of a TLS peer taken from its client certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// Istio-style principal: the SPIFFE URI SAN without `spiffe://`, e.g. `td/ns/N/sa/S`.
+    pub principal: Option<String>,
+    /// Namespace `N` from a `spiffe://td/ns/N/sa/S` URI SAN.
+    pub namespace: Option<String>,
+    /// Every URI SAN of the certificate.
+    pub uri_sans: Vec<String>,
+    /// Certificate subject in RFC 4514 form.
+    pub subject: String,
+    /// SHA-256 fingerprint of the DER certificate, lowercase hex.
+    pub fingerprint_sha256: String,
+}
+
+impl PeerIdentity {
+    /// Derives principal and namespace from a SPIFFE URI (`spiffe://td/ns/N/sa/S`).
+    pub fn from_spiffe_uri(uri: &str) -> (Option<String>, Option<String>) {
+        let Some(rest) = uri.strip_prefix("spiffe://") else {
+            return (None, None);
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        let namespace = parts
+            .windows(2)
+            .find(|w| w[0] == "ns")
+            .map(|w| w[1].to_string());
+        (Some(rest.to_string()), namespace)
+    }
+}
+
+/// What the TLS handshake of a downstream connection established.
+#[derive(Debug, Clone, Default)]
+pub struct TlsSession {
+    /// SNI sent by the client.
+    pub sni: Option<String>,
+    /// Negotiated ALPN protocol (e.g. `h2`).
+    pub alpn: Option<String>,
+    /// Negotiated protocol version, e.g. `TLSv1.3`.
+    pub version: String,
+    /// Negotiated cipher suite, IANA name.
+    pub cipher_suite: String,
+    /// Verified client certificate identity, when the client presented one.
+    pub peer: Option<PeerIdentity>,
+}
+
+/// A downstream connection, shared by every request it carries.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// Address of the TCP peer (the direct client; see `RequestCtx::client_ip` for XFF).
+    pub remote_addr: SocketAddr,
+    /// Local address the connection arrived on (its port is `destination.port`).
+    pub local_addr: SocketAddr,
+    /// TLS details, `None` for plaintext.
+    pub tls: Option<TlsSession>,
+}
+
+/// Authentication established by request authentication (JWT).
+#[derive(Debug, Clone, Default)]
+pub struct RequestAuth {
+    /// `iss/sub` of a verified token.
+    pub principal: String,
+    /// The token's `aud` values.
+    pub audiences: Vec<String>,
+    /// The token's `azp`.
+    pub presenter: Option<String>,
+    /// All claims of the verified token.
+    pub claims: Arc<serde_json::Value>,
+}
+
+/// Per-request state that phases read and add to.
+#[derive(Debug, Clone)]
+pub struct RequestCtx {
+    /// The request id (`x-request-id`, propagated or generated).
+    pub request_id: String,
+    /// Name of the matched route.
+    pub route: Arc<str>,
+    /// Labels of the matched route and its cluster (Istio `selector.matchLabels` match these).
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// Namespace of the workload behind the route (Istio `metadata.namespace`).
+    pub namespace: Arc<str>,
+    /// The downstream connection.
+    pub conn: Arc<Connection>,
+    /// Original client IP (from X-Forwarded-For with the configured trusted hops, else the TCP peer).
+    pub client_ip: std::net::IpAddr,
+    /// Verified JWT, set by request authentication.
+    pub auth: Option<RequestAuth>,
+    /// Security events raised so far; the proxy enqueues them after the response.
+    pub events: Vec<SecurityEvent>,
+    /// Whether the route runs engines in monitor-only mode (engines may also have their own mode).
+    pub monitor_only: bool,
+}
+
+impl RequestCtx {
+    /// A context for tests and CLIs: no TLS, loopback peer.
+    pub fn for_test(route: &str) -> Self {
+        let addr: SocketAddr = ([127, 0, 0, 1], 40000).into();
+        RequestCtx {
+            request_id: "test".into(),
+            route: route.into(),
+            labels: Arc::new(BTreeMap::new()),
+            namespace: "default".into(),
+            conn: Arc::new(Connection {
+                remote_addr: addr,
+                local_addr: ([127, 0, 0, 1], 8080).into(),
+                tls: None,
+            }),
+            client_ip: addr.ip(),
+            auth: None,
+            events: Vec::new(),
+            monitor_only: false,
+        }
+    }
+}
+
+/// What a phase decided.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Go on to the next phase.
+    Continue,
+    /// Stop here and answer the client with this reply (the upstream is not called,
+    /// or its response is replaced).
+    Respond(Reply),
+}
+
+/// Runs when a downstream TLS handshake completes.
+pub trait ConnectionPhase: Send + Sync {
+    /// Name used in metrics (`phase="connection"`, `engine=...`).
+    fn name(&self) -> &'static str;
+    /// Observes the established connection. Must not block.
+    fn on_connection(&self, conn: &Connection, handshake: &HandshakeRecord);
+}
+
+/// Crypto parameters of one completed TLS handshake, in the crypto-auditing vocabulary.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct HandshakeRecord {
+    /// `client` (we accepted) or `server` (we connected upstream).
+    pub role: &'static str,
+    /// `tls::protocol_version`, e.g. 0x0304.
+    pub protocol_version: u16,
+    /// `tls::ciphersuite`, IANA code point.
+    pub ciphersuite: u16,
+    /// Human name of the cipher suite.
+    pub ciphersuite_name: String,
+    /// `tls::key_exchange_group` name, e.g. `X25519`.
+    pub key_exchange_group: Option<String>,
+    /// `tls::signature_algorithm` name, when known.
+    pub signature_algorithm: Option<String>,
+    /// Negotiated ALPN.
+    pub alpn: Option<String>,
+    /// Server name indication.
+    pub sni: Option<String>,
+    /// Whether the session was resumed.
+    pub resumed: bool,
+    /// Client certificate subject, SANs and fingerprint when one was presented.
+    pub peer: Option<PeerIdentitySummary>,
+    /// Handshake duration in microseconds.
+    pub handshake_us: u64,
+    /// Peer address.
+    pub peer_addr: Option<SocketAddr>,
+}
+
+/// Serializable summary of a client certificate.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PeerIdentitySummary {
+    /// Subject (RFC 4514).
+    pub subject: String,
+    /// URI and DNS SANs.
+    pub sans: Vec<String>,
+    /// SHA-256 of the DER certificate, hex.
+    pub fingerprint_sha256: String,
+}
+
+/// Inspects request headers (method, URI, headers) before any body is read.
+pub trait RequestHeadersPhase: Send + Sync {
+    /// Engine name for metrics and events.
+    fn name(&self) -> &'static str;
+    /// May modify headers (e.g. add claim headers) or answer directly.
+    fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict;
+}
+
+/// How much of a body a phase wants to see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyNeed {
+    /// The phase does not need this body; it is streamed through.
+    None,
+    /// Buffer up to this many bytes before calling the phase.
+    Buffer(usize),
+}
+
+/// Inspects (and may rewrite) a buffered request body.
+pub trait RequestBodyPhase: Send + Sync {
+    /// Engine name for metrics and events.
+    fn name(&self) -> &'static str;
+    /// Whether to buffer this request's body, decided from the headers.
+    fn body_need(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed;
+    /// Called once with the buffered body (possibly truncated at the limit: see [`Body::truncated`]).
+    fn on_request_body(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &mut http::request::Parts,
+        body: &mut Body,
+    ) -> Verdict;
+}
+
+/// Inspects upstream response headers.
+pub trait ResponseHeadersPhase: Send + Sync {
+    /// Engine name.
+    fn name(&self) -> &'static str;
+    /// May modify response headers or replace the response.
+    fn on_response_headers(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &http::request::Parts,
+        resp: &mut http::response::Parts,
+    ) -> Verdict;
+}
+
+/// Inspects (and may rewrite) a buffered response body.
+pub trait ResponseBodyPhase: Send + Sync {
+    /// Engine name.
+    fn name(&self) -> &'static str;
+    /// Whether to buffer this response's body.
+    fn body_need(
+        &self,
+        ctx: &RequestCtx,
+        req: &http::request::Parts,
+        resp: &http::response::Parts,
+    ) -> BodyNeed;
+    /// Called with the buffered response body.
+    fn on_response_body(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &http::request::Parts,
+        resp: &mut http::response::Parts,
+        body: &mut Body,
+    ) -> Verdict;
+}
+
+/// A completed exchange handed to after-response work.
+///
+/// Bodies are present only when some phase buffered them (or an after-response
+/// phase asked for them through [`AfterResponsePhase::wants_bodies`]).
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    /// Request context as it stood at the end of the request.
+    pub ctx: RequestCtx,
+    /// Request head.
+    pub request: http::request::Parts,
+    /// Buffered request body, if any (decoded form available through [`Body::decoded`]).
+    pub request_body: Option<bytes::Bytes>,
+    /// Response status.
+    pub status: http::StatusCode,
+    /// Response headers.
+    pub response_headers: http::HeaderMap,
+    /// Buffered response body, if any.
+    pub response_body: Option<bytes::Bytes>,
+    /// Total time from request head to response end, microseconds.
+    pub duration_us: u64,
+}
+
+/// Work done after the response has been sent (API discovery, analytics).
+///
+/// Implementations must return quickly: hand the exchange to a bounded
+/// background queue and drop it when full.
+pub trait AfterResponsePhase: Send + Sync {
+    /// Engine name.
+    fn name(&self) -> &'static str;
+    /// Whether this request's bodies should be kept for [`after_response`](Self::after_response)
+    /// (e.g. the request is sampled), and up to what size.
+    fn wants_bodies(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed;
+    /// Receives the finished exchange.
+    fn after_response(&self, exchange: Arc<Exchange>);
+}

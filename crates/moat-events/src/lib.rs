@@ -1,0 +1,1 @@
+//! moat-events (being written).

@@ -1,0 +1,1 @@
+//! moat-proxy (being written).

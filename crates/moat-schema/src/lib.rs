@@ -1,0 +1,1 @@
+//! moat-schema (being written).

@@ -1,0 +1,1 @@
+//! moat-secrets (being written).

@@ -1,0 +1,1 @@
+//! moat-tls (being written).

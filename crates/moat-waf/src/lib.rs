@@ -1,0 +1,1 @@
+//! moat-waf (being written).

@@ -1,0 +1,50 @@
+//! The `moat` command line: one binary for the gateway and its tools.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// moat: a security gateway (access control, attack detection, secret detection,
+/// API discovery and audit in one reverse proxy).
+#[derive(Parser)]
+#[command(name = "moat", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (with no --config: the quickstart demo on 127.0.0.1:8080).
+    Serve(cmd::serve::ServeArgs),
+    /// Validate a config file and exit (0 valid, 1 invalid).
+    CheckConfig(cmd::serve::CheckConfigArgs),
+    /// Measure what each security feature costs (load generator, scenarios, compare).
+    Bench(cmd::bench::BenchArgs),
+    /// Access-control tools (evaluate Istio policies against one request).
+    Policy(cmd::policy::PolicyArgs),
+    /// Attack-detection tools (test a request, evaluate against corpora).
+    Waf(cmd::waf::WafArgs),
+    /// Scan files or stdin for secrets (gitleaks-compatible rules).
+    Scan(cmd::scan::ScanArgs),
+    /// API inventory tools (export OpenAPI).
+    Apis(cmd::apis::ApisArgs),
+    /// Query the security event store.
+    Events(cmd::events::EventsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::CheckConfig(a) => cmd::serve::check_config(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Policy(a) => cmd::policy::run(a),
+        Command::Waf(a) => cmd::waf::run(a),
+        Command::Scan(a) => cmd::scan::run(a),
+        Command::Apis(a) => cmd::apis::run(a),
+        Command::Events(a) => cmd::events::run(a),
+    }
+}
