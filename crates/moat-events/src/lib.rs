@@ -21,6 +21,7 @@ pub mod http_api;
 pub mod record;
 pub mod sink;
 pub mod store;
+pub mod text;
 mod writer;
 
 pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
