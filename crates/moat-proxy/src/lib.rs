@@ -1,1 +1,31 @@
-//! moat-proxy (being written).
+//! The moat gateway: a reverse proxy that runs the moat-core phase pipeline.
+//!
+//! * [`config`]: the YAML configuration (types, loading, semantic checks).
+//! * [`pipeline`]: the engines of each phase; [`pipeline::build_pipeline`] is where engines are wired.
+//! * [`gateway`]: listeners, TLS hand-off, configuration snapshots, hot reload, graceful shutdown.
+//! * [`proxy`]: the request path.
+//! * [`upstream`]: clusters, round-robin, passive ejection, keep-alive pools.
+//! * [`admin`]: the admin listener (a `path -> handler` table).
+//! * [`metrics`]: Prometheus counters and per-phase histograms.
+//! * [`events`]: the sink for access, security and TLS records.
+//! * [`demo`]: the quickstart demo application.
+
+pub mod admin;
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod events;
+pub mod gateway;
+pub mod metrics;
+pub mod pipeline;
+pub mod proxy;
+pub mod upstream;
+
+pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
+pub use config::{ConfigSource, GatewayConfig};
+pub use events::{AccessInfo, EventSink};
+pub use gateway::{Gateway, GatewayOptions, RunningGateway, Shared};
+pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};
+
+/// The quickstart configuration (`moat serve` without `--config`).
+pub const QUICKSTART_YAML: &str = include_str!("../../../examples/quickstart.yaml");

@@ -1,7 +1,10 @@
-//! `moat serve` and `moat check-config` (placeholder until the proxy lands).
+//! `moat serve` and `moat check-config`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use moat_proxy::config::{self, unlocated, ConfigSource, GatewayConfig};
+use moat_proxy::{Gateway, GatewayOptions};
 
 /// Arguments of `moat serve`.
 #[derive(clap::Args)]
@@ -9,9 +12,21 @@ pub struct ServeArgs {
     /// Config file; without it moat runs the quickstart demo.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Worker threads (default: one per core).
+    /// Worker threads (default: `runtime.threads` from the config, 0 = one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable text.
+    Text,
 }
 
 /// Arguments of `moat check-config`.
@@ -21,14 +36,176 @@ pub struct CheckConfigArgs {
     pub file: PathBuf,
 }
 
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MOAT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
 /// Runs `moat serve`.
-pub fn run(_args: ServeArgs) -> ExitCode {
-    eprintln!("moat serve: not built yet");
-    ExitCode::from(2)
+pub fn run(args: ServeArgs) -> ExitCode {
+    init_logging(args.log_format);
+    let quickstart = args.config.is_none();
+    let (cfg, src) = match &args.config {
+        Some(file) => match config::load_file(file) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => {
+            let src = ConfigSource {
+                file: PathBuf::from("<quickstart>"),
+                base_dir: PathBuf::from("."),
+            };
+            match config::parse(&src, moat_proxy::QUICKSTART_YAML) {
+                Ok(c) => (c, src),
+                Err(e) => {
+                    eprintln!("embedded quickstart config: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    };
+    let threads = args
+        .threads
+        .filter(|&t| t > 0)
+        .or(Some(cfg.runtime.threads).filter(|&t| t > 0))
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+    let rt = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(serve(cfg, src, quickstart, threads)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("moat serve: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn serve(
+    mut cfg: GatewayConfig,
+    src: ConfigSource,
+    quickstart: bool,
+    threads: usize,
+) -> anyhow::Result<()> {
+    if quickstart {
+        let demo = moat_proxy::demo::start().await?;
+        for c in cfg.clusters.iter_mut().filter(|c| c.name.value == "demo") {
+            c.endpoints = vec![unlocated(demo.to_string())];
+        }
+        tracing::info!(address = %demo, "demo app listening");
+    }
+    let drain = cfg.runtime.shutdown_timeout;
+    let (sink, writer) = moat_proxy::events::QueueSink::start(&cfg.events, &src.base_dir)
+        .map_err(|e| anyhow::anyhow!("events: {e}"))?;
+    let opts = GatewayOptions {
+        events: Some(sink),
+        ..GatewayOptions::default()
+    };
+    let gw = Gateway::new(cfg, src, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let running = gw.start().await?;
+    running.spawn_reload_triggers();
+    tracing::info!(threads, "moat started");
+    if quickstart {
+        print_quickstart(&running);
+    }
+    wait_for_signal().await;
+    tracing::info!(deadline = ?drain, "shutting down: draining in-flight requests");
+    let drained = running.shutdown(drain).await;
+    if drained {
+        tracing::info!("drained; bye");
+    } else {
+        tracing::warn!("drain deadline reached; closing remaining connections");
+    }
+    let _ = tokio::task::spawn_blocking(move || writer.shutdown()).await;
+    Ok(())
+}
+
+fn print_quickstart(running: &moat_proxy::RunningGateway) {
+    let gw = running
+        .listener_addr("main")
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let admin = running.admin_addr();
+    println!(
+        "\nmoat quickstart: a demo API is running behind the gateway.\n\n\
+         Try:\n  \
+         curl -s http://{gw}/api/users/42\n  \
+         curl -s -X POST http://{gw}/login -H 'content-type: application/json' -d '{{\"username\":\"alice\",\"password\":\"s3cret\"}}'\n  \
+         curl -s \"http://{gw}/search?q=1%27%20OR%20%271%27=%271\"      # an SQL injection attempt\n  \
+         curl -s http://{admin}/metrics\n  \
+         curl -s http://{admin}/config\n\n\
+         Press Ctrl-C to stop.\n"
+    );
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        match (term, int) {
+            (Ok(mut t), Ok(mut i)) => {
+                tokio::select! {
+                    _ = t.recv() => {}
+                    _ = i.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Runs `moat check-config`.
-pub fn check_config(_args: CheckConfigArgs) -> ExitCode {
-    eprintln!("moat check-config: not built yet");
-    ExitCode::from(2)
+pub fn check_config(args: CheckConfigArgs) -> ExitCode {
+    match check(&args.file) {
+        Ok(()) => {
+            println!("{}: ok", args.file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn check(file: &Path) -> Result<(), moat_config::ConfigError> {
+    let (cfg, src) = config::load_file(file)?;
+    // Build everything a start would build (pipeline, clusters), without binding.
+    Gateway::new(cfg, src, GatewayOptions::default()).map(|_| ())
 }

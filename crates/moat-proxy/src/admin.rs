@@ -1,0 +1,246 @@
+//! The admin listener: a table of `path -> handler`.
+//!
+//! Built-ins: `/healthz`, `/readyz`, `/metrics`, `/config`. More endpoints (e.g.
+//! `/v1/scan`, `/v1/events`, `/v1/apis`) are added with [`AdminRouter::route`]
+//! before the gateway starts (see [`crate::GatewayOptions::admin`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::gateway::Shared;
+
+/// Largest request body the admin API reads.
+pub const MAX_ADMIN_BODY: usize = 8 << 20;
+
+/// A request to an admin endpoint, body fully read.
+pub struct AdminRequest {
+    /// Method, URI, headers.
+    pub parts: http::request::Parts,
+    /// The request body (at most [`MAX_ADMIN_BODY`]).
+    pub body: Bytes,
+    /// The gateway (current config, metrics, reload).
+    pub gateway: Arc<Shared>,
+}
+
+/// The response of an admin endpoint.
+pub type AdminResponse = Response<Full<Bytes>>;
+
+/// Future returned by an admin handler.
+pub type AdminFuture = Pin<Box<dyn Future<Output = AdminResponse> + Send>>;
+
+/// An admin endpoint.
+pub type AdminHandler = Arc<dyn Fn(AdminRequest) -> AdminFuture + Send + Sync>;
+
+/// Admin routes: exact path match (query ignored); later registrations of the same path win.
+#[derive(Clone, Default)]
+pub struct AdminRouter {
+    routes: Vec<(String, AdminHandler)>,
+}
+
+impl AdminRouter {
+    /// An empty router.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) the handler of `path`.
+    pub fn route(mut self, path: &str, handler: AdminHandler) -> Self {
+        self.routes.retain(|(p, _)| p != path);
+        self.routes.push((path.to_string(), handler));
+        self
+    }
+
+    /// Adds a handler written as a plain async function.
+    pub fn route_fn<F, Fut>(self, path: &str, f: F) -> Self
+    where
+        F: Fn(AdminRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = AdminResponse> + Send + 'static,
+    {
+        self.route(path, Arc::new(move |r| Box::pin(f(r))))
+    }
+
+    /// Paths served.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|(p, _)| p.as_str())
+    }
+
+    fn find(&self, path: &str) -> Option<&AdminHandler> {
+        self.routes.iter().find(|(p, _)| p == path).map(|(_, h)| h)
+    }
+
+    /// This router plus the built-in endpoints (user routes with the same path win).
+    pub(crate) fn with_builtins(self) -> Self {
+        let mut r = AdminRouter::new()
+            .route_fn("/healthz", |_| async { text(StatusCode::OK, "ok\n") })
+            .route_fn("/readyz", |req| async move {
+                if req.gateway.is_ready() {
+                    text(StatusCode::OK, "ready\n")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                }
+            })
+            .route_fn("/metrics", |req| async move {
+                let mut resp = Response::new(Full::new(Bytes::from(req.gateway.metrics.render())));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                resp
+            })
+            .route_fn("/config", |req| async move {
+                let snap = req.gateway.snapshot.load();
+                let mut v = serde_json::to_value(&*snap.config).unwrap_or_default();
+                redact(&mut v);
+                json(StatusCode::OK, &v)
+            });
+        for (p, h) in self.routes {
+            r = r.route(&p, h);
+        }
+        r
+    }
+}
+
+/// A JSON response.
+pub fn json(status: StatusCode, v: &serde_json::Value) -> AdminResponse {
+    let mut resp = Response::new(Full::new(Bytes::from(v.to_string())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A plain-text response.
+pub fn text(status: StatusCode, body: &'static str) -> AdminResponse {
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
+    resp
+}
+
+/// Keys whose values never leave the process through `/config`.
+const SECRET_KEYS: &[&str] = &[
+    "token",
+    "password",
+    "secret",
+    "api_key",
+    "client_secret",
+    "authorization",
+    "private_key",
+];
+
+/// Replaces secret values (by key name) with `"<redacted>"`, recursively.
+pub fn redact(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, val) in m.iter_mut() {
+                let lk = k.to_ascii_lowercase();
+                if SECRET_KEYS.iter().any(|s| lk == *s || lk.ends_with(&format!("_{s}")))
+                    && !val.is_null()
+                {
+                    *val = serde_json::Value::String("<redacted>".into());
+                } else {
+                    redact(val);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+fn authorized(shared: &Shared, parts: &http::request::Parts) -> bool {
+    let snap = shared.snapshot.load();
+    let Some(token) = snap.config.admin.token.as_deref() else {
+        return true;
+    };
+    let Some(got) = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Constant-time comparison.
+    let (a, b) = (got.trim().as_bytes(), token.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
+    }
+    diff == 0
+}
+
+async fn dispatch(
+    shared: Arc<Shared>,
+    router: Arc<AdminRouter>,
+    req: Request<Incoming>,
+) -> Result<AdminResponse, std::convert::Infallible> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let open = path == "/healthz" || path == "/readyz";
+    if !open && !authorized(&shared, &parts) {
+        let mut r = text(StatusCode::UNAUTHORIZED, "admin token required\n");
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return Ok(r);
+    }
+    let Some(handler) = router.find(&path).cloned() else {
+        return Ok(text(StatusCode::NOT_FOUND, "not found\n"));
+    };
+    let body = if parts.method == Method::GET || parts.method == Method::HEAD {
+        Bytes::new()
+    } else {
+        match Limited::new(body, MAX_ADMIN_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, "body too large\n")),
+        }
+    };
+    Ok(handler(AdminRequest {
+        parts,
+        body,
+        gateway: shared,
+    })
+    .await)
+}
+
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    router: Arc<AdminRouter>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let tcp = tokio::select! {
+            _ = stop.changed() => break,
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => tcp,
+                Err(_) => continue,
+            },
+        };
+        let shared = shared.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| dispatch(shared.clone(), router.clone(), req));
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tcp), svc)
+                .await;
+        });
+    }
+}

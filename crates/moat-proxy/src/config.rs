@@ -1,0 +1,514 @@
+//! The gateway configuration (`moat serve --config FILE`): types, loading and semantic checks.
+//!
+//! Parsing goes through [`moat_config`], so syntax and type errors name
+//! `file:line:column: field`. The checks in [`validate`] (unknown cluster,
+//! duplicate names, bad endpoint addresses) report the same way, using the
+//! positions recorded by [`Spanned`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use moat_config::{byte_size, duration, ConfigError};
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+/// The whole gateway configuration.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Worker runtime.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// Downstream listeners.
+    #[serde(default)]
+    pub listeners: Vec<ListenerConfig>,
+    /// Admin listener.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Upstream clusters.
+    #[serde(default)]
+    pub clusters: Vec<ClusterConfig>,
+    /// Routes, matched in order (first match wins).
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Request head limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// Event (access, security and TLS records) pipeline.
+    #[serde(default)]
+    pub events: moat_events::EventsConfig,
+    /// TLS handshake audit records.
+    #[serde(default)]
+    pub tls_audit: TlsAuditConfig,
+}
+
+/// `runtime:`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Worker threads; 0 = one per core. `--threads` overrides.
+    #[serde(default)]
+    pub threads: usize,
+    /// Deadline for draining in-flight requests on SIGTERM.
+    #[serde(default = "default_drain", with = "duration")]
+    pub shutdown_timeout: Duration,
+}
+
+fn default_drain() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// One `listeners[]` entry.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Listener name (unique).
+    pub name: Spanned<String>,
+    /// Address to bind, `ip:port`.
+    pub address: Spanned<String>,
+    /// TLS termination (PEM certificates, SNI, ALPN, client-certificate mode).
+    #[serde(default)]
+    pub tls: Option<moat_tls::ServerTlsConfig>,
+    /// How many trusted proxies in front of moat append to `X-Forwarded-For`;
+    /// 0 = the client IP is the TCP peer.
+    #[serde(default)]
+    pub xff_trusted_hops: u32,
+}
+
+/// `admin:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin listener (loopback by default).
+    #[serde(default = "default_admin_addr")]
+    pub address: Spanned<String>,
+    /// Optional bearer token required on every admin path except /healthz and /readyz.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+fn default_admin_addr() -> Spanned<String> {
+    unlocated("127.0.0.1:9901".to_string())
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            address: default_admin_addr(),
+            token: None,
+        }
+    }
+}
+
+/// One `clusters[]` entry.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Cluster name (unique), referenced by routes.
+    pub name: Spanned<String>,
+    /// Endpoints, `host:port`, balanced round-robin.
+    pub endpoints: Vec<Spanned<String>>,
+    /// Workload labels (matched by authorization policies).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Workload namespace.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// TCP connect timeout; a timeout answers 504.
+    #[serde(default = "default_connect_timeout", with = "duration")]
+    pub connect_timeout: Duration,
+    /// Time allowed from sending the request to receiving the response head; 504 after.
+    #[serde(default = "default_request_timeout", with = "duration")]
+    pub request_timeout: Duration,
+    /// Idle keep-alive connections to the upstream are closed after this.
+    #[serde(default = "default_idle_timeout", with = "duration")]
+    pub idle_timeout: Duration,
+    /// Maximum idle pooled connections per endpoint.
+    #[serde(default = "default_max_idle")]
+    pub max_idle_per_endpoint: usize,
+    /// Passive ejection of failing endpoints.
+    #[serde(default)]
+    pub ejection: EjectionConfig,
+    /// TLS to the upstream.
+    #[serde(default)]
+    pub tls: Option<moat_tls::UpstreamTlsConfig>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(90)
+}
+fn default_max_idle() -> usize {
+    256
+}
+
+/// `clusters[].ejection`: passive health checking.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EjectionConfig {
+    /// Consecutive connect failures or timeouts that eject an endpoint; 0 disables ejection.
+    #[serde(default = "default_consecutive")]
+    pub consecutive_failures: u32,
+    /// How long an ejected endpoint is skipped.
+    #[serde(default = "default_eject_time", with = "duration")]
+    pub duration: Duration,
+}
+
+fn default_consecutive() -> u32 {
+    5
+}
+fn default_eject_time() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl Default for EjectionConfig {
+    fn default() -> Self {
+        EjectionConfig {
+            consecutive_failures: default_consecutive(),
+            duration: default_eject_time(),
+        }
+    }
+}
+
+/// One `routes[]` entry.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Route name (unique), used in metrics and events.
+    pub name: Spanned<String>,
+    /// Host to match: exact (`api.example.com`), suffix (`*.example.com`) or `*`.
+    #[serde(default = "default_host")]
+    pub host: Spanned<String>,
+    /// Path prefix to match.
+    #[serde(default = "default_prefix")]
+    pub path_prefix: Spanned<String>,
+    /// Cluster receiving the traffic.
+    pub cluster: Spanned<String>,
+    /// Request body limit and policy.
+    #[serde(default)]
+    pub body: BodyConfig,
+    /// Response body buffering limit (only used when a phase inspects responses).
+    #[serde(default)]
+    pub response_body: ResponseBodyConfig,
+    /// Run engines in monitor-only mode on this route (events, no blocking).
+    #[serde(default)]
+    pub monitor_only: bool,
+}
+
+fn default_host() -> Spanned<String> {
+    unlocated("*".into())
+}
+fn default_prefix() -> Spanned<String> {
+    unlocated("/".into())
+}
+
+/// `routes[].body`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BodyConfig {
+    /// Largest request body moat accepts (reject) or inspects (forward).
+    #[serde(default = "default_body_max", with = "byte_size")]
+    pub max_bytes: u64,
+    /// What happens beyond `max_bytes`.
+    #[serde(default)]
+    pub on_limit: OnLimit,
+}
+
+fn default_body_max() -> u64 {
+    1 << 20
+}
+
+impl Default for BodyConfig {
+    fn default() -> Self {
+        BodyConfig {
+            max_bytes: default_body_max(),
+            on_limit: OnLimit::Reject,
+        }
+    }
+}
+
+/// `routes[].response_body`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseBodyConfig {
+    /// At most this many response bytes are buffered for inspection; the rest streams
+    /// through uninspected and a `limits` event is raised.
+    #[serde(default = "default_body_max", with = "byte_size")]
+    pub max_bytes: u64,
+}
+
+impl Default for ResponseBodyConfig {
+    fn default() -> Self {
+        ResponseBodyConfig {
+            max_bytes: default_body_max(),
+        }
+    }
+}
+
+/// Policy for request bodies larger than `max_bytes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// Answer 413.
+    #[default]
+    Reject,
+    /// Inspect the first `max_bytes`, forward everything, raise a `limits` event.
+    Forward,
+}
+
+/// `limits:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Total size of the request head (names + values); larger answers 431.
+    #[serde(default = "default_header_bytes", with = "byte_size")]
+    pub max_header_bytes: u64,
+    /// Number of request headers; more answers 431.
+    #[serde(default = "default_max_headers")]
+    pub max_headers: usize,
+}
+
+fn default_header_bytes() -> u64 {
+    64 << 10
+}
+fn default_max_headers() -> usize {
+    100
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_header_bytes: default_header_bytes(),
+            max_headers: default_max_headers(),
+        }
+    }
+}
+
+/// `tls_audit:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsAuditConfig {
+    /// Record every downstream TLS handshake as a TLS event.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for TlsAuditConfig {
+    fn default() -> Self {
+        TlsAuditConfig { enabled: true }
+    }
+}
+
+/// A [`Spanned`] value with no known position (defaults).
+pub fn unlocated<T>(value: T) -> Spanned<T> {
+    let unknown = serde_saphyr::Location::UNKNOWN;
+    Spanned::new(value, unknown, unknown)
+}
+
+/// Where a configuration came from; relative paths in it resolve against `base_dir`.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    /// The file (or a label such as `<quickstart>`).
+    pub file: PathBuf,
+    /// Directory relative paths are resolved against.
+    pub base_dir: PathBuf,
+}
+
+impl ConfigSource {
+    /// The source for a config file on disk.
+    pub fn from_file(file: &Path) -> Self {
+        let base_dir = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        ConfigSource {
+            file: file.to_path_buf(),
+            base_dir,
+        }
+    }
+}
+
+fn err_at<T>(src: &ConfigSource, s: &Spanned<T>, field: String, msg: String) -> ConfigError {
+    ConfigError::semantic(
+        &src.file,
+        s.referenced.line() as u32,
+        s.referenced.column() as u32,
+        field,
+        msg,
+    )
+}
+
+/// Parses YAML text and runs the semantic checks.
+pub fn parse(src: &ConfigSource, text: &str) -> Result<GatewayConfig, ConfigError> {
+    let cfg: GatewayConfig = moat_config::from_str(&src.file, text)?;
+    validate(src, &cfg)?;
+    Ok(cfg)
+}
+
+/// Reads, parses and checks a config file.
+pub fn load_file(file: &Path) -> Result<(GatewayConfig, ConfigSource), ConfigError> {
+    let src = ConfigSource::from_file(file);
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        ConfigError::semantic(file, 0, 0, "", format!("cannot read config file: {e}"))
+    })?;
+    Ok((parse(&src, &text)?, src))
+}
+
+/// Semantic checks: unique names, known clusters, parseable addresses, sane limits.
+pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        if !names.insert(l.name.value.as_str()) {
+            return Err(err_at(
+                src,
+                &l.name,
+                format!("listeners[{i}].name"),
+                format!("duplicate listener name `{}`", l.name.value),
+            ));
+        }
+        if l.address.value.parse::<SocketAddr>().is_err() {
+            return Err(err_at(
+                src,
+                &l.address,
+                format!("listeners[{i}].address"),
+                format!("`{}` is not an ip:port address", l.address.value),
+            ));
+        }
+    }
+    if cfg.admin.address.value.parse::<SocketAddr>().is_err() {
+        return Err(err_at(
+            src,
+            &cfg.admin.address,
+            "admin.address".into(),
+            format!("`{}` is not an ip:port address", cfg.admin.address.value),
+        ));
+    }
+    let mut clusters = HashSet::new();
+    for (i, c) in cfg.clusters.iter().enumerate() {
+        if !clusters.insert(c.name.value.as_str()) {
+            return Err(err_at(
+                src,
+                &c.name,
+                format!("clusters[{i}].name"),
+                format!("duplicate cluster name `{}`", c.name.value),
+            ));
+        }
+        if c.endpoints.is_empty() {
+            return Err(err_at(
+                src,
+                &c.name,
+                format!("clusters[{i}].endpoints"),
+                "a cluster needs at least one endpoint".into(),
+            ));
+        }
+        for (j, e) in c.endpoints.iter().enumerate() {
+            if let Err(m) = check_endpoint(&e.value) {
+                return Err(err_at(src, e, format!("clusters[{i}].endpoints[{j}]"), m));
+            }
+        }
+    }
+    let mut routes = HashSet::new();
+    for (i, r) in cfg.routes.iter().enumerate() {
+        if !routes.insert(r.name.value.as_str()) {
+            return Err(err_at(
+                src,
+                &r.name,
+                format!("routes[{i}].name"),
+                format!("duplicate route name `{}`", r.name.value),
+            ));
+        }
+        if !clusters.contains(r.cluster.value.as_str()) {
+            return Err(err_at(
+                src,
+                &r.cluster,
+                format!("routes[{i}].cluster"),
+                format!("unknown cluster `{}`", r.cluster.value),
+            ));
+        }
+        if !r.path_prefix.value.starts_with('/') {
+            return Err(err_at(
+                src,
+                &r.path_prefix,
+                format!("routes[{i}].path_prefix"),
+                "must start with `/`".into(),
+            ));
+        }
+        let h = &r.host.value;
+        let bad_host = h.is_empty()
+            || (h.contains('*') && h != "*" && !(h.starts_with("*.") && !h[2..].contains('*')));
+        if bad_host {
+            return Err(err_at(
+                src,
+                &r.host,
+                format!("routes[{i}].host"),
+                format!("`{h}`: use an exact host, `*.suffix` or `*`"),
+            ));
+        }
+    }
+    if cfg.limits.max_headers == 0 || cfg.limits.max_header_bytes < 1024 {
+        return Err(ConfigError::semantic(
+            &src.file,
+            0,
+            0,
+            "limits",
+            "max_headers must be > 0 and max_header_bytes >= 1KiB",
+        ));
+    }
+    Ok(())
+}
+
+fn check_endpoint(e: &str) -> Result<(), String> {
+    match e.parse::<http::uri::Authority>() {
+        Ok(a) if a.port_u16().is_some() && !a.host().is_empty() && !e.contains('@') => Ok(()),
+        _ => Err(format!("`{e}` is not a host:port endpoint")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> ConfigSource {
+        ConfigSource {
+            file: "moat.yaml".into(),
+            base_dir: ".".into(),
+        }
+    }
+
+    #[test]
+    fn unknown_cluster_names_line_and_field() {
+        let text = "clusters:\n  - name: app\n    endpoints: [\"127.0.0.1:1\"]\nroutes:\n  - name: r\n    cluster: nope\n";
+        let e = parse(&src(), text).unwrap_err();
+        assert_eq!(e.field, "routes[0].cluster");
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.to_string().starts_with("moat.yaml:6:"), "{e}");
+    }
+
+    #[test]
+    fn bad_endpoint_and_defaults() {
+        let text = "clusters:\n  - name: app\n    endpoints: [\"nope\"]\n";
+        let e = parse(&src(), text).unwrap_err();
+        assert_eq!(e.field, "clusters[0].endpoints[0]");
+        assert_eq!(e.line, 3);
+        let ok = parse(&src(), "clusters:\n  - name: app\n    endpoints: [\"a:1\"]\nroutes:\n  - name: r\n    cluster: app\n    body: {max_bytes: 1KiB, on_limit: forward}\n").unwrap();
+        assert_eq!(ok.routes[0].body.max_bytes, 1024);
+        assert_eq!(ok.routes[0].body.on_limit, OnLimit::Forward);
+        assert_eq!(ok.routes[0].host.value, "*");
+        assert_eq!(ok.clusters[0].connect_timeout, Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,144 @@
+//! Where the proxy sends access records, security events and TLS handshake records.
+//!
+//! The proxy calls an [`EventSink`] after each response; the binary plugs in the
+//! moat-events queue, tests plug in a collector. Implementations must not block:
+//! push to a bounded queue and drop (and count) when it is full.
+
+use http::Method;
+use moat_core::{Connection, HandshakeRecord, RequestCtx, SecurityEvent};
+
+use crate::metrics::Decision;
+
+/// One finished request, borrowed from the request path.
+#[derive(Debug)]
+pub struct AccessInfo<'a> {
+    /// Request context (request id, route, client ip, connection, auth).
+    pub ctx: &'a RequestCtx,
+    /// Method.
+    pub method: &'a Method,
+    /// Host the request was addressed to (no port).
+    pub host: &'a str,
+    /// Path and query.
+    pub path: &'a str,
+    /// `User-Agent`, if any.
+    pub user_agent: Option<&'a str>,
+    /// Final status sent to the client.
+    pub status: u16,
+    /// How the request ended.
+    pub decision: Decision,
+    /// Cluster and endpoint the request went to, when it was forwarded.
+    pub upstream: Option<(&'a str, &'a str)>,
+    /// Time from the request head to the response head, microseconds.
+    pub duration_us: u64,
+    /// Request body bytes (Content-Length, or the buffered size; 0 when unknown).
+    pub bytes_in: u64,
+    /// Response body bytes (Content-Length, or the buffered size; 0 when unknown).
+    pub bytes_out: u64,
+}
+
+/// Receives the proxy's records. Every method must return quickly.
+pub trait EventSink: Send + Sync {
+    /// One record per request. Returns false when the record was dropped.
+    fn access(&self, info: &AccessInfo<'_>) -> bool;
+    /// One record per security event raised while handling the request.
+    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, method: &Method, path: &str)
+        -> bool;
+    /// One record per downstream TLS handshake (when `tls_audit.enabled`).
+    fn tls(&self, conn: &Connection, handshake: &HandshakeRecord) -> bool;
+    /// Queue depth, capacity and dropped count, for /metrics.
+    fn gauge(&self) -> Option<(u64, u64, u64)> {
+        None
+    }
+}
+
+/// An [`EventSink`] over the moat-events queue (bounded, never blocks).
+#[derive(Debug, Clone)]
+pub struct QueueSink {
+    queue: moat_events::EventQueue,
+}
+
+impl QueueSink {
+    /// Wraps a queue.
+    pub fn new(queue: moat_events::EventQueue) -> Self {
+        QueueSink { queue }
+    }
+
+    /// Starts the events writer for a config (`events:` section) and returns the sink
+    /// and the writer (call [`moat_events::EventWriter::shutdown`] on exit).
+    pub fn start(
+        cfg: &moat_events::EventsConfig,
+        base_dir: &std::path::Path,
+    ) -> Result<(std::sync::Arc<QueueSink>, moat_events::EventWriter), moat_events::EventsError>
+    {
+        let (queue, writer) = moat_events::EventWriter::start(cfg, base_dir)?;
+        Ok((std::sync::Arc::new(QueueSink { queue }), writer))
+    }
+}
+
+fn decision_name(info: &AccessInfo<'_>) -> &'static str {
+    match info.decision {
+        Decision::Allow => {
+            if info
+                .ctx
+                .events
+                .iter()
+                .any(|e| e.action == moat_core::EventAction::Monitor)
+            {
+                "monitor"
+            } else {
+                "allow"
+            }
+        }
+        Decision::Block | Decision::Limit => "block",
+        Decision::Error => "error",
+    }
+}
+
+impl EventSink for QueueSink {
+    fn access(&self, info: &AccessInfo<'_>) -> bool {
+        let path = info.path.split('?').next().unwrap_or("/");
+        self.queue
+            .push(moat_events::Record::Access(moat_events::AccessRecord {
+                ts: moat_events::now_ms(),
+                request_id: info.ctx.request_id.clone(),
+                route: info.ctx.route.to_string(),
+                method: info.method.as_str().to_string(),
+                path: path.to_string(),
+                status: info.status,
+                decision: decision_name(info).to_string(),
+                client_ip: info.ctx.client_ip.to_string(),
+                duration_us: info.duration_us,
+                bytes_in: info.bytes_in,
+                bytes_out: info.bytes_out,
+                upstream: info.upstream.map(|(_, e)| e.to_string()),
+            }))
+    }
+
+    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, method: &Method, path: &str) -> bool {
+        self.queue
+            .push(moat_events::Record::Security(moat_events::SecurityRecord {
+                ts: moat_events::now_ms(),
+                request_id: ctx.request_id.clone(),
+                route: ctx.route.to_string(),
+                client_ip: ctx.client_ip.to_string(),
+                method: method.as_str().to_string(),
+                path: path.split('?').next().unwrap_or("/").to_string(),
+                event: event.clone(),
+            }))
+    }
+
+    fn tls(&self, _conn: &Connection, handshake: &HandshakeRecord) -> bool {
+        self.queue.push(moat_events::Record::Tls(moat_events::TlsRecord {
+            ts: moat_events::now_ms(),
+            handshake: handshake.clone(),
+        }))
+    }
+
+    fn gauge(&self) -> Option<(u64, u64, u64)> {
+        Some((
+            self.queue.depth() as u64,
+            self.queue.capacity() as u64,
+            self.queue.dropped(),
+        ))
+    }
+}

@@ -1,0 +1,649 @@
+//! The running gateway: configuration snapshots, listeners, reload and shutdown.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use moat_config::ConfigError;
+use moat_core::{Connection, HandshakeRecord, TlsSession};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminRouter};
+use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
+use crate::events::EventSink;
+use crate::metrics::{Metrics, Phase, RouteMetrics};
+use crate::pipeline::{default_factory, Pipeline, PipelineFactory};
+use crate::upstream::Cluster;
+
+/// A byte stream served by hyper (TCP or TLS).
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// How a route matches the request host.
+#[derive(Debug, Clone)]
+pub enum HostMatch {
+    /// `*`.
+    Any,
+    /// An exact host (compared case-insensitively).
+    Exact(String),
+    /// `*.suffix`: stored as `.suffix`.
+    Suffix(String),
+}
+
+impl HostMatch {
+    fn parse(h: &str) -> HostMatch {
+        if h == "*" {
+            HostMatch::Any
+        } else if let Some(s) = h.strip_prefix('*') {
+            HostMatch::Suffix(s.to_ascii_lowercase())
+        } else {
+            HostMatch::Exact(h.to_ascii_lowercase())
+        }
+    }
+
+    #[inline]
+    fn matches(&self, host: &str) -> bool {
+        match self {
+            HostMatch::Any => true,
+            HostMatch::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostMatch::Suffix(s) => {
+                host.len() > s.len()
+                    && host.as_bytes()[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+            }
+        }
+    }
+}
+
+/// A resolved route.
+#[derive(Debug)]
+pub struct Route {
+    /// Route name.
+    pub name: Arc<str>,
+    /// Host matcher.
+    pub host: HostMatch,
+    /// Path prefix.
+    pub prefix: String,
+    /// Target cluster.
+    pub cluster: Arc<Cluster>,
+    /// Labels of the cluster's workload.
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// Namespace of the cluster's workload.
+    pub namespace: Arc<str>,
+    /// Request body limit.
+    pub body_max: u64,
+    /// Request body limit policy.
+    pub on_limit: OnLimit,
+    /// Response body inspection limit.
+    pub response_max: u64,
+    /// Monitor-only flag passed to engines.
+    pub monitor_only: bool,
+    /// Pre-resolved counters.
+    pub metrics: Arc<RouteMetrics>,
+}
+
+pub(crate) struct ListenerRt {
+    name: String,
+    tls: Option<moat_tls::TlsAcceptor>,
+    xff_hops: u32,
+}
+
+/// Everything a request needs, swapped atomically on reload.
+pub struct Snapshot {
+    /// The effective configuration.
+    pub config: Arc<GatewayConfig>,
+    /// Where it came from.
+    pub source: ConfigSource,
+    /// Routes in match order.
+    pub routes: Vec<Route>,
+    /// The phase pipeline.
+    pub pipeline: Pipeline,
+    pub(crate) listeners: Vec<ListenerRt>,
+    pub(crate) max_headers: usize,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) no_route: Arc<RouteMetrics>,
+}
+
+impl Snapshot {
+    /// First route matching host and path.
+    #[inline]
+    pub fn match_route(&self, host: &str, path: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|r| path.starts_with(r.prefix.as_str()) && r.host.matches(host))
+    }
+}
+
+/// State shared by listeners, the admin API and the request path.
+pub struct Shared {
+    /// Current configuration snapshot.
+    pub snapshot: ArcSwap<Snapshot>,
+    /// Metrics (kept across reloads).
+    pub metrics: Arc<Metrics>,
+    /// Event sink, if any.
+    pub events: Option<Arc<dyn EventSink>>,
+    pipeline_factory: PipelineFactory,
+    ready: std::sync::atomic::AtomicBool,
+    draining: std::sync::atomic::AtomicBool,
+}
+
+/// Per-connection data shared by its requests.
+pub(crate) struct ConnInfo {
+    pub(crate) conn: Arc<Connection>,
+    pub(crate) xff_hops: u32,
+}
+
+impl Shared {
+    /// Builds a snapshot from a validated configuration.
+    fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
+        build_snapshot(cfg, src, &self.metrics, &self.pipeline_factory)
+    }
+
+    /// Validates and installs a new configuration. Listener addresses are not
+    /// changed by a reload (a restart is needed); everything else is.
+    pub fn apply(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<(), ConfigError> {
+        let result = config::validate(&src, &cfg).and_then(|_| self.build(cfg, src));
+        match result {
+            Ok(snap) => {
+                let old = self.snapshot.load();
+                for l in &snap.config.listeners {
+                    let before = old
+                        .config
+                        .listeners
+                        .iter()
+                        .find(|o| o.name.value == l.name.value);
+                    if before.map(|b| &b.address.value) != Some(&l.address.value) {
+                        tracing::warn!(listener = %l.name.value, "listener added or address changed: restart moat to apply it");
+                    }
+                }
+                if old.config.admin.address.value != snap.config.admin.address.value {
+                    tracing::warn!("admin address changed: restart moat to apply it");
+                }
+                self.snapshot.store(Arc::new(snap));
+                self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("configuration reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "configuration refused; the previous one keeps serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// Re-reads the configuration file and applies it (see [`apply`](Self::apply)).
+    pub fn reload_from_file(&self) -> Result<(), ConfigError> {
+        let file = self.snapshot.load().source.file.clone();
+        match config::load_file(&file) {
+            Ok((cfg, src)) => self.apply(cfg, src),
+            Err(e) => {
+                self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "configuration refused; the previous one keeps serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// True once listeners are bound and until shutdown starts.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed)
+    }
+}
+
+fn build_snapshot(
+    cfg: GatewayConfig,
+    src: ConfigSource,
+    metrics: &Metrics,
+    factory: &PipelineFactory,
+) -> Result<Snapshot, ConfigError> {
+    let mut clusters: HashMap<&str, Arc<Cluster>> = HashMap::new();
+    let mut meta: HashMap<&str, (Arc<BTreeMap<String, String>>, Arc<str>)> = HashMap::new();
+    for (i, c) in cfg.clusters.iter().enumerate() {
+        let cluster = Cluster::build(c, &src.base_dir, metrics).map_err(|m| {
+            ConfigError::semantic(
+                &src.file,
+                c.name.referenced.line() as u32,
+                c.name.referenced.column() as u32,
+                format!("clusters[{i}]"),
+                m,
+            )
+        })?;
+        clusters.insert(&c.name.value, Arc::new(cluster));
+        meta.insert(
+            &c.name.value,
+            (Arc::new(c.labels.clone()), c.namespace.as_str().into()),
+        );
+    }
+    let mut routes = Vec::with_capacity(cfg.routes.len());
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let (Some(cluster), Some((labels, ns))) = (
+            clusters.get(r.cluster.value.as_str()),
+            meta.get(r.cluster.value.as_str()),
+        ) else {
+            return Err(ConfigError::semantic(
+                &src.file,
+                r.cluster.referenced.line() as u32,
+                r.cluster.referenced.column() as u32,
+                format!("routes[{i}].cluster"),
+                format!("unknown cluster `{}`", r.cluster.value),
+            ));
+        };
+        routes.push(Route {
+            name: r.name.value.as_str().into(),
+            host: HostMatch::parse(&r.host.value),
+            prefix: r.path_prefix.value.clone(),
+            cluster: cluster.clone(),
+            labels: labels.clone(),
+            namespace: ns.clone(),
+            body_max: r.body.max_bytes,
+            on_limit: r.body.on_limit,
+            response_max: r.response_body.max_bytes,
+            monitor_only: r.monitor_only,
+            metrics: metrics.route(&r.name.value),
+        });
+    }
+    let mut listeners = Vec::with_capacity(cfg.listeners.len());
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let tls = match &l.tls {
+            None => None,
+            Some(t) => Some(moat_tls::TlsAcceptor::new(t, &src.base_dir).map_err(|e| {
+                ConfigError::semantic(
+                    &src.file,
+                    l.name.referenced.line() as u32,
+                    l.name.referenced.column() as u32,
+                    format!("listeners[{i}].tls"),
+                    e.to_string(),
+                )
+            })?),
+        };
+        listeners.push(ListenerRt {
+            name: l.name.value.clone(),
+            tls,
+            xff_hops: l.xff_trusted_hops,
+        });
+    }
+    let pipeline = factory(&cfg, &src)?;
+    Ok(Snapshot {
+        max_headers: cfg.limits.max_headers,
+        max_header_bytes: cfg.limits.max_header_bytes.min(usize::MAX as u64) as usize,
+        no_route: metrics.route("_none_"),
+        config: Arc::new(cfg),
+        source: src,
+        routes,
+        pipeline,
+        listeners,
+    })
+}
+
+/// Options for [`Gateway::new`].
+pub struct GatewayOptions {
+    /// Builds the phase pipeline from the config (default: [`crate::pipeline::build_pipeline`]).
+    pub pipeline_factory: PipelineFactory,
+    /// Where access, security and TLS records go.
+    pub events: Option<Arc<dyn EventSink>>,
+    /// Admin routes added to the built-in ones.
+    pub admin: AdminRouter,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            pipeline_factory: default_factory(),
+            events: None,
+            admin: AdminRouter::new(),
+        }
+    }
+}
+
+/// A configured gateway, not yet listening.
+pub struct Gateway {
+    shared: Arc<Shared>,
+    admin: AdminRouter,
+}
+
+impl Gateway {
+    /// Builds the gateway from a configuration (validated here as well).
+    pub fn new(
+        cfg: GatewayConfig,
+        src: ConfigSource,
+        opts: GatewayOptions,
+    ) -> Result<Gateway, ConfigError> {
+        config::validate(&src, &cfg)?;
+        let metrics = Arc::new(Metrics::default());
+        if let Some(sink) = &opts.events {
+            let sink = sink.clone();
+            metrics.set_queue_gauge(Arc::new(move || sink.gauge().unwrap_or((0, 0, 0))));
+        }
+        let snap = build_snapshot(cfg, src, &metrics, &opts.pipeline_factory)?;
+        let shared = Arc::new(Shared {
+            snapshot: ArcSwap::from_pointee(snap),
+            metrics,
+            events: opts.events,
+            pipeline_factory: opts.pipeline_factory,
+            ready: false.into(),
+            draining: false.into(),
+        });
+        Ok(Gateway {
+            shared,
+            admin: opts.admin,
+        })
+    }
+
+    /// Shared state (metrics, current snapshot, reload).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Binds the listeners and the admin listener and starts serving.
+    pub async fn start(self) -> std::io::Result<RunningGateway> {
+        let snap = self.shared.snapshot.load_full();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let graceful = Arc::new(GracefulShutdown::new());
+        let mut tasks = Vec::new();
+        let mut addrs = Vec::new();
+        let builder = Arc::new(server_builder(&snap.config));
+        for l in &snap.config.listeners {
+            let addr: SocketAddr = l.address.value.parse().map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad listener address")
+            })?;
+            let listener = TcpListener::bind(addr).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("listener `{}` on {addr}: {e}", l.name.value))
+            })?;
+            let local = listener.local_addr()?;
+            tracing::info!(listener = %l.name.value, address = %local, tls = l.tls.is_some(), "listening");
+            addrs.push((l.name.value.clone(), local));
+            tasks.push(tokio::spawn(accept_loop(
+                self.shared.clone(),
+                l.name.value.clone(),
+                listener,
+                builder.clone(),
+                graceful.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        let admin_addr: SocketAddr = snap.config.admin.address.value.parse().map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad admin address")
+        })?;
+        let admin_listener = TcpListener::bind(admin_addr).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("admin listener on {admin_addr}: {e}"))
+        })?;
+        let admin_local = admin_listener.local_addr()?;
+        tracing::info!(address = %admin_local, "admin listening");
+        let router = Arc::new(self.admin.with_builtins());
+        tasks.push(tokio::spawn(admin::serve(
+            self.shared.clone(),
+            router,
+            admin_listener,
+            stop_rx.clone(),
+        )));
+        self.shared.ready.store(true, Ordering::Relaxed);
+        Ok(RunningGateway {
+            shared: self.shared,
+            addrs,
+            admin_addr: admin_local,
+            stop: stop_tx,
+            graceful: Some(graceful),
+            tasks,
+        })
+    }
+}
+
+fn server_builder(cfg: &GatewayConfig) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    let head = cfg.limits.max_header_bytes.min(16 << 20) as usize;
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size((head * 2).max(16 << 10))
+        .max_headers((cfg.limits.max_headers * 2).max(128));
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size((head * 2).max(16 << 10).min(u32::MAX as usize) as u32)
+        .max_concurrent_streams(256);
+    b
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    name: String,
+    listener: TcpListener,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    graceful: Arc<GracefulShutdown>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.changed() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        shared.metrics.connections.fetch_add(1, Ordering::Relaxed);
+        let _ = tcp.set_nodelay(true);
+        let local = tcp.local_addr().unwrap_or(peer);
+        let snap = shared.snapshot.load();
+        let (tls, xff_hops) = snap
+            .listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| (l.tls.clone(), l.xff_hops))
+            .unwrap_or((None, 0));
+        drop(snap);
+        let shared = shared.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            match tls {
+                None => {
+                    let ci = conn_info(peer, local, None, xff_hops);
+                    serve_io(shared, builder, watcher, ci, tcp).await;
+                }
+                Some(t) => {
+                    let t0 = Instant::now();
+                    match t.accept(tcp).await {
+                        Ok(moat_tls::Accepted::Plain(tcp)) => {
+                            let ci = conn_info(peer, local, None, xff_hops);
+                            serve_io(shared, builder, watcher, ci, tcp).await;
+                        }
+                        Ok(moat_tls::Accepted::Tls {
+                            stream,
+                            session,
+                            handshake,
+                        }) => {
+                            let ci = conn_info(peer, local, Some(session), xff_hops);
+                            on_connection(&shared, &ci.conn, &handshake, t0);
+                            serve_io(shared, builder, watcher, ci, stream).await;
+                        }
+                        Err(e) => {
+                            shared
+                                .metrics
+                                .tls_handshake_errors
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord, _t0: Instant) {
+    let snap = shared.snapshot.load();
+    let t = Instant::now();
+    for p in &snap.pipeline.connection {
+        p.on_connection(conn, hs);
+    }
+    if snap.config.tls_audit.enabled {
+        if let Some(sink) = &shared.events {
+            if !sink.tls(conn, hs) {
+                shared.metrics.events_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    shared.metrics.phase(Phase::Connection).observe(t.elapsed());
+}
+
+fn conn_info(
+    peer: SocketAddr,
+    local: SocketAddr,
+    tls: Option<TlsSession>,
+    xff_hops: u32,
+) -> Arc<ConnInfo> {
+    Arc::new(ConnInfo {
+        conn: Arc::new(Connection {
+            remote_addr: peer,
+            local_addr: local,
+            tls,
+        }),
+        xff_hops,
+    })
+}
+
+async fn serve_io<I: Io>(
+    shared: Arc<Shared>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: Watcher,
+    ci: Arc<ConnInfo>,
+    io: I,
+) {
+    let svc = service_fn(move |req| crate::proxy::handle(shared.clone(), ci.clone(), req));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        tracing::trace!(error = %e, "connection ended with an error");
+    }
+}
+
+/// A gateway that is serving.
+pub struct RunningGateway {
+    shared: Arc<Shared>,
+    addrs: Vec<(String, SocketAddr)>,
+    admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    graceful: Option<Arc<GracefulShutdown>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningGateway {
+    /// The bound address of a listener (useful with port 0).
+    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.addrs.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+
+    /// The bound admin address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Shared state (metrics, snapshot, reload).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Reloads on SIGHUP and whenever the config file changes on disk.
+    /// Does nothing for configurations that do not come from a file.
+    pub fn spawn_reload_triggers(&self) {
+        let file: PathBuf = self.shared.snapshot.load().source.file.clone();
+        if !file.is_file() {
+            return;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(8);
+        #[cfg(unix)]
+        {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                    tracing::warn!("cannot install the SIGHUP handler");
+                    return;
+                };
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: reloading configuration");
+                    let _ = tx.try_send(());
+                }
+            });
+        }
+        let watched = file.canonicalize().unwrap_or(file.clone());
+        let dir = watched
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let name = watched.file_name().map(|n| n.to_os_string());
+        let ftx = tx.clone();
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if let Ok(ev) = res {
+                let relevant = !matches!(ev.kind, notify::EventKind::Access(_))
+                    && ev
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name().map(|n| n.to_os_string()) == name);
+                if relevant {
+                    let _ = ftx.try_send(());
+                }
+            }
+        });
+        let watcher = match watcher {
+            Ok(mut w) => {
+                use notify::Watcher as _;
+                match w.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                    Ok(()) => Some(w),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch the config file; SIGHUP still reloads");
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the config file; SIGHUP still reloads");
+                None
+            }
+        };
+        let shared = self.shared.clone();
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            let _keep = watcher;
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    r = rx.recv() => if r.is_none() { break },
+                }
+                // Debounce bursts of file events (editors write in several steps).
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                while rx.try_recv().is_ok() {}
+                let s = shared.clone();
+                let _ = tokio::task::spawn_blocking(move || s.reload_from_file()).await;
+            }
+        });
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to `deadline`), then returns.
+    /// Returns true when everything drained in time.
+    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        self.shared.draining.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let Some(graceful) = self.graceful.take().and_then(|g| Arc::try_unwrap(g).ok()) else {
+            return true;
+        };
+        tokio::time::timeout(deadline, graceful.shutdown())
+            .await
+            .is_ok()
+    }
+}

@@ -1,0 +1,345 @@
+//! Lock-free counters and histograms rendered in the Prometheus text format.
+//!
+//! Every series the request path touches is resolved when the configuration is
+//! built (one [`RouteMetrics`] per route, one [`ClusterMetrics`] per cluster), so
+//! a request only does relaxed atomic adds: no label formatting, no map lookups.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// The pipeline stages that are timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// TLS handshake observers.
+    Connection = 0,
+    /// Request header phases.
+    RequestHeaders = 1,
+    /// Request body phases (buffering excluded).
+    RequestBody = 2,
+    /// Upstream: from sending the request to receiving the response head.
+    Upstream = 3,
+    /// Response header phases.
+    ResponseHeaders = 4,
+    /// Response body phases (buffering excluded).
+    ResponseBody = 5,
+    /// After-response phases and event enqueueing.
+    AfterResponse = 6,
+}
+
+const PHASE_NAMES: [&str; 7] = [
+    "connection",
+    "request_headers",
+    "request_body",
+    "upstream",
+    "response_headers",
+    "response_body",
+    "after_response",
+];
+
+/// Histogram bucket upper bounds in microseconds.
+const BUCKETS_US: [u64; 18] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    1_000_000, 5_000_000, 30_000_000,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_US.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    #[inline]
+    pub fn observe(&self, d: Duration) {
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        let idx = BUCKETS_US.partition_point(|&b| b < us);
+        if let Some(b) = self.buckets.get(idx) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let le = *b as f64 / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Forwarded to the upstream.
+    Allow = 0,
+    /// Answered by a phase (an engine blocked it).
+    Block = 1,
+    /// Refused by a limit (413, 431).
+    Limit = 2,
+    /// Answered by moat because of an error (no route, 502, 504).
+    Error = 3,
+}
+
+const DECISIONS: [&str; 4] = ["allow", "block", "limit", "error"];
+const STATUS_MIN: u16 = 100;
+const STATUS_SLOTS: usize = 500;
+
+/// Request counters of one route, by decision and status code.
+#[derive(Debug)]
+pub struct RouteMetrics {
+    counts: Box<[AtomicU64]>,
+}
+
+impl RouteMetrics {
+    fn new() -> Self {
+        RouteMetrics {
+            counts: (0..DECISIONS.len() * STATUS_SLOTS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    /// Counts one request.
+    #[inline]
+    pub fn record(&self, decision: Decision, status: u16) {
+        let s = (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN)
+            as usize;
+        if let Some(c) = self.counts.get(decision as usize * STATUS_SLOTS + s) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests counted with this decision and status.
+    pub fn get(&self, decision: Decision, status: u16) -> u64 {
+        let s = (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN)
+            as usize;
+        self.counts
+            .get(decision as usize * STATUS_SLOTS + s)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Upstream counters of one cluster.
+#[derive(Debug, Default)]
+pub struct ClusterMetrics {
+    /// Connection failures (refused, unreachable, connect timeout).
+    pub connect_errors: AtomicU64,
+    /// Request timeouts (no response head within `request_timeout`).
+    pub timeouts: AtomicU64,
+    /// Other upstream failures (reset, protocol errors).
+    pub other_errors: AtomicU64,
+    /// Endpoint ejections.
+    pub ejections: AtomicU64,
+}
+
+/// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
+pub type QueueGauge = Arc<dyn Fn() -> (u64, u64, u64) + Send + Sync>;
+
+/// All gateway metrics. Survives config reloads: series are keyed by route / cluster name.
+pub struct Metrics {
+    routes: Mutex<BTreeMap<String, Arc<RouteMetrics>>>,
+    clusters: Mutex<BTreeMap<String, Arc<ClusterMetrics>>>,
+    phases: [Histogram; 7],
+    /// Successful reloads.
+    pub reloads_ok: AtomicU64,
+    /// Refused reloads (invalid config).
+    pub reloads_failed: AtomicU64,
+    /// Accepted downstream connections.
+    pub connections: AtomicU64,
+    /// Failed downstream TLS handshakes.
+    pub tls_handshake_errors: AtomicU64,
+    /// Events that could not be enqueued (queue full) counted by the proxy.
+    pub events_dropped: AtomicU64,
+    queue: Mutex<Option<QueueGauge>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            routes: Mutex::new(BTreeMap::new()),
+            clusters: Mutex::new(BTreeMap::new()),
+            phases: Default::default(),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            tls_handshake_errors: AtomicU64::new(0),
+            events_dropped: AtomicU64::new(0),
+            queue: Mutex::new(None),
+        }
+    }
+}
+
+impl Metrics {
+    /// The counters of a route (created on first use, kept across reloads).
+    pub fn route(&self, name: &str) -> Arc<RouteMetrics> {
+        self.routes
+            .lock()
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(RouteMetrics::new()))
+            .clone()
+    }
+
+    /// The counters of a cluster (created on first use, kept across reloads).
+    pub fn cluster(&self, name: &str) -> Arc<ClusterMetrics> {
+        self.clusters
+            .lock()
+            .entry(name.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The latency histogram of a phase.
+    #[inline]
+    pub fn phase(&self, p: Phase) -> &Histogram {
+        &self.phases[p as usize]
+    }
+
+    /// Installs the event queue gauge source.
+    pub fn set_queue_gauge(&self, g: QueueGauge) {
+        *self.queue.lock() = Some(g);
+    }
+
+    /// Renders everything in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        out.push_str("# HELP moat_requests_total Requests by route, status and decision.\n# TYPE moat_requests_total counter\n");
+        for (name, m) in self.routes.lock().iter() {
+            for (d, dname) in DECISIONS.iter().enumerate() {
+                for s in 0..STATUS_SLOTS {
+                    let v = m.counts[d * STATUS_SLOTS + s].load(Ordering::Relaxed);
+                    if v > 0 {
+                        let _ = writeln!(
+                            out,
+                            "moat_requests_total{{route=\"{}\",status=\"{}\",decision=\"{dname}\"}} {v}",
+                            escape(name),
+                            s as u16 + STATUS_MIN
+                        );
+                    }
+                }
+            }
+        }
+        out.push_str("# HELP moat_phase_duration_seconds Time spent in each pipeline phase.\n# TYPE moat_phase_duration_seconds histogram\n");
+        for (i, h) in self.phases.iter().enumerate() {
+            h.render(
+                &mut out,
+                "moat_phase_duration_seconds",
+                &format!("phase=\"{}\"", PHASE_NAMES[i]),
+            );
+        }
+        out.push_str("# HELP moat_upstream_errors_total Upstream failures by cluster and kind.\n# TYPE moat_upstream_errors_total counter\n");
+        let clusters = self.clusters.lock();
+        for (name, c) in clusters.iter() {
+            for (kind, v) in [
+                ("connect", &c.connect_errors),
+                ("timeout", &c.timeouts),
+                ("other", &c.other_errors),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "moat_upstream_errors_total{{cluster=\"{}\",kind=\"{kind}\"}} {}",
+                    escape(name),
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        }
+        out.push_str("# HELP moat_upstream_ejections_total Endpoints ejected by passive health checking.\n# TYPE moat_upstream_ejections_total counter\n");
+        for (name, c) in clusters.iter() {
+            let _ = writeln!(
+                out,
+                "moat_upstream_ejections_total{{cluster=\"{}\"}} {}",
+                escape(name),
+                c.ejections.load(Ordering::Relaxed)
+            );
+        }
+        drop(clusters);
+        let (depth, cap, dropped) = match self.queue.lock().as_ref() {
+            Some(g) => g(),
+            None => (0, 0, 0),
+        };
+        let dropped = dropped + self.events_dropped.load(Ordering::Relaxed);
+        let _ = write!(
+            out,
+            "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
+             # HELP moat_event_queue_capacity Capacity of the event queue.\n# TYPE moat_event_queue_capacity gauge\nmoat_event_queue_capacity {cap}\n\
+             # HELP moat_event_queue_dropped_total Records dropped because the queue was full.\n# TYPE moat_event_queue_dropped_total counter\nmoat_event_queue_dropped_total {dropped}\n"
+        );
+        let _ = write!(
+            out,
+            "# HELP moat_config_reloads_total Configuration reloads by result.\n# TYPE moat_config_reloads_total counter\n\
+             moat_config_reloads_total{{result=\"ok\"}} {}\nmoat_config_reloads_total{{result=\"failed\"}} {}\n",
+            self.reloads_ok.load(Ordering::Relaxed),
+            self.reloads_failed.load(Ordering::Relaxed)
+        );
+        let _ = write!(
+            out,
+            "# HELP moat_connections_total Accepted downstream connections.\n# TYPE moat_connections_total counter\nmoat_connections_total {}\n\
+             # HELP moat_tls_handshake_errors_total Failed downstream TLS handshakes.\n# TYPE moat_tls_handshake_errors_total counter\nmoat_tls_handshake_errors_total {}\n",
+            self.connections.load(Ordering::Relaxed),
+            self.tls_handshake_errors.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_render() {
+        let m = Metrics::default();
+        let r = m.route("api");
+        r.record(Decision::Allow, 200);
+        r.record(Decision::Allow, 200);
+        r.record(Decision::Error, 502);
+        r.record(Decision::Error, 9999);
+        m.phase(Phase::Upstream)
+            .observe(Duration::from_micros(300));
+        let text = m.render();
+        assert!(text.contains(
+            "moat_requests_total{route=\"api\",status=\"200\",decision=\"allow\"} 2"
+        ));
+        assert!(text.contains("status=\"502\",decision=\"error\"} 1"));
+        assert!(text.contains("status=\"599\",decision=\"error\"} 1"));
+        assert!(text.contains(
+            "moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.0005\"} 1"
+        ));
+        assert!(text.contains(
+            "moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.00025\"} 0"
+        ));
+        assert!(Arc::ptr_eq(&r, &m.route("api")));
+    }
+}

@@ -1,0 +1,864 @@
+//! The request path: limits, routing, phases, upstream call, response phases, records.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{
+    HeaderName, HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, TE,
+    TRAILER, TRANSFER_ENCODING, UPGRADE, USER_AGENT,
+};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use moat_core::{
+    Body, BodyNeed, DecodeLimits, EventAction, Exchange, Reply, ReplyFormat, RequestCtx,
+    SecurityEvent, Verdict,
+};
+
+use crate::body::{read_prefix, BodyTooLarge, ProxyBody};
+use crate::config::OnLimit;
+use crate::events::AccessInfo;
+use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
+use crate::metrics::{Decision, Phase};
+use crate::pipeline::max_need;
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// The response type of the proxy service.
+pub type ProxyResponse = Response<ProxyBody>;
+
+/// Longest accepted incoming `x-request-id`; longer ones are replaced.
+const MAX_REQUEST_ID: usize = 128;
+
+/// Handles one downstream request. Never fails: every error becomes a reply.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    ci: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<ProxyResponse, Infallible> {
+    let start = Instant::now();
+    let snap = shared.snapshot.load_full();
+    let (mut parts, body) = req.into_parts();
+
+    let request_id = request_id(&mut parts.headers);
+    let fmt = ReplyFormat::from_accept(parts.headers.get(ACCEPT));
+    let host = request_host(&parts).to_owned();
+
+    // Request head limits (hyper enforces a hard cap on the raw head before this).
+    if parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes {
+        let reply = error_page(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            fmt,
+            "request header fields too large",
+            &request_id,
+        );
+        snap.no_route.record(Decision::Limit, 431);
+        return Ok(reply_response(reply, &request_id));
+    }
+
+    let Some(route) = snap.match_route(&host, parts.uri.path()) else {
+        snap.no_route.record(Decision::Error, 404);
+        let reply = error_page(
+            StatusCode::NOT_FOUND,
+            fmt,
+            "no route",
+            &request_id,
+        );
+        return Ok(reply_response(reply, &request_id));
+    };
+
+    let client_ip = client_ip(&ci, &parts.headers);
+    let mut ctx = RequestCtx {
+        request_id,
+        route: route.name.clone(),
+        labels: route.labels.clone(),
+        namespace: route.namespace.clone(),
+        conn: ci.conn.clone(),
+        client_ip,
+        auth: None,
+        events: Vec::new(),
+        monitor_only: route.monitor_only,
+    };
+    let mut state = ReqState {
+        fmt,
+        user_agent: parts.headers.get(USER_AGENT).cloned(),
+        shared: &shared,
+        snap: &snap,
+        route,
+        start,
+        host: &host,
+        upstream: None,
+        request_body: None,
+        response_body: None,
+        bytes_in: 0,
+    };
+    let resp = proxy(&mut state, &mut ctx, &mut parts, body).await;
+    let (resp, decision) = match resp {
+        Ok(x) => x,
+        Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
+    };
+    state.finish(ctx, parts, &resp, decision);
+    Ok(resp)
+}
+
+/// Per-request state that outlives the phases (for records).
+struct ReqState<'a> {
+    fmt: ReplyFormat,
+    user_agent: Option<HeaderValue>,
+    shared: &'a Arc<Shared>,
+    snap: &'a Snapshot,
+    route: &'a Route,
+    start: Instant,
+    host: &'a str,
+    upstream: Option<usize>,
+    request_body: Option<Bytes>,
+    response_body: Option<Bytes>,
+    bytes_in: u64,
+}
+
+fn body_len(resp: &ProxyResponse) -> u64 {
+    http_body::Body::size_hint(resp.body())
+        .exact()
+        .or_else(|| content_length(resp.headers()))
+        .unwrap_or(0)
+}
+
+type ProxyResult = Result<(ProxyResponse, Decision), (Reply, Decision)>;
+
+async fn proxy(
+    st: &mut ReqState<'_>,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    body: Incoming,
+) -> ProxyResult {
+    let snap = st.snap;
+    let route = st.route;
+    let pipeline = &snap.pipeline;
+    let metrics = &st.shared.metrics;
+
+    // Phase: request headers.
+    if !pipeline.request_headers.is_empty() {
+        let t = Instant::now();
+        for p in &pipeline.request_headers {
+            if let Verdict::Respond(r) = p.on_request_headers(ctx, parts) {
+                metrics.phase(Phase::RequestHeaders).observe(t.elapsed());
+                return Err((r, Decision::Block));
+            }
+        }
+        metrics.phase(Phase::RequestHeaders).observe(t.elapsed());
+    }
+
+    // Request body: limit check, buffering when a phase asks, phases.
+    let content_length = content_length(&parts.headers);
+    st.bytes_in = content_length.unwrap_or(0);
+    let limit = route.body_max;
+    if route.on_limit == OnLimit::Reject && content_length.is_some_and(|l| l > limit) {
+        return Err((
+            error_page(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                st.fmt,
+                "request body too large",
+                &ctx.request_id,
+            ),
+            Decision::Limit,
+        ));
+    }
+    let mut need = BodyNeed::None;
+    if !pipeline.request_body.is_empty() {
+        need = pipeline.request_body_need(ctx, parts);
+    }
+    let mut keep_bodies = BodyNeed::None;
+    for p in &pipeline.after_response {
+        keep_bodies = max_need(keep_bodies, p.wants_bodies(ctx, parts));
+    }
+    need = max_need(need, keep_bodies);
+    let body_empty = http_body::Body::is_end_stream(&body) || content_length == Some(0);
+    let tripped = Arc::new(AtomicBool::new(false));
+    let forward_body = if body_empty {
+        ProxyBody::Empty
+    } else {
+        match need {
+            BodyNeed::None => limited_stream(body, route, content_length, &tripped),
+            BodyNeed::Buffer(n) => {
+                let cap = (n as u64).min(limit) as usize;
+                let mut body = body;
+                let buffered = match read_prefix(&mut body, cap).await {
+                    Ok(b) => b,
+                    Err(_) => {
+                        return Err((
+                            error_page(
+                                StatusCode::BAD_REQUEST,
+                                st.fmt,
+                                "request body could not be read",
+                                &ctx.request_id,
+                            ),
+                            Decision::Error,
+                        ))
+                    }
+                };
+                let over_limit = buffered.truncated && cap as u64 == limit;
+                if over_limit {
+                    if route.on_limit == OnLimit::Reject {
+                        return Err((
+                            error_page(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                st.fmt,
+                                "request body too large",
+                                &ctx.request_id,
+                            ),
+                            Decision::Limit,
+                        ));
+                    }
+                    ctx.events.push(
+                        SecurityEvent::new(
+                            "limits",
+                            "request_body_limit",
+                            EventAction::Bypass,
+                            format!(
+                                "request body exceeds {limit} bytes: only the first {limit} bytes were inspected"
+                            ),
+                        )
+                        .at("body"),
+                    );
+                }
+                let encoding = parts
+                    .headers
+                    .get(CONTENT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let mut b = Body::new(
+                    buffered.data,
+                    encoding,
+                    buffered.truncated,
+                    DecodeLimits::default(),
+                );
+                if !pipeline.request_body.is_empty() {
+                    let t = Instant::now();
+                    for p in &pipeline.request_body {
+                        if let Verdict::Respond(r) = p.on_request_body(ctx, parts, &mut b) {
+                            metrics.phase(Phase::RequestBody).observe(t.elapsed());
+                            return Err((r, Decision::Block));
+                        }
+                    }
+                    metrics.phase(Phase::RequestBody).observe(t.elapsed());
+                }
+                if b.modified() {
+                    parts.headers.remove(CONTENT_ENCODING);
+                }
+                let data = b.into_raw();
+                if keep_bodies != BodyNeed::None {
+                    st.request_body = Some(data.clone());
+                }
+                if buffered.truncated {
+                    let mut prefix = BytesMut::with_capacity(data.len() + buffered.overflow.len());
+                    prefix.extend_from_slice(&data);
+                    prefix.extend_from_slice(&buffered.overflow);
+                    let prefix = prefix.freeze();
+                    let consumed = prefix.len() as u64;
+                    if content_length.is_none() || data.len() != cap {
+                        parts.headers.remove(CONTENT_LENGTH);
+                    }
+                    let rest = if route.on_limit == OnLimit::Reject && !over_limit {
+                        ProxyBody::Limited {
+                            inner: body,
+                            remaining: limit.saturating_sub(consumed),
+                            tripped: tripped.clone(),
+                        }
+                    } else {
+                        ProxyBody::Stream(body)
+                    };
+                    ProxyBody::Prefixed(Some(prefix), Box::new(rest))
+                } else {
+                    set_content_length(&mut parts.headers, data.len());
+                    ProxyBody::full(data)
+                }
+            }
+        }
+    };
+
+    // Upstream.
+    let cluster = &route.cluster;
+    let ep = cluster.pick();
+    st.upstream = Some(ep);
+    let upgrade = is_upgrade(parts);
+    let downstream_upgrade = if upgrade {
+        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
+    } else {
+        None
+    };
+    let later_needs_request = !pipeline.response_headers.is_empty()
+        || !pipeline.response_body.is_empty()
+        || !pipeline.after_response.is_empty();
+    let mut up_headers = if later_needs_request {
+        parts.headers.clone()
+    } else {
+        std::mem::take(&mut parts.headers)
+    };
+    strip_hop_by_hop(&mut up_headers, upgrade);
+    if !up_headers.contains_key(HOST) {
+        if let Some(a) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                up_headers.insert(HOST, v);
+            }
+        }
+    }
+    append_xff(&mut up_headers, ctx.conn.remote_addr.ip());
+    up_headers.insert(
+        X_FORWARDED_PROTO.clone(),
+        HeaderValue::from_static(if ctx.conn.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }),
+    );
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(cluster.scheme.clone());
+    uri.authority = Some(cluster.endpoints[ep].authority.clone());
+    uri.path_and_query = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .or_else(|| Some(http::uri::PathAndQuery::from_static("/")));
+    let uri = match Uri::from_parts(uri) {
+        Ok(u) => u,
+        Err(_) => {
+            return Err((
+                error_page(
+                    StatusCode::BAD_REQUEST,
+                    st.fmt,
+                    "invalid request target",
+                    &ctx.request_id,
+                ),
+                Decision::Error,
+            ))
+        }
+    };
+    let mut up_req = Request::new(forward_body);
+    *up_req.method_mut() = parts.method.clone();
+    *up_req.uri_mut() = uri;
+    *up_req.version_mut() = Version::HTTP_11;
+    *up_req.headers_mut() = up_headers;
+
+    let t = Instant::now();
+    let result = tokio::time::timeout(cluster.request_timeout, cluster.client.request(up_req)).await;
+    metrics.phase(Phase::Upstream).observe(t.elapsed());
+    let resp = match result {
+        Err(_) => {
+            cluster.failure(ep);
+            cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+            return Err((
+                error_page(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    st.fmt,
+                    "upstream timeout",
+                    &ctx.request_id,
+                ),
+                Decision::Error,
+            ));
+        }
+        Ok(Err(e)) => {
+            if tripped.load(Ordering::Acquire) || source_is::<BodyTooLarge>(&e) {
+                return Err((
+                    error_page(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        st.fmt,
+                        "request body too large",
+                        &ctx.request_id,
+                    ),
+                    Decision::Limit,
+                ));
+            }
+            let timed_out = is_timeout(&e);
+            if e.is_connect() || timed_out {
+                cluster.failure(ep);
+            }
+            let (status, title) = if timed_out {
+                cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
+            } else if e.is_connect() {
+                cluster
+                    .metrics
+                    .connect_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                (StatusCode::BAD_GATEWAY, "upstream unreachable")
+            } else {
+                cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+                (StatusCode::BAD_GATEWAY, "upstream error")
+            };
+            tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
+            return Err((
+                error_page(status, st.fmt, title, &ctx.request_id),
+                Decision::Error,
+            ));
+        }
+        Ok(Ok(r)) => r,
+    };
+    cluster.success(ep);
+
+    // WebSocket and other upgrades: splice both connections.
+    let mut resp = resp;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(down) = downstream_upgrade {
+            let up = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                if let (Ok(d), Ok(u)) = (down.await, up.await) {
+                    let mut d = TokioIo::new(d);
+                    let mut u = TokioIo::new(u);
+                    let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
+                }
+            });
+            let (rparts, _) = resp.into_parts();
+            return Ok((Response::from_parts(rparts, ProxyBody::Empty), Decision::Allow));
+        }
+    }
+
+    let (mut rparts, rbody) = resp.into_parts();
+    strip_hop_by_hop(&mut rparts.headers, false);
+
+    // Phase: response headers.
+    if !pipeline.response_headers.is_empty() {
+        let t = Instant::now();
+        for p in &pipeline.response_headers {
+            if let Verdict::Respond(r) = p.on_response_headers(ctx, parts, &mut rparts) {
+                metrics.phase(Phase::ResponseHeaders).observe(t.elapsed());
+                return Err((r, Decision::Block));
+            }
+        }
+        metrics.phase(Phase::ResponseHeaders).observe(t.elapsed());
+    }
+
+    // Response body.
+    let mut rneed = BodyNeed::None;
+    for p in &pipeline.response_body {
+        rneed = max_need(rneed, p.body_need(ctx, parts, &rparts));
+    }
+    rneed = max_need(rneed, keep_bodies);
+    let out_body = match rneed {
+        BodyNeed::None => ProxyBody::Stream(rbody),
+        BodyNeed::Buffer(n) => {
+            let cap = (n as u64).min(st.route.response_max) as usize;
+            let mut rbody = rbody;
+            let buffered = match read_prefix(&mut rbody, cap).await {
+                Ok(b) => b,
+                Err(_) => {
+                    cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+                    return Err((
+                        error_page(
+                            StatusCode::BAD_GATEWAY,
+                            st.fmt,
+                            "upstream error",
+                            &ctx.request_id,
+                        ),
+                        Decision::Error,
+                    ));
+                }
+            };
+            if buffered.truncated && cap as u64 == st.route.response_max {
+                ctx.events.push(
+                    SecurityEvent::new(
+                        "limits",
+                        "response_body_limit",
+                        EventAction::Bypass,
+                        format!(
+                            "response body exceeds {} bytes: only the first {} bytes were inspected",
+                            st.route.response_max, st.route.response_max
+                        ),
+                    )
+                    .at("response_body"),
+                );
+            }
+            let encoding = rparts
+                .headers
+                .get(CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut b = Body::new(
+                buffered.data,
+                encoding,
+                buffered.truncated,
+                DecodeLimits::default(),
+            );
+            if !pipeline.response_body.is_empty() {
+                let t = Instant::now();
+                for p in &pipeline.response_body {
+                    if let Verdict::Respond(r) = p.on_response_body(ctx, parts, &mut rparts, &mut b)
+                    {
+                        metrics.phase(Phase::ResponseBody).observe(t.elapsed());
+                        return Err((r, Decision::Block));
+                    }
+                }
+                metrics.phase(Phase::ResponseBody).observe(t.elapsed());
+            }
+            if b.modified() {
+                rparts.headers.remove(CONTENT_ENCODING);
+            }
+            let data = b.into_raw();
+            if keep_bodies != BodyNeed::None {
+                st.response_body = Some(data.clone());
+            }
+            if buffered.truncated {
+                let mut prefix = BytesMut::with_capacity(data.len() + buffered.overflow.len());
+                prefix.extend_from_slice(&data);
+                prefix.extend_from_slice(&buffered.overflow);
+                if rparts.headers.get(CONTENT_LENGTH).is_none() || data.len() != cap {
+                    rparts.headers.remove(CONTENT_LENGTH);
+                }
+                ProxyBody::Prefixed(Some(prefix.freeze()), Box::new(ProxyBody::Stream(rbody)))
+            } else {
+                if parts.method != http::Method::HEAD {
+                    set_content_length(&mut rparts.headers, data.len());
+                }
+                ProxyBody::full(data)
+            }
+        }
+    };
+    Ok((Response::from_parts(rparts, out_body), Decision::Allow))
+}
+
+impl ReqState<'_> {
+    /// Counts the request, hands the exchange to after-response phases and the event sink.
+    fn finish(
+        &mut self,
+        ctx: RequestCtx,
+        parts: http::request::Parts,
+        resp: &ProxyResponse,
+        decision: Decision,
+    ) {
+        let status = resp.status();
+        self.route.metrics.record(decision, status.as_u16());
+        let pipeline = &self.snap.pipeline;
+        let sink = self.shared.events.as_ref();
+        if pipeline.after_response.is_empty() && sink.is_none() {
+            return;
+        }
+        let t = Instant::now();
+        let duration_us = self.start.elapsed().as_micros() as u64;
+        if let Some(sink) = sink {
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let endpoint = self
+                .upstream
+                .map(|i| self.route.cluster.endpoints[i].authority.as_str());
+            let info = AccessInfo {
+                ctx: &ctx,
+                method: &parts.method,
+                host: self.host,
+                path,
+                user_agent: self.user_agent.as_ref().and_then(|v| v.to_str().ok()),
+                status: status.as_u16(),
+                decision,
+                upstream: endpoint.map(|e| (&*self.route.cluster.name, e)),
+                duration_us,
+                bytes_in: self.bytes_in,
+                bytes_out: body_len(resp),
+            };
+            let mut dropped = 0;
+            if !sink.access(&info) {
+                dropped += 1;
+            }
+            for ev in &ctx.events {
+                if !sink.security(&ctx, ev, &parts.method, path) {
+                    dropped += 1;
+                }
+            }
+            if dropped > 0 {
+                self.shared
+                    .metrics
+                    .events_dropped
+                    .fetch_add(dropped, Ordering::Relaxed);
+            }
+        }
+        if !pipeline.after_response.is_empty() {
+            let exchange = Arc::new(Exchange {
+                ctx,
+                request: parts,
+                request_body: self.request_body.take(),
+                status,
+                response_headers: resp.headers().clone(),
+                response_body: self.response_body.take(),
+                duration_us,
+            });
+            for p in &pipeline.after_response {
+                p.after_response(exchange.clone());
+            }
+        }
+        self.shared
+            .metrics
+            .phase(Phase::AfterResponse)
+            .observe(t.elapsed());
+    }
+}
+
+fn limited_stream(
+    body: Incoming,
+    route: &Route,
+    content_length: Option<u64>,
+    tripped: &Arc<AtomicBool>,
+) -> ProxyBody {
+    if route.on_limit == OnLimit::Reject && content_length.is_none() {
+        ProxyBody::Limited {
+            inner: body,
+            remaining: route.body_max,
+            tripped: tripped.clone(),
+        }
+    } else {
+        ProxyBody::Stream(body)
+    }
+}
+
+fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<E>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// The request id: a valid incoming `x-request-id`, or a new one (set on the request).
+fn request_id(headers: &mut HeaderMap) -> String {
+    if let Some(v) = headers.get(&X_REQUEST_ID) {
+        if !v.is_empty() && v.len() <= MAX_REQUEST_ID {
+            if let Ok(s) = v.to_str() {
+                return s.to_owned();
+            }
+        }
+    }
+    let id = new_request_id();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        headers.insert(X_REQUEST_ID.clone(), v);
+    }
+    id
+}
+
+/// 32 lowercase hex digits.
+pub fn new_request_id() -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut n: u128 = rand::random();
+    let mut s = String::with_capacity(32);
+    for _ in 0..32 {
+        s.push(HEX[(n & 0xf) as usize] as char);
+        n >>= 4;
+    }
+    s
+}
+
+/// Host addressed by the request (authority for HTTP/2 and absolute-form, else `Host`), without port.
+pub(crate) fn request_host(parts: &http::request::Parts) -> &str {
+    let raw = parts
+        .uri
+        .authority()
+        .map(|a| a.host())
+        .or_else(|| parts.headers.get(HOST).and_then(|h| h.to_str().ok()))
+        .unwrap_or("");
+    strip_port(raw)
+}
+
+fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.find(']').map_or(h, |i| &h[..=i]);
+    }
+    match h.rfind(':') {
+        Some(i) if h[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &h[..i],
+        _ => h,
+    }
+}
+
+fn head_bytes(parts: &http::request::Parts) -> usize {
+    let mut n = parts.uri.path_and_query().map_or(1, |p| p.as_str().len());
+    for (k, v) in parts.headers.iter() {
+        n += k.as_str().len() + v.len() + 4;
+    }
+    n
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+fn set_content_length(h: &mut HeaderMap, n: usize) {
+    h.insert(CONTENT_LENGTH, HeaderValue::from(n));
+}
+
+fn is_upgrade(parts: &http::request::Parts) -> bool {
+    parts.version == Version::HTTP_11
+        && parts.headers.contains_key(UPGRADE)
+        && parts
+            .headers
+            .get_all(CONNECTION)
+            .iter()
+            .any(|v| header_has_token(v, "upgrade"))
+}
+
+fn header_has_token(v: &HeaderValue, token: &str) -> bool {
+    v.to_str()
+        .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        .unwrap_or(false)
+}
+
+/// Removes hop-by-hop headers (RFC 9110 7.6.1): those named in `Connection`, and
+/// `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
+/// `Upgrade`. With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    if let Some(conn) = h.get(CONNECTION) {
+        if conn.as_bytes().contains(&b',') || !conn.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+        {
+            let listed: Vec<HeaderName> = h
+                .get_all(CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|s| s.split(','))
+                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+                .collect();
+            for name in listed {
+                if keep_upgrade && name == UPGRADE {
+                    continue;
+                }
+                h.remove(&name);
+            }
+        }
+        h.remove(CONNECTION);
+    }
+    h.remove(&KEEP_ALIVE);
+    h.remove(&PROXY_CONNECTION);
+    h.remove(TE);
+    h.remove(TRAILER);
+    h.remove(TRANSFER_ENCODING);
+    if keep_upgrade {
+        h.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        h.remove(UPGRADE);
+    }
+}
+
+fn append_xff(h: &mut HeaderMap, ip: std::net::IpAddr) {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(64);
+    for v in h.get_all(&X_FORWARDED_FOR).iter() {
+        if let Ok(v) = v.to_str() {
+            if !s.is_empty() {
+                s.push_str(", ");
+            }
+            s.push_str(v);
+        }
+    }
+    if !s.is_empty() {
+        s.push_str(", ");
+    }
+    let _ = write!(s, "{ip}");
+    if let Ok(v) = HeaderValue::from_str(&s) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+}
+
+/// The original client: the `xff_trusted_hops`-th address from the right of
+/// `X-Forwarded-For`, or the TCP peer.
+fn client_ip(ci: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
+    let peer = ci.conn.remote_addr.ip();
+    if ci.xff_hops == 0 {
+        return peer;
+    }
+    let mut addrs: Vec<&str> = Vec::new();
+    for v in h.get_all(&X_FORWARDED_FOR).iter() {
+        if let Ok(s) = v.to_str() {
+            addrs.extend(s.split(',').map(str::trim));
+        }
+    }
+    let hops = ci.xff_hops as usize;
+    if addrs.len() >= hops {
+        if let Ok(ip) = addrs[addrs.len() - hops].parse() {
+            return ip;
+        }
+    }
+    peer
+}
+
+/// moat's own error page, format chosen by `Accept`.
+pub(crate) fn error_page(
+    status: StatusCode,
+    fmt: ReplyFormat,
+    title: &str,
+    request_id: &str,
+) -> Reply {
+    Reply::page(status, fmt, title, request_id, None)
+}
+
+/// Turns a [`Reply`] into a response carrying `x-request-id`.
+pub(crate) fn reply_response(reply: Reply, request_id: &str) -> ProxyResponse {
+    let mut resp = Response::new(ProxyBody::full(reply.body));
+    *resp.status_mut() = reply.status;
+    let h = resp.headers_mut();
+    for (k, v) in reply.headers {
+        h.append(k, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(X_REQUEST_ID.clone(), v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("close, x-secret-hop"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(TE, HeaderValue::from_static("trailers"));
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn upgrade_headers_kept_when_upgrading() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(UPGRADE).unwrap(), "websocket");
+        assert_eq!(h.get(CONNECTION).unwrap(), "upgrade");
+    }
+
+    #[test]
+    fn host_port_is_stripped() {
+        assert_eq!(strip_port("a.example:8080"), "a.example");
+        assert_eq!(strip_port("a.example"), "a.example");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(new_request_id().len(), 32);
+    }
+
+    #[test]
+    fn xff_appends() {
+        let mut h = HeaderMap::new();
+        h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
+        append_xff(&mut h, "10.0.0.1".parse().unwrap());
+        assert_eq!(h.get(&X_FORWARDED_FOR).unwrap(), "1.2.3.4, 10.0.0.1");
+    }
+}
