@@ -1,0 +1,226 @@
+//! Test helpers: an instrumented upstream, a gateway on ephemeral ports, clients.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use moat_proxy::config::{self, ConfigSource};
+use moat_proxy::{Gateway, GatewayOptions, RunningGateway};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An upstream test server counting the TCP connections it accepted.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts the upstream. `tag` is returned in the `x-upstream` response header.
+pub async fn upstream(tag: &'static str) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let c = connections.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| upstream_handle(tag, req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    Upstream { addr, connections }
+}
+
+fn query<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+    req.uri()
+        .query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+async fn upstream_handle(
+    tag: &'static str,
+    mut req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    if path == "/slow" {
+        let ms: u64 = query(&req, "ms").and_then(|v| v.parse().ok()).unwrap_or(1000);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        return Ok(Response::builder()
+            .header("x-upstream", tag)
+            .body(Full::new(Bytes::from_static(b"slow done")))
+            .unwrap());
+    }
+    if path == "/ws" {
+        let on = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(up) = on.await {
+                let mut io = TokioIo::new(up);
+                let mut buf = [0u8; 1024];
+                loop {
+                    match io.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let mut out = b"echo:".to_vec();
+                            out.extend_from_slice(&buf[..n]);
+                            if io.write_all(&out).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        return Ok(Response::builder()
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(Full::new(Bytes::new()))
+            .unwrap());
+    }
+    if path == "/big" {
+        let n: usize = query(&req, "n").and_then(|v| v.parse().ok()).unwrap_or(1000);
+        return Ok(Response::builder()
+            .header("x-upstream", tag)
+            .body(Full::new(Bytes::from(vec![b'x'; n])))
+            .unwrap());
+    }
+    if path == "/secret" {
+        return Ok(Response::builder()
+            .header("x-upstream", tag)
+            .header("content-type", "text/plain")
+            .body(Full::new(Bytes::from_static(
+                b"token=SECRET-VALUE and more",
+            )))
+            .unwrap());
+    }
+    // Echo.
+    let method = req.method().to_string();
+    let uri = req.uri().to_string();
+    let mut headers = serde_json::Map::new();
+    for (k, v) in req.headers() {
+        headers.insert(
+            k.as_str().to_string(),
+            serde_json::Value::String(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        );
+    }
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => Bytes::from(format!("body error: {e}")),
+    };
+    let v = serde_json::json!({
+        "method": method,
+        "uri": uri,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+        "body_len": body.len(),
+    });
+    Ok(Response::builder()
+        .header("x-upstream", tag)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())))
+        .unwrap())
+}
+
+/// A config file for one cluster (`app`) and one catch-all route.
+pub fn basic_config(upstream: SocketAddr, extra_route: &str) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{upstream}"]
+    connect_timeout: 500ms
+    request_timeout: 1s
+routes:
+{extra_route}  - name: all
+    cluster: app
+    body: {{ max_bytes: 64KiB, on_limit: reject }}
+limits: {{ max_header_bytes: 8KiB, max_headers: 50 }}
+"#
+    )
+}
+
+/// Starts a gateway from YAML text written to `dir/moat.yaml`.
+pub async fn gateway(dir: &Path, yaml: &str, opts: GatewayOptions) -> RunningGateway {
+    let file = dir.join("moat.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let (cfg, src) = config::load_file(&file).unwrap();
+    gateway_from(cfg, src, opts).await
+}
+
+/// Starts a gateway from a parsed config.
+pub async fn gateway_from(
+    cfg: moat_proxy::GatewayConfig,
+    src: ConfigSource,
+    opts: GatewayOptions,
+) -> RunningGateway {
+    Gateway::new(cfg, src, opts).unwrap().start().await.unwrap()
+}
+
+pub type TestClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+pub fn client() -> TestClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends a request, returns status, headers and the body.
+pub async fn send(
+    c: &TestClient,
+    req: Request<Full<Bytes>>,
+) -> (StatusCode, http::HeaderMap, Bytes) {
+    let resp = c.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, body)
+}
+
+pub async fn get(c: &TestClient, url: &str) -> (StatusCode, http::HeaderMap, Bytes) {
+    send(
+        c,
+        Request::get(url).body(Full::new(Bytes::new())).unwrap(),
+    )
+    .await
+}
+
+/// Writes raw bytes on a new connection and reads until the server closes it.
+pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn json(b: &Bytes) -> serde_json::Value {
+    serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {b:?}"))
+}

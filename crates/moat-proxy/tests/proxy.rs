@@ -1,0 +1,347 @@
+//! Proxying behaviour through real sockets on loopback.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use moat_proxy::GatewayOptions;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_get_post_and_chunked_bodies() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+
+    let (status, headers, body) = get(&c, &format!("http://{addr}/hello?x=1")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-upstream"], "a");
+    let v = json(&body);
+    assert_eq!(v["method"], "GET");
+    assert_eq!(v["uri"], "/hello?x=1");
+    assert_eq!(v["headers"]["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(v["headers"]["x-forwarded-proto"], "http");
+    assert_eq!(v["headers"]["host"], addr.to_string());
+    assert_eq!(v["headers"]["x-request-id"].as_str().unwrap().len(), 32);
+
+    // POST with content-length, an incoming request id and hop-by-hop headers.
+    let req = Request::post(format!("http://{addr}/submit"))
+        .header("x-request-id", "abc-123")
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("connection", "x-hop")
+        .header("x-hop", "must-not-pass")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"hello body")))
+        .unwrap();
+    let (status, _, body) = send(&c, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let v = json(&body);
+    assert_eq!(v["body"], "hello body");
+    assert_eq!(v["headers"]["content-length"], "10");
+    assert_eq!(v["headers"]["x-request-id"], "abc-123");
+    assert_eq!(v["headers"]["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert!(v["headers"].get("x-hop").is_none(), "{v}");
+    assert!(v["headers"].get("te").is_none(), "{v}");
+
+    // Chunked request body.
+    let resp = raw(
+        addr,
+        b"POST /chunked HTTP/1.1\r\nhost: test\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains(r#""body":"hello world""#), "{resp}");
+    assert!(resp.contains(r#""body_len":11"#), "{resp}");
+
+    // A large streamed response arrives intact.
+    let (status, _, body) = get(&c, &format!("http://{addr}/big?n=300000")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body.len(), 300000);
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_reuses_upstream_connections() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    for i in 0..30 {
+        let (status, _, _) = get(&c, &format!("http://{addr}/r{i}")).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Also from separate downstream connections: the upstream pool is shared.
+    for i in 0..5 {
+        let resp = raw(
+            addr,
+            format!("GET /c{i} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    }
+    assert_eq!(up.connections(), 1, "sequential requests must reuse one upstream connection");
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_is_502_and_slow_is_504() {
+    // A port with nothing listening.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: dead
+    endpoints: ["{dead}"]
+  - name: app
+    endpoints: ["{}"]
+    request_timeout: 300ms
+routes:
+  - name: down
+    path_prefix: /down
+    cluster: dead
+  - name: all
+    cluster: app
+"#,
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+
+    let req = Request::get(format!("http://{addr}/down"))
+        .header("accept", "application/json")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, headers, body) = send(&c, req).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let v = json(&body);
+    assert_eq!(v["status"], 502);
+    assert_eq!(v["request_id"], headers["x-request-id"].to_str().unwrap());
+
+    let req = Request::get(format!("http://{addr}/slow?ms=3000"))
+        .header("accept", "text/html")
+        .header("x-request-id", "slow-1")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, headers, body) = send(&c, req).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(headers["x-request-id"], "slow-1");
+    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(String::from_utf8_lossy(&body).contains("slow-1"));
+
+    let (_, _, metrics) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    let m = String::from_utf8_lossy(&metrics);
+    assert!(m.contains(r#"moat_requests_total{route="down",status="502",decision="error"} 1"#), "{m}");
+    assert!(m.contains(r#"moat_requests_total{route="all",status="504",decision="error"} 1"#), "{m}");
+    assert!(m.contains(r#"moat_upstream_errors_total{cluster="dead",kind="connect"} 1"#), "{m}");
+    assert!(m.contains(r#"moat_upstream_errors_total{cluster="app",kind="timeout"} 1"#), "{m}");
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_ejection_skips_a_dead_endpoint() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let up = upstream("live").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{dead}", "{}"]
+    ejection: {{ consecutive_failures: 2, duration: 1m }}
+routes:
+  - name: all
+    cluster: app
+"#,
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let mut failures = 0;
+    for _ in 0..6 {
+        let (status, _, _) = get(&c, &format!("http://{addr}/")).await;
+        if status == StatusCode::BAD_GATEWAY {
+            failures += 1;
+        }
+    }
+    assert_eq!(failures, 2, "the dead endpoint is ejected after 2 failures");
+    for _ in 0..10 {
+        let (status, _, _) = get(&c, &format!("http://{addr}/")).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, _, metrics) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    assert!(String::from_utf8_lossy(&metrics)
+        .contains(r#"moat_upstream_ejections_total{cluster="app"} 1"#));
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_431_and_bodies_413() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+
+    // Head larger than max_header_bytes (8KiB).
+    let req = Request::get(format!("http://{addr}/"))
+        .header("x-big", "a".repeat(9000))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, _, _) = send(&c, req).await;
+    assert_eq!(status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+
+    // More headers than max_headers (50).
+    let mut b = Request::get(format!("http://{addr}/"));
+    for i in 0..60 {
+        b = b.header(format!("x-h{i}"), "1");
+    }
+    let (status, _, _) = send(&c, b.body(Full::new(Bytes::new())).unwrap()).await;
+    assert_eq!(status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+
+    // Body over 64KiB with content-length.
+    let req = Request::post(format!("http://{addr}/"))
+        .body(Full::new(Bytes::from(vec![b'a'; 70_000])))
+        .unwrap();
+    let (status, _, _) = send(&c, req).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+
+    // Chunked body over the limit (no engine buffers it: the stream is cut and 413 sent).
+    let mut raw_req =
+        b"POST /up HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+            .to_vec();
+    for _ in 0..20 {
+        raw_req.extend_from_slice(b"1000\r\n");
+        raw_req.extend_from_slice(&[b'b'; 4096]);
+        raw_req.extend_from_slice(b"\r\n");
+    }
+    raw_req.extend_from_slice(b"0\r\n\r\n");
+    let resp = raw(addr, &raw_req).await;
+    assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
+
+    // A body under the limit still passes.
+    let req = Request::post(format!("http://{addr}/"))
+        .body(Full::new(Bytes::from(vec![b'a'; 60_000])))
+        .unwrap();
+    let (status, _, body) = send(&c, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&body)["body_len"], 60000);
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_upgrade_passes_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nhost: t\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut head = Vec::new();
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed before the 101");
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(text.starts_with("http/1.1 101"), "{text}");
+    assert!(text.contains("upgrade: websocket"), "{text}");
+    s.write_all(b"ping-1").await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < b"echo:ping-1".len() {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"echo:ping-1");
+    s.write_all(b"second").await.unwrap();
+    let n = s.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"echo:second");
+    gw.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_and_token() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = basic_config(up.addr, "").replace(
+        "admin: { address: 127.0.0.1:0 }",
+        "admin: { address: 127.0.0.1:0, token: s3cr3t-admin }",
+    );
+    let opts = GatewayOptions {
+        admin: moat_proxy::AdminRouter::new().route_fn("/v1/hello", |req| async move {
+            moat_proxy::admin::json(
+                StatusCode::OK,
+                &serde_json::json!({"routes": req.gateway.snapshot.load().routes.len()}),
+            )
+        }),
+        ..GatewayOptions::default()
+    };
+    let gw = gateway(dir.path(), &yaml, opts).await;
+    let admin = gw.admin_addr();
+    let c = client();
+    let (s, _, _) = get(&c, &format!("http://{admin}/healthz")).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = get(&c, &format!("http://{admin}/readyz")).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = get(&c, &format!("http://{admin}/metrics")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let authed = |path: &str| {
+        Request::get(format!("http://{admin}{path}"))
+            .header("authorization", "Bearer s3cr3t-admin")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let (s, _, body) = send(&c, authed("/config")).await;
+    assert_eq!(s, StatusCode::OK);
+    let v = json(&body);
+    assert_eq!(v["admin"]["token"], "<redacted>");
+    assert_eq!(v["routes"][0]["cluster"], "app");
+    assert!(!String::from_utf8_lossy(&body).contains("s3cr3t-admin"));
+    let (s, _, body) = send(&c, authed("/v1/hello")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(json(&body)["routes"], 1);
+    let (s, _, body) = send(&c, authed("/metrics")).await;
+    assert_eq!(s, StatusCode::OK);
+    let m = String::from_utf8_lossy(&body);
+    for needle in [
+        "moat_phase_duration_seconds_bucket{phase=\"upstream\"",
+        "moat_event_queue_depth",
+        "moat_event_queue_dropped_total",
+        "moat_config_reloads_total{result=\"ok\"} 0",
+    ] {
+        assert!(m.contains(needle), "missing {needle}: {m}");
+    }
+    let (s, _, _) = send(&c, authed("/nope")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let _ = Arc::new(());
+    gw.shutdown(Duration::from_secs(1)).await;
+}
