@@ -1,0 +1,438 @@
+//! The phase pipeline with test-only engines, and hot reload, through real sockets.
+
+mod common;
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::Full;
+use moat_core::{
+    AfterResponsePhase, Body, BodyNeed, Connection, EventAction, Exchange, HandshakeRecord, Reply,
+    ReplyFormat, RequestBodyPhase, RequestCtx, RequestHeadersPhase, ResponseBodyPhase,
+    ResponseHeadersPhase, SecurityEvent, Verdict,
+};
+use moat_proxy::config::{self, ConfigSource};
+use moat_proxy::events::{AccessInfo, EventSink};
+use moat_proxy::{GatewayOptions, Pipeline, PipelineFactory};
+use parking_lot::Mutex;
+
+/// Blocks requests carrying `x-attack`.
+struct BlockHeader;
+impl RequestHeadersPhase for BlockHeader {
+    fn name(&self) -> &'static str {
+        "test-block"
+    }
+    fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
+        req.headers
+            .insert("x-seen-by", HeaderValue::from_static("test-block"));
+        if req.headers.contains_key("x-attack") {
+            let ev = SecurityEvent::new("waf", "test-rule", EventAction::Block, "attack header");
+            let reply = Reply::page(
+                StatusCode::FORBIDDEN,
+                ReplyFormat::from_accept(req.headers.get("accept")),
+                "blocked",
+                &ctx.request_id,
+                Some(&ev.id),
+            );
+            ctx.events.push(ev);
+            return Verdict::Respond(reply);
+        }
+        Verdict::Continue
+    }
+}
+
+/// Upper-cases request bodies on /rewrite (buffering up to 1MiB), blocks bodies containing "DROP TABLE".
+struct RewriteBody;
+impl RequestBodyPhase for RewriteBody {
+    fn name(&self) -> &'static str {
+        "test-rewrite"
+    }
+    fn body_need(&self, _ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
+        if req.uri.path().starts_with("/rewrite") || req.uri.path().starts_with("/inspect") {
+            BodyNeed::Buffer(1 << 20)
+        } else {
+            BodyNeed::None
+        }
+    }
+    fn on_request_body(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &mut http::request::Parts,
+        body: &mut Body,
+    ) -> Verdict {
+        let Ok(decoded) = body.decoded() else {
+            return Verdict::Continue;
+        };
+        if decoded.windows(10).any(|w| w == b"DROP TABLE") {
+            ctx.events.push(SecurityEvent::new(
+                "waf",
+                "sqli",
+                EventAction::Block,
+                "sql in body",
+            ));
+            return Verdict::Respond(Reply::text(StatusCode::FORBIDDEN, "no sql"));
+        }
+        if req.uri.path().starts_with("/rewrite") {
+            let upper = decoded.to_ascii_uppercase();
+            body.replace(Bytes::from(upper));
+        }
+        Verdict::Continue
+    }
+}
+
+/// Adds a response header; redacts `SECRET-VALUE` in responses of /secret.
+struct ResponseRedact;
+impl ResponseHeadersPhase for ResponseRedact {
+    fn name(&self) -> &'static str {
+        "test-resp-headers"
+    }
+    fn on_response_headers(
+        &self,
+        _ctx: &mut RequestCtx,
+        _req: &http::request::Parts,
+        resp: &mut http::response::Parts,
+    ) -> Verdict {
+        resp.headers
+            .insert("x-inspected", HeaderValue::from_static("1"));
+        Verdict::Continue
+    }
+}
+impl ResponseBodyPhase for ResponseRedact {
+    fn name(&self) -> &'static str {
+        "test-redact"
+    }
+    fn body_need(
+        &self,
+        _ctx: &RequestCtx,
+        req: &http::request::Parts,
+        _resp: &http::response::Parts,
+    ) -> BodyNeed {
+        if req.uri.path() == "/secret" {
+            BodyNeed::Buffer(1 << 20)
+        } else {
+            BodyNeed::None
+        }
+    }
+    fn on_response_body(
+        &self,
+        ctx: &mut RequestCtx,
+        _req: &http::request::Parts,
+        _resp: &mut http::response::Parts,
+        body: &mut Body,
+    ) -> Verdict {
+        let text = String::from_utf8_lossy(body.decoded().map(|b| &b[..]).unwrap_or(b"")).into_owned();
+        if text.contains("SECRET-VALUE") {
+            body.replace(Bytes::from(text.replace("SECRET-VALUE", "[REDACTED]")));
+            ctx.events.push(SecurityEvent::new(
+                "secrets",
+                "test-secret",
+                EventAction::Redact,
+                "redacted",
+            ));
+        }
+        Verdict::Continue
+    }
+}
+
+/// Keeps every exchange.
+#[derive(Default)]
+struct Recorder {
+    exchanges: Mutex<Vec<Arc<Exchange>>>,
+}
+impl AfterResponsePhase for Recorder {
+    fn name(&self) -> &'static str {
+        "test-recorder"
+    }
+    fn wants_bodies(&self, _ctx: &RequestCtx, _req: &http::request::Parts) -> BodyNeed {
+        BodyNeed::None
+    }
+    fn after_response(&self, exchange: Arc<Exchange>) {
+        self.exchanges.lock().push(exchange);
+    }
+}
+
+/// Collects records.
+#[derive(Default)]
+struct Sink {
+    access: Mutex<Vec<(String, u16, String)>>,
+    security: Mutex<Vec<(String, String, String)>>,
+}
+impl EventSink for Sink {
+    fn access(&self, info: &AccessInfo<'_>) -> bool {
+        self.access.lock().push((
+            info.path.to_string(),
+            info.status,
+            format!("{:?}", info.decision),
+        ));
+        true
+    }
+    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, _m: &Method, path: &str) -> bool {
+        self.security
+            .lock()
+            .push((ctx.request_id.clone(), event.rule.clone(), path.to_string()));
+        true
+    }
+    fn tls(&self, _conn: &Connection, _hs: &HandshakeRecord) -> bool {
+        true
+    }
+}
+
+fn factory(recorder: Arc<Recorder>) -> PipelineFactory {
+    Arc::new(move |cfg, src| {
+        let mut p: Pipeline = moat_proxy::build_pipeline(cfg, src)?;
+        p.request_headers.push(Arc::new(BlockHeader));
+        p.request_body.push(Arc::new(RewriteBody));
+        p.response_headers.push(Arc::new(ResponseRedact));
+        p.response_body.push(Arc::new(ResponseRedact));
+        p.after_response.push(recorder.clone());
+        Ok(p)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phases_block_rewrite_redact_and_record() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let sink = Arc::new(Sink::default());
+    let opts = GatewayOptions {
+        pipeline_factory: factory(recorder.clone()),
+        events: Some(sink.clone()),
+        ..GatewayOptions::default()
+    };
+    let gw = gateway(dir.path(), &basic_config(up.addr, ""), opts).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+
+    // Request-headers phase sees and modifies the request.
+    let (s, h, body) = get(&c, &format!("http://{addr}/plain")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(json(&body)["headers"]["x-seen-by"], "test-block");
+    assert_eq!(h["x-inspected"], "1");
+
+    // Blocked by header: 403 block page carrying the event id; upstream not called.
+    let before = up.connections();
+    let req = Request::get(format!("http://{addr}/x"))
+        .header("x-attack", "1")
+        .header("accept", "application/json")
+        .header("x-request-id", "blocked-req")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (s, _, body) = send(&c, req).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let v = json(&body);
+    assert_eq!(v["request_id"], "blocked-req");
+    assert_eq!(v["event_id"].as_str().unwrap().len(), 16);
+    assert_eq!(up.connections(), before);
+
+    // Body rewrite: gzip-encoded body is decoded, replaced, content-encoding dropped, length fixed.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"make me loud").unwrap();
+    let req = Request::post(format!("http://{addr}/rewrite"))
+        .header("content-encoding", "gzip")
+        .body(Full::new(Bytes::from(gz.finish().unwrap())))
+        .unwrap();
+    let (s, _, body) = send(&c, req).await;
+    assert_eq!(s, StatusCode::OK);
+    let v = json(&body);
+    assert_eq!(v["body"], "MAKE ME LOUD");
+    assert_eq!(v["headers"]["content-length"], "12");
+    assert!(v["headers"].get("content-encoding").is_none(), "{v}");
+
+    // Chunked body is buffered for the phase too.
+    let resp = raw(
+        addr,
+        b"POST /rewrite HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n",
+    )
+    .await;
+    assert!(resp.contains(r#""body":"ABCDEF""#), "{resp}");
+
+    // Body block.
+    let req = Request::post(format!("http://{addr}/inspect"))
+        .body(Full::new(Bytes::from_static(b"1; DROP TABLE users")))
+        .unwrap();
+    let (s, _, body) = send(&c, req).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(&body[..], b"no sql");
+
+    // Response body redaction with a fixed content-length.
+    let (s, h, body) = get(&c, &format!("http://{addr}/secret")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(&body[..], b"token=[REDACTED] and more");
+    assert_eq!(h["content-length"], body.len().to_string());
+
+    // Records: one access record per request, security events with the request id.
+    let access = sink.access.lock().clone();
+    assert_eq!(access.len(), 6, "{access:?}");
+    assert!(access.contains(&("/x".into(), 403, "Block".into())));
+    let sec = sink.security.lock().clone();
+    assert!(sec.contains(&("blocked-req".into(), "test-rule".into(), "/x".into())), "{sec:?}");
+    assert!(sec.iter().any(|(_, r, _)| r == "sqli"));
+    assert!(sec.iter().any(|(_, r, p)| r == "test-secret" && p == "/secret"));
+    // After-response phase saw every exchange.
+    let ex = recorder.exchanges.lock();
+    assert_eq!(ex.len(), 6);
+    assert!(ex.iter().any(|e| e.status == StatusCode::FORBIDDEN && e.ctx.route.as_ref() == "all"));
+
+    // Per-phase histograms were fed.
+    let (_, _, m) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    let m = String::from_utf8_lossy(&m);
+    for phase in ["request_headers", "request_body", "upstream", "response_headers", "response_body", "after_response"] {
+        let needle = format!("moat_phase_duration_seconds_count{{phase=\"{phase}\"}} 0");
+        assert!(!m.contains(&needle), "phase {phase} not timed: {m}");
+    }
+    assert!(m.contains(r#"moat_requests_total{route="all",status="403",decision="block"} 2"#), "{m}");
+    drop(ex);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_policy_inspects_prefix_and_forwards_everything() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Sink::default());
+    let opts = GatewayOptions {
+        pipeline_factory: factory(Arc::new(Recorder::default())),
+        events: Some(sink.clone()),
+        ..GatewayOptions::default()
+    };
+    let yaml = basic_config(up.addr, "").replace(
+        "body: { max_bytes: 64KiB, on_limit: reject }",
+        "body: { max_bytes: 1KiB, on_limit: forward }",
+    );
+    let gw = gateway(dir.path(), &yaml, opts).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let big = vec![b'q'; 5000];
+    let req = Request::post(format!("http://{addr}/inspect"))
+        .body(Full::new(Bytes::from(big)))
+        .unwrap();
+    let (s, _, body) = send(&c, req).await;
+    assert_eq!(s, StatusCode::OK);
+    let v = json(&body);
+    assert_eq!(v["body_len"], 5000);
+    assert_eq!(v["headers"]["content-length"], "5000");
+    let sec = sink.security.lock().clone();
+    assert!(sec.iter().any(|(_, r, _)| r == "request_body_limit"), "{sec:?}");
+
+    // Same with a chunked body.
+    let mut raw_req =
+        b"POST /inspect HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+            .to_vec();
+    for _ in 0..3 {
+        raw_req.extend_from_slice(b"400\r\n");
+        raw_req.extend_from_slice(&[b'z'; 1024]);
+        raw_req.extend_from_slice(b"\r\n");
+    }
+    raw_req.extend_from_slice(b"0\r\n\r\n");
+    let resp = raw(addr, &raw_req).await;
+    assert!(resp.contains(r#""body_len":3072"#), "{resp}");
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_swaps_routes_without_dropping_in_flight_requests() {
+    let a = upstream("a").await;
+    let b = upstream("b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml_a = basic_config(a.addr, "");
+    let gw = gateway(dir.path(), &yaml_a, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+    assert_eq!(h["x-upstream"], "a");
+
+    // A slow request in flight on the old config.
+    let c2 = c.clone();
+    let inflight = tokio::spawn(async move { get(&c2, &format!("http://{addr}/slow?ms=700")).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    // Swap to upstream b through the file (SIGHUP / file watch call the same function).
+    let file = dir.path().join("moat.yaml");
+    std::fs::write(&file, basic_config(b.addr, "")).unwrap();
+    gw.shared().reload_from_file().unwrap();
+    let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+    assert_eq!(h["x-upstream"], "b");
+    let (s, h, body) = inflight.await.unwrap();
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["x-upstream"], "a");
+    assert_eq!(&body[..], b"slow done");
+
+    // A bad config is refused with file:line:field; the old config keeps serving.
+    let bad = basic_config(a.addr, "").replace("    cluster: app\n", "    cluster: nope\n");
+    std::fs::write(&file, &bad).unwrap();
+    let err = gw.shared().reload_from_file().unwrap_err();
+    let line = bad.lines().position(|l| l.contains("cluster: nope")).unwrap() as u32 + 1;
+    assert_eq!(err.line, line, "{err}");
+    assert_eq!(err.field, "routes[0].cluster");
+    assert!(err.to_string().starts_with(&format!("{}:{line}:", file.display())), "{err}");
+    let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+    assert_eq!(h["x-upstream"], "b");
+
+    // A syntax / type error too.
+    std::fs::write(&file, basic_config(a.addr, "").replace("max_headers: 50", "max_headers: lots")).unwrap();
+    let err = gw.shared().reload_from_file().unwrap_err();
+    assert_eq!(err.field, "limits.max_headers", "{err}");
+    assert!(err.line > 0);
+
+    let (_, _, m) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    let m = String::from_utf8_lossy(&m);
+    assert!(m.contains("moat_config_reloads_total{result=\"ok\"} 1"), "{m}");
+    assert!(m.contains("moat_config_reloads_total{result=\"failed\"} 2"), "{m}");
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_change_triggers_reload() {
+    let a = upstream("a").await;
+    let b = upstream("b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &basic_config(a.addr, ""), GatewayOptions::default()).await;
+    gw.spawn_reload_triggers();
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::fs::write(dir.path().join("moat.yaml"), basic_config(b.addr, "")).unwrap();
+    let mut seen_b = false;
+    for _ in 0..100 {
+        let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+        if h["x-upstream"] == "b" {
+            seen_b = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen_b, "the file watcher did not reload the config");
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[test]
+fn routes_match_host_and_prefix_in_order() {
+    let src = ConfigSource {
+        file: "t.yaml".into(),
+        base_dir: ".".into(),
+    };
+    let cfg = config::parse(
+        &src,
+        "clusters:\n  - name: c\n    endpoints: [\"127.0.0.1:1\"]\nroutes:\n  - name: exact\n    host: api.example.com\n    path_prefix: /v1\n    cluster: c\n  - name: wild\n    host: \"*.example.com\"\n    cluster: c\n  - name: any\n    cluster: c\n",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let gw = moat_proxy::Gateway::new(cfg, src, GatewayOptions::default()).unwrap();
+        let snap = gw.shared().snapshot.load();
+        let m = |h: &str, p: &str| snap.match_route(h, p).map(|r| r.name.to_string());
+        assert_eq!(m("api.example.com", "/v1/x").as_deref(), Some("exact"));
+        assert_eq!(m("API.Example.com", "/v1").as_deref(), Some("exact"));
+        assert_eq!(m("api.example.com", "/v2").as_deref(), Some("wild"));
+        assert_eq!(m("www.example.com", "/").as_deref(), Some("wild"));
+        assert_eq!(m("example.com", "/").as_deref(), Some("any"));
+    });
+}
