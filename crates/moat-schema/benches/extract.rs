@@ -1,0 +1,76 @@
+//! Schema extraction speed.
+//!
+//! `cargo bench -p moat-schema --bench extract`
+//!
+//! - `extract/json_1k`: schema (with the built-in scanners) of a ~1 KB JSON body;
+//! - `extract/json_1k_no_scanners`: the same without scanners;
+//! - `template/path`: templating one path;
+//! - `exchange/full`: every schema of one exchange (query, headers, 1 KB request and response bodies).
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use moat_schema::discovery::extract;
+use moat_schema::{from_json, template, Scanners};
+
+fn body_1k() -> String {
+    let items: Vec<String> = (0..6)
+        .map(|i| {
+            format!(
+                r#"{{"sku":"SKU-{i:04}","name":"Item number {i}","qty":{i},"price":{}.99,"tags":["new","sale"]}}"#,
+                i * 3
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"order_id":"9f1c2a7e-1b2c-4d5e-8f90-123456789abc","customer":{{"name":"Jane Doe","email":"jane.doe@example.com","phone":"+1 415 555 0100","address":{{"street":"1 Main St","city":"Springfield","zip":"12345"}}}},"card":"4111111111111111","items":[{}],"total":123.45,"paid":true,"note":null}}"#,
+        items.join(",")
+    )
+}
+
+fn bench(c: &mut Criterion) {
+    let body = body_1k();
+    let sc = Scanners::builtin();
+    let none = Scanners::none();
+    let mut g = c.benchmark_group("extract");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("json_1k", |b| b.iter(|| from_json(body.as_bytes(), &sc)));
+    g.bench_function("json_1k_no_scanners", |b| {
+        b.iter(|| from_json(body.as_bytes(), &none))
+    });
+    g.finish();
+
+    c.bench_function("template/path", |b| {
+        b.iter(|| template("/api/v1/users/12345/orders/9f1c2a7e-1b2c-4d5e-8f90-123456789abc/items"))
+    });
+
+    let (request, ()) = http::Request::builder()
+        .method("POST")
+        .uri("/api/v1/users/42/orders?expand=items&email=jane%40example.com")
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer abc.def.ghi")
+        .header("user-agent", "bench")
+        .header("x-request-id", "abc123")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let mut response_headers = http::HeaderMap::new();
+    response_headers.insert(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
+    response_headers.insert("x-trace", http::HeaderValue::from_static("1"));
+    let ex = Arc::new(moat_core::Exchange {
+        ctx: moat_core::RequestCtx::for_test("api"),
+        request,
+        request_body: Some(bytes::Bytes::from(body.clone())),
+        status: http::StatusCode::OK,
+        response_headers,
+        response_body: Some(bytes::Bytes::from(body.clone())),
+        duration_us: 100,
+    });
+    c.bench_function("exchange/full", |b| b.iter(|| extract(&ex, &sc, 64 << 10)));
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

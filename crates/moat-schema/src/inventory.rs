@@ -1,0 +1,425 @@
+//! The API inventory: one entry per endpoint (method + path template), kept in
+//! memory, persisted to SQLite, reloaded at start.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::schema::{merge, Node};
+use crate::DiscoveryError;
+
+/// Distinct response statuses kept per endpoint.
+pub const MAX_STATUSES: usize = 64;
+/// Distinct content types kept per message.
+pub const MAX_CONTENT_TYPES: usize = 8;
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Node::from_value(&v).ok_or_else(|| serde::de::Error::custom("not a schema node"))
+    }
+}
+
+/// What was learned about requests to an endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestInfo {
+    /// Media types of request bodies seen (`application/json`, ...).
+    #[serde(default)]
+    pub content_types: BTreeSet<String>,
+    /// Schema of the query string (`{key: [values]}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<Node>,
+    /// Schema of the request headers (no `cookie`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Node>,
+    /// Schema of JSON or form request bodies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Node>,
+}
+
+/// What was learned about the responses with one status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResponseInfo {
+    /// Responses seen with this status.
+    pub count: u64,
+    /// Media types of response bodies seen.
+    #[serde(default)]
+    pub content_types: BTreeSet<String>,
+    /// Schema of the response headers (no `set-cookie`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Node>,
+    /// Schema of JSON response bodies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Node>,
+}
+
+/// One endpoint of the inventory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// HTTP method.
+    pub method: String,
+    /// Path template, e.g. `/users/{id}`.
+    pub path: String,
+    /// Route that served it last.
+    pub route: String,
+    /// First request, unix ms.
+    pub first_seen: u64,
+    /// Last request, unix ms.
+    pub last_seen: u64,
+    /// Requests seen by discovery (those dropped on a full queue are not counted).
+    pub count: u64,
+    /// Requests whose schemas were extracted.
+    pub samples: u64,
+    /// Authentication seen: `jwt`, `mtls`, `none` -> number of requests.
+    pub auth: BTreeMap<String, u64>,
+    /// Request schemas, merged over samples.
+    pub request: RequestInfo,
+    /// Per status: response schemas, merged over samples.
+    pub responses: BTreeMap<u16, ResponseInfo>,
+}
+
+/// One sensitive field found in an endpoint's schemas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SensitiveField {
+    /// `request.query`, `request.headers`, `request.body`, `response.<status>.headers`, `response.<status>.body`.
+    pub location: String,
+    /// Path inside it, e.g. `/user/email`, arrays as `[]`.
+    pub path: String,
+    /// The scanner's tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Endpoint {
+    /// Every tagged field of the endpoint's schemas.
+    pub fn sensitive(&self) -> Vec<SensitiveField> {
+        let mut out = Vec::new();
+        let mut add = |loc: &str, node: &Option<Node>| {
+            if let Some(n) = node {
+                let mut path = String::new();
+                n.visit_tagged(&mut path, &mut |p, t| {
+                    out.push(SensitiveField {
+                        location: loc.to_string(),
+                        path: if p.is_empty() {
+                            "/".into()
+                        } else {
+                            p.to_string()
+                        },
+                        tags: t.clone(),
+                    })
+                });
+            }
+        };
+        add("request.query", &self.request.query);
+        add("request.headers", &self.request.headers);
+        add("request.body", &self.request.body);
+        for (status, r) in &self.responses {
+            add(&format!("response.{status}.headers"), &r.headers);
+            add(&format!("response.{status}.body"), &r.body);
+        }
+        out
+    }
+
+    /// JSON for the admin API: the endpoint plus its `sensitive` fields.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "sensitive".into(),
+                serde_json::to_value(self.sensitive()).unwrap_or_default(),
+            );
+        }
+        v
+    }
+}
+
+/// Schemas extracted from one sampled exchange.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    /// Query schema.
+    pub query: Option<Node>,
+    /// Request header schema.
+    pub request_headers: Option<Node>,
+    /// Request body media type.
+    pub request_content_type: Option<String>,
+    /// Request body schema.
+    pub request_body: Option<Node>,
+    /// Response header schema.
+    pub response_headers: Option<Node>,
+    /// Response body media type.
+    pub response_content_type: Option<String>,
+    /// Response body schema.
+    pub response_body: Option<Node>,
+}
+
+fn merge_opt(into: &mut Option<Node>, new: Option<Node>) {
+    if let Some(n) = new {
+        *into = Some(match into.take() {
+            Some(cur) => merge(&cur, &n),
+            None => n,
+        });
+    }
+}
+
+fn add_type(set: &mut BTreeSet<String>, t: Option<String>) {
+    if let Some(t) = t {
+        if set.len() < MAX_CONTENT_TYPES || set.contains(&t) {
+            set.insert(t);
+        }
+    }
+}
+
+/// The in-memory inventory, bounded to `max_endpoints`.
+#[derive(Debug)]
+pub struct Inventory {
+    endpoints: HashMap<(String, String), Endpoint>,
+    dirty: HashSet<(String, String)>,
+    max_endpoints: usize,
+}
+
+/// One observed request, as the inventory needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path template.
+    pub path: &'a str,
+    /// Route name.
+    pub route: &'a str,
+    /// Response status.
+    pub status: u16,
+    /// Time, unix ms.
+    pub now_ms: u64,
+    /// Authentication kinds seen on the request (`jwt`, `mtls`), empty for none.
+    pub auth: &'a [&'static str],
+}
+
+impl Inventory {
+    /// An empty inventory holding at most `max_endpoints` endpoints.
+    pub fn new(max_endpoints: usize) -> Inventory {
+        Inventory {
+            endpoints: HashMap::new(),
+            dirty: HashSet::new(),
+            max_endpoints,
+        }
+    }
+
+    /// Counts one request and merges its sample, if any. Returns false when the
+    /// endpoint is new and the inventory is full (nothing recorded).
+    pub fn observe(&mut self, o: Observation<'_>, sample: Option<Sample>) -> bool {
+        let key = (o.method.to_string(), o.path.to_string());
+        if !self.endpoints.contains_key(&key) && self.endpoints.len() >= self.max_endpoints {
+            return false;
+        }
+        let ep = self
+            .endpoints
+            .entry(key.clone())
+            .or_insert_with(|| Endpoint {
+                method: o.method.to_string(),
+                path: o.path.to_string(),
+                route: o.route.to_string(),
+                first_seen: o.now_ms,
+                last_seen: o.now_ms,
+                count: 0,
+                samples: 0,
+                auth: BTreeMap::new(),
+                request: RequestInfo::default(),
+                responses: BTreeMap::new(),
+            });
+        ep.count += 1;
+        ep.last_seen = ep.last_seen.max(o.now_ms);
+        ep.first_seen = ep.first_seen.min(o.now_ms);
+        if ep.route != o.route {
+            ep.route = o.route.to_string();
+        }
+        if o.auth.is_empty() {
+            *ep.auth.entry("none".into()).or_default() += 1;
+        }
+        for a in o.auth {
+            *ep.auth.entry((*a).to_string()).or_default() += 1;
+        }
+        let room = ep.responses.len() < MAX_STATUSES;
+        let resp = if room || ep.responses.contains_key(&o.status) {
+            let r = ep.responses.entry(o.status).or_default();
+            r.count += 1;
+            Some(r)
+        } else {
+            None
+        };
+        if let Some(s) = sample {
+            if let Some(r) = resp {
+                add_type(&mut r.content_types, s.response_content_type);
+                merge_opt(&mut r.headers, s.response_headers);
+                merge_opt(&mut r.body, s.response_body);
+            }
+            ep.samples += 1;
+            add_type(&mut ep.request.content_types, s.request_content_type);
+            merge_opt(&mut ep.request.query, s.query);
+            merge_opt(&mut ep.request.headers, s.request_headers);
+            merge_opt(&mut ep.request.body, s.request_body);
+        }
+        self.dirty.insert(key);
+        true
+    }
+
+    /// Number of endpoints.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// One endpoint.
+    pub fn get(&self, method: &str, path: &str) -> Option<&Endpoint> {
+        self.endpoints.get(&(method.to_string(), path.to_string()))
+    }
+
+    /// All endpoints sorted by path then method.
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        let mut v: Vec<Endpoint> = self.endpoints.values().cloned().collect();
+        v.sort_by(|a, b| (&a.path, &a.method).cmp(&(&b.path, &b.method)));
+        v
+    }
+
+    fn take_dirty(&mut self) -> Vec<Endpoint> {
+        let keys: Vec<_> = self.dirty.drain().collect();
+        keys.iter()
+            .filter_map(|k| self.endpoints.get(k).cloned())
+            .collect()
+    }
+
+    fn insert_loaded(&mut self, ep: Endpoint) {
+        if self.endpoints.len() < self.max_endpoints {
+            self.endpoints
+                .insert((ep.method.clone(), ep.path.clone()), ep);
+        }
+    }
+}
+
+/// The SQLite file behind the inventory.
+pub struct InventoryStore {
+    path: PathBuf,
+    conn: Connection,
+}
+
+impl std::fmt::Debug for InventoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InventoryStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn store_err(path: &Path) -> impl Fn(rusqlite::Error) -> DiscoveryError + '_ {
+    move |source| DiscoveryError::Store {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl InventoryStore {
+    /// Opens (creating) the inventory database.
+    pub fn open(path: &Path) -> Result<InventoryStore, DiscoveryError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| DiscoveryError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let err = store_err(path);
+        let conn = Connection::open(path).map_err(&err)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=NORMAL;
+             CREATE TABLE IF NOT EXISTS endpoints (
+                 method TEXT NOT NULL,
+                 path TEXT NOT NULL,
+                 data TEXT NOT NULL,
+                 PRIMARY KEY (method, path)
+             );",
+        )
+        .map_err(&err)?;
+        Ok(InventoryStore {
+            path: path.to_path_buf(),
+            conn,
+        })
+    }
+
+    /// Opens an existing inventory for reading (`moat apis export`).
+    pub fn open_read_only(path: &Path) -> Result<InventoryStore, DiscoveryError> {
+        let err = store_err(path);
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(&err)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
+        Ok(InventoryStore {
+            path: path.to_path_buf(),
+            conn,
+        })
+    }
+
+    /// Every stored endpoint (rows that do not parse are skipped), sorted by path then method.
+    pub fn load(&self) -> Result<Vec<Endpoint>, DiscoveryError> {
+        let err = store_err(&self.path);
+        let mut stmt = self
+            .conn
+            .prepare("SELECT data FROM endpoints ORDER BY path, method")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(&err)?;
+        let mut out = Vec::new();
+        for r in rows {
+            if let Ok(ep) = serde_json::from_str::<Endpoint>(&r.map_err(&err)?) {
+                out.push(ep);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Upserts endpoints in one transaction.
+    pub fn save(&mut self, endpoints: &[Endpoint]) -> Result<(), DiscoveryError> {
+        let err = store_err(&self.path);
+        let tx = self.conn.transaction().map_err(&err)?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO endpoints (method, path, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(method, path) DO UPDATE SET data = excluded.data",
+                )
+                .map_err(&err)?;
+            for ep in endpoints {
+                let data = serde_json::to_string(ep).unwrap_or_default();
+                stmt.execute(rusqlite::params![ep.method, ep.path, data])
+                    .map_err(&err)?;
+            }
+        }
+        tx.commit().map_err(&err)
+    }
+}
+
+/// Loads a persisted inventory into memory.
+pub(crate) fn load_into(inv: &mut Inventory, store: &InventoryStore) -> Result<(), DiscoveryError> {
+    for ep in store.load()? {
+        inv.insert_loaded(ep);
+    }
+    Ok(())
+}
+
+/// Writes the endpoints changed since the last call.
+pub(crate) fn flush_dirty(
+    inv: &std::sync::Mutex<Inventory>,
+    store: &mut InventoryStore,
+) -> Result<usize, DiscoveryError> {
+    let dirty = inv.lock().unwrap_or_else(|p| p.into_inner()).take_dirty();
+    if dirty.is_empty() {
+        return Ok(0);
+    }
+    store.save(&dirty)?;
+    Ok(dirty.len())
+}
