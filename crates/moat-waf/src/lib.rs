@@ -1,1 +1,652 @@
-//! moat-waf (being written).
+//! moat's attack detection engine (WAF).
+//!
+//! A request is decomposed into named locations (path and segments, query
+//! arguments, urlencoded and multipart forms, JSON keys and values, XML text
+//! and attributes, cookies, headers), each value is decoded (URL repeated and
+//! `%u`, HTML entities, JS escapes, base64 text, UTF-7, nested JSON) with
+//! output bounded by its input, and grammar-based detectors run on it:
+//! a SQL lexer, an HTML tokenizer with JS-context checks, a shell tokenizer,
+//! and structural detectors for traversal, SSRF, XXE, CRLF, code/template
+//! injection, JNDI, LDAP, XPath, NoSQL and uploads. A per-value byte-class
+//! scan skips values that contain no trigger characters, so benign values cost
+//! one pass and no allocation.
+//!
+//! Wiring: `WafEngine::build(&cfg)?` gives an `Arc<WafEngine>` that implements
+//! [`moat_core::RequestHeadersPhase`] (URL, query, cookies, headers: attacks
+//! without a body are refused before any buffering) and
+//! [`moat_core::RequestBodyPhase`] (parsed body types are buffered up to
+//! `limits.max_body_bytes`).
+
+pub mod config;
+pub mod decode;
+pub mod detect;
+pub mod eval;
+pub mod extract;
+pub mod rawhttp;
+pub mod util;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use http::StatusCode;
+use moat_core::{
+    BodyNeed, EventAction, Reply, ReplyFormat, RequestBodyPhase, RequestCtx, RequestHeadersPhase,
+    SecurityEvent, Verdict,
+};
+
+pub use config::{OnLimit, WafConfig, WafExclusion, WafLimits, WafMode, WafRoute};
+pub use detect::Attack;
+pub use extract::{Finding, Loc};
+
+use extract::{Inspector, Lim};
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WafError {
+    /// An `allowed_ips` entry is not an IP or CIDR.
+    #[error("waf.allowed_ips[{index}]: `{value}` is not an IP address or CIDR")]
+    BadCidr {
+        /// Index in the list.
+        index: usize,
+        /// The offending text.
+        value: String,
+    },
+    /// The status is not a valid HTTP status code.
+    #[error("waf.status: {0} is not a valid HTTP status (100-599)")]
+    BadStatus(u16),
+    /// An exclusion names an unknown detector.
+    #[error("waf.exclusions[{index}].detector: unknown detector `{name}` (known: {known})")]
+    BadDetector {
+        /// Index in the list.
+        index: usize,
+        /// The unknown name.
+        name: String,
+        /// Known names.
+        known: String,
+    },
+    /// A per-route status is invalid.
+    #[error("waf.routes.{route}.status: {status} is not a valid HTTP status")]
+    BadRouteStatus {
+        /// Route name.
+        route: String,
+        /// The value.
+        status: u16,
+    },
+}
+
+/// What [`WafEngine::inspect`] found in one request.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Findings {
+    /// Findings after exclusions, strongest first.
+    pub findings: Vec<Finding>,
+    /// Limits hit: `(limit name, location)`.
+    pub limits: Vec<(String, String)>,
+}
+
+impl Findings {
+    /// The strongest finding at or above `min_confidence`.
+    pub fn strongest(&self, min_confidence: u8) -> Option<&Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.confidence >= min_confidence && f.attack != Attack::Scanner)
+            .max_by_key(|f| f.confidence)
+    }
+}
+
+/// A borrowed view of a request head, independent of the `http` types so raw
+/// requests (with bytes `http::Uri` refuses) can be inspected too.
+#[derive(Debug, Clone)]
+pub struct RequestView<'a> {
+    /// Method.
+    pub method: &'a str,
+    /// Request target as received (`/path?query`, or absolute form).
+    pub target: &'a [u8],
+    /// Headers, names in any case.
+    pub headers: Vec<(&'a str, &'a [u8])>,
+}
+
+impl<'a> RequestView<'a> {
+    /// A view of `http` request parts.
+    pub fn from_parts(parts: &'a http::request::Parts) -> Self {
+        let target = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        RequestView {
+            method: parts.method.as_str(),
+            target: target.as_bytes(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes()))
+                .collect(),
+        }
+    }
+
+    /// First header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
+
+/// A request body ready for inspection (already content-decoded).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyView<'a> {
+    /// Decoded bytes.
+    pub data: &'a [u8],
+    /// True when only a prefix was received.
+    pub truncated: bool,
+}
+
+struct Exclusion {
+    route: Option<String>,
+    location: Option<String>,
+    detector: Option<String>,
+}
+
+struct RouteMode {
+    mode: WafMode,
+    enabled: bool,
+    status: StatusCode,
+}
+
+/// The compiled WAF.
+pub struct WafEngine {
+    cfg: WafConfig,
+    status: StatusCode,
+    allowed: Vec<ipnet::IpNet>,
+    exclusions: Vec<Exclusion>,
+    routes: std::collections::HashMap<String, RouteMode>,
+    extra_headers: Vec<String>,
+}
+
+impl std::fmt::Debug for WafEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WafEngine").field("cfg", &self.cfg).finish()
+    }
+}
+
+/// Parses `a.b.c.d`, `a.b.c.d/n`, IPv6 forms.
+fn parse_net(s: &str) -> Option<ipnet::IpNet> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<ipnet::IpNet>() {
+        return Some(n);
+    }
+    s.parse::<IpAddr>().ok().map(ipnet::IpNet::from)
+}
+
+/// `*` wildcard match; a pattern without `*` matches as a prefix.
+fn glob(pattern: &str, text: &str) -> bool {
+    if !pattern.contains('*') {
+        return text.starts_with(pattern);
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let mut pos = 0;
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        if i == 0 {
+            if !text.starts_with(p) {
+                return false;
+            }
+            pos = p.len();
+        } else if i == parts.len() - 1 {
+            return text.len() >= pos + p.len() && text[pos..].ends_with(p);
+        } else {
+            match text[pos..].find(p) {
+                Some(x) => pos += x + p.len(),
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+impl WafEngine {
+    /// Validates and compiles a configuration.
+    pub fn build(cfg: &WafConfig) -> Result<Arc<WafEngine>, WafError> {
+        let status = StatusCode::from_u16(cfg.status).map_err(|_| WafError::BadStatus(cfg.status))?;
+        let mut allowed = Vec::new();
+        for (index, v) in cfg.allowed_ips.iter().enumerate() {
+            allowed.push(parse_net(v).ok_or_else(|| WafError::BadCidr {
+                index,
+                value: v.clone(),
+            })?);
+        }
+        let known: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+        let mut exclusions = Vec::new();
+        for (index, e) in cfg.exclusions.iter().enumerate() {
+            if let Some(d) = &e.detector {
+                if d != "*" && !known.contains(&d.as_str()) {
+                    return Err(WafError::BadDetector {
+                        index,
+                        name: d.clone(),
+                        known: known.join(", "),
+                    });
+                }
+            }
+            exclusions.push(Exclusion {
+                route: e.route.clone().filter(|r| r != "*"),
+                location: e.location.clone().filter(|l| l != "*"),
+                detector: e.detector.clone().filter(|d| d != "*"),
+            });
+        }
+        let mut routes = std::collections::HashMap::new();
+        for (name, r) in &cfg.routes {
+            let st = match r.status {
+                Some(s) => StatusCode::from_u16(s).map_err(|_| WafError::BadRouteStatus {
+                    route: name.clone(),
+                    status: s,
+                })?,
+                None => status,
+            };
+            routes.insert(
+                name.clone(),
+                RouteMode {
+                    mode: r.mode.unwrap_or(cfg.mode),
+                    enabled: r.enabled.unwrap_or(true),
+                    status: st,
+                },
+            );
+        }
+        Ok(Arc::new(WafEngine {
+            cfg: cfg.clone(),
+            status,
+            allowed,
+            exclusions,
+            routes,
+            extra_headers: cfg.extra_headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        }))
+    }
+
+    /// The configuration this engine was built from.
+    pub fn config(&self) -> &WafConfig {
+        &self.cfg
+    }
+
+    fn excluded(&self, route: &str, attack: Attack, location: &str) -> bool {
+        self.exclusions.iter().any(|e| {
+            e.route.as_deref().is_none_or(|r| r == route)
+                && e.detector.as_deref().is_none_or(|d| d == attack.name())
+                && e.location.as_deref().is_none_or(|l| glob(l, location))
+        })
+    }
+
+    fn lim(&self) -> Lim {
+        Lim {
+            max_params: self.cfg.limits.max_params,
+            max_depth: self.cfg.limits.max_json_depth,
+        }
+    }
+
+    fn inspect_head(&self, ins: &mut Inspector<'_>, req: &RequestView<'_>) {
+        let target = req.target;
+        // absolute-form: drop scheme://authority
+        let target = match memchr::memmem::find(target, b"://") {
+            Some(p) if target.first() != Some(&b'/') => {
+                let rest = &target[p + 3..];
+                let s = rest.iter().position(|&c| c == b'/' || c == b'?').unwrap_or(rest.len());
+                &rest[s..]
+            }
+            _ => target,
+        };
+        let (path, query) = match memchr::memchr(b'?', target) {
+            Some(q) => (&target[..q], Some(&target[q + 1..])),
+            None => (target, None),
+        };
+        let path = match memchr::memchr(b'#', path) {
+            Some(h) => &path[..h],
+            None => path,
+        };
+        ins.path(path);
+        if let Some(q) = query {
+            ins.urlencoded(q, false);
+        }
+        for (name, value) in &req.headers {
+            let v = String::from_utf8_lossy(value);
+            let lname_buf;
+            let lname: &str = if name.bytes().any(|c| c.is_ascii_uppercase()) {
+                lname_buf = name.to_ascii_lowercase();
+                &lname_buf
+            } else {
+                name
+            };
+            match lname {
+                "cookie" => ins.cookies(&v),
+                "content-length" | "host" | "authorization" | "connection" => {}
+                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, &v),
+                other => {
+                    if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other) {
+                        ins.header(lname, &v)
+                    }
+                }
+            }
+        }
+    }
+
+    fn inspect_body(&self, ins: &mut Inspector<'_>, req: &RequestView<'_>, body: BodyView<'_>) {
+        if body.truncated {
+            ins.limit("max_body_bytes", Loc::Body);
+        }
+        let data = body.data;
+        if data.is_empty() {
+            return;
+        }
+        let ct = req
+            .header("content-type")
+            .map(|c| String::from_utf8_lossy(c).to_ascii_lowercase())
+            .unwrap_or_default();
+        let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
+        if ct.contains("multipart/") {
+            if let Some(b) = boundary(&ct, req) {
+                ins.multipart(data, &b);
+                return;
+            }
+        }
+        if ct.contains("json") || (ct.is_empty() && matches!(first, Some(b'{' | b'['))) {
+            let utf8;
+            let d: &[u8] = match decode::utf16_to_utf8(data) {
+                Some(s) if data.len() >= 2 && (data[0] == 0 || data[1] == 0 || data[0] >= 0xFE) => {
+                    utf8 = s;
+                    utf8.as_bytes()
+                }
+                _ => data,
+            };
+            if ins.json(d, Loc::Json(""), 0) {
+                return;
+            }
+        }
+        if ct.contains("xml") || (ct.is_empty() && first == Some(b'<')) {
+            ins.xml(data);
+            return;
+        }
+        if ct.contains("x-www-form-urlencoded") {
+            ins.urlencoded(data, true);
+            return;
+        }
+        if ct.contains("octet-stream") || ct.starts_with("image/") || ct.starts_with("video/") || ct.starts_with("audio/") || ct.contains("protobuf") || ct.contains("grpc") {
+            return;
+        }
+        // unknown or text: a urlencoded-looking body is a form, anything else one value
+        let s = String::from_utf8_lossy(data);
+        let looks_form = !s.contains(['\n', ' ']) && s.contains('=');
+        if looks_form {
+            ins.urlencoded(data, true);
+        } else {
+            ins.value(Loc::Body, &s, detect::Scope::Value);
+        }
+    }
+
+    fn finish(&self, ins: Inspector<'_>) -> Findings {
+        let mut findings = ins.findings;
+        findings.sort_by(|a, b| b.confidence.cmp(&a.confidence));
+        Findings {
+            findings,
+            limits: ins.limits,
+        }
+    }
+
+    /// Inspects a whole request (head and optional decoded body) on `route`.
+    /// Pure: no events, no mode; exclusions for `route` are applied.
+    pub fn inspect(&self, route: &str, req: &RequestView<'_>, body: Option<BodyView<'_>>) -> Findings {
+        let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
+        let mut ins = Inspector::new(self.lim(), &filter);
+        self.inspect_head(&mut ins, req);
+        if let Some(b) = body {
+            self.inspect_body(&mut ins, req, b);
+        }
+        self.finish(ins)
+    }
+
+    /// Inspects only the head (URL, query, cookies, headers).
+    pub fn inspect_headers(&self, route: &str, req: &RequestView<'_>) -> Findings {
+        self.inspect(route, req, None)
+    }
+
+    /// Inspects only a body.
+    pub fn inspect_body_only(&self, route: &str, req: &RequestView<'_>, body: BodyView<'_>) -> Findings {
+        let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
+        let mut ins = Inspector::new(self.lim(), &filter);
+        self.inspect_body(&mut ins, req, body);
+        self.finish(ins)
+    }
+
+    /// True when the verdict for these findings (ignoring mode) is "block":
+    /// a finding at or above `block_confidence`, or a limit with `on_limit: block`.
+    pub fn would_block(&self, f: &Findings) -> bool {
+        f.strongest(self.cfg.block_confidence).is_some()
+            || (!f.limits.is_empty() && self.cfg.limits.on_limit == OnLimit::Block)
+    }
+
+    fn route_mode(&self, ctx: &RequestCtx) -> Option<(WafMode, StatusCode)> {
+        if !self.cfg.enabled {
+            return None;
+        }
+        if self.allowed.iter().any(|n| n.contains(&ctx.client_ip)) {
+            return None;
+        }
+        let (mut mode, status) = match self.routes.get(&*ctx.route) {
+            Some(r) if !r.enabled => return None,
+            Some(r) => (r.mode, r.status),
+            None => (self.cfg.mode, self.status),
+        };
+        if ctx.monitor_only {
+            mode = WafMode::Monitor;
+        }
+        Some((mode, status))
+    }
+
+    /// Turns findings into events on `ctx` and a verdict.
+    fn decide(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &http::request::Parts,
+        f: Findings,
+        mode: WafMode,
+        status: StatusCode,
+    ) -> Verdict {
+        let blocking = mode == WafMode::Block;
+        let mut block_event: Option<String> = None;
+        for (what, loc) in &f.limits {
+            let block = self.cfg.limits.on_limit == OnLimit::Block;
+            let action = if block && blocking {
+                EventAction::Block
+            } else if block {
+                EventAction::Monitor
+            } else {
+                EventAction::Bypass
+            };
+            let ev = SecurityEvent::new(
+                "waf",
+                "limit",
+                action,
+                format!("inspection limit `{what}` exceeded"),
+            )
+            .at(loc.clone())
+            .with_details(serde_json::json!({ "limit": what }));
+            if action == EventAction::Block && block_event.is_none() {
+                block_event = Some(ev.id.clone());
+            }
+            ctx.events.push(ev);
+        }
+        for finding in f.findings.iter().take(8) {
+            let strong = finding.confidence >= self.cfg.block_confidence && finding.attack != Attack::Scanner;
+            let action = if strong && blocking {
+                EventAction::Block
+            } else {
+                EventAction::Monitor
+            };
+            let ev = SecurityEvent::new(
+                "waf",
+                finding.attack.name(),
+                action,
+                format!("{} detected in {}", finding.attack.name(), finding.location),
+            )
+            .at(finding.location.clone())
+            .with_details(serde_json::json!({
+                "fragment": finding.fragment,
+                "confidence": finding.confidence,
+            }));
+            if action == EventAction::Block && block_event.is_none() {
+                block_event = Some(ev.id.clone());
+            }
+            ctx.events.push(ev);
+        }
+        match block_event {
+            Some(id) => {
+                let format = ReplyFormat::from_accept(req.headers.get(http::header::ACCEPT));
+                Verdict::Respond(Reply::page(
+                    status,
+                    format,
+                    "Request blocked",
+                    &ctx.request_id,
+                    Some(&id),
+                ))
+            }
+            None => Verdict::Continue,
+        }
+    }
+
+    /// Content types whose body this engine parses.
+    fn parses_body(req: &http::request::Parts) -> bool {
+        let Some(ct) = req.headers.get(http::header::CONTENT_TYPE) else {
+            // no type: inspect when there is a body at all
+            return req.headers.contains_key(http::header::CONTENT_LENGTH)
+                || req.headers.contains_key(http::header::TRANSFER_ENCODING);
+        };
+        let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+        !(ct.contains("octet-stream")
+            || ct.starts_with("image/")
+            || ct.starts_with("video/")
+            || ct.starts_with("audio/")
+            || ct.contains("protobuf")
+            || ct.contains("grpc"))
+    }
+}
+
+fn boundary(ct: &str, req: &RequestView<'_>) -> Option<String> {
+    // take the boundary from the original header (case preserved)
+    let orig = req.header("content-type").map(String::from_utf8_lossy)?;
+    let lower_pos = ct.find("boundary=")?;
+    let raw = &orig[lower_pos + 9..];
+    let raw = raw.split(';').next().unwrap_or(raw).trim();
+    let b = raw.trim_matches('"');
+    (!b.is_empty() && b.len() <= 200).then(|| b.to_string())
+}
+
+impl RequestHeadersPhase for WafEngine {
+    fn name(&self) -> &'static str {
+        "waf"
+    }
+
+    fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
+        let Some((mode, status)) = self.route_mode(ctx) else {
+            return Verdict::Continue;
+        };
+        let view = RequestView::from_parts(req);
+        let f = self.inspect_headers(&ctx.route, &view);
+        if f.findings.is_empty() && f.limits.is_empty() {
+            return Verdict::Continue;
+        }
+        self.decide(ctx, req, f, mode, status)
+    }
+}
+
+impl RequestBodyPhase for WafEngine {
+    fn name(&self) -> &'static str {
+        "waf"
+    }
+
+    fn body_need(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
+        if self.route_mode(ctx).is_none() || !Self::parses_body(req) {
+            return BodyNeed::None;
+        }
+        BodyNeed::Buffer(usize::try_from(self.cfg.limits.max_body_bytes).unwrap_or(usize::MAX))
+    }
+
+    fn on_request_body(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &mut http::request::Parts,
+        body: &mut moat_core::Body,
+    ) -> Verdict {
+        let Some((mode, status)) = self.route_mode(ctx) else {
+            return Verdict::Continue;
+        };
+        let view = RequestView::from_parts(req);
+        let f = match body.decoded() {
+            Ok(data) => {
+                let over = data.len() as u64 > self.cfg.limits.max_decode_output;
+                let data = if over {
+                    &data[..usize::try_from(self.cfg.limits.max_decode_output).unwrap_or(usize::MAX)]
+                } else {
+                    &data[..]
+                };
+                let mut f = self.inspect_body_only(
+                    &ctx.route,
+                    &view,
+                    BodyView {
+                        data,
+                        truncated: body.truncated(),
+                    },
+                );
+                if over {
+                    f.limits.push(("max_decode_output".into(), "body".into()));
+                }
+                f
+            }
+            Err(e) => Findings {
+                findings: Vec::new(),
+                limits: vec![(
+                    match e {
+                        moat_core::DecodeError::TooLarge { .. } => "max_decode_output".to_string(),
+                        moat_core::DecodeError::Unsupported(_) => "content_encoding".to_string(),
+                        moat_core::DecodeError::Corrupt(_) => "content_encoding".to_string(),
+                    },
+                    "body".into(),
+                )],
+            },
+        };
+        if f.findings.is_empty() && f.limits.is_empty() {
+            return Verdict::Continue;
+        }
+        self.decide(ctx, req, f, mode, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches() {
+        assert!(glob("query:q", "query:q"));
+        assert!(glob("json:/comment/*", "json:/comment/0/text"));
+        assert!(glob("header:*", "header:user-agent"));
+        assert!(!glob("json:/a/*/b", "json:/a/x/c"));
+        assert!(glob("json:/a/*/b", "json:/a/x/b"));
+    }
+
+    #[test]
+    fn build_validates() {
+        let mut c = WafConfig::default();
+        c.allowed_ips = vec!["10.0.0.0/8".into(), "::1".into()];
+        assert!(WafEngine::build(&c).is_ok());
+        c.allowed_ips = vec!["nope".into()];
+        assert!(WafEngine::build(&c).is_err());
+        let mut c = WafConfig::default();
+        c.status = 42;
+        assert!(WafEngine::build(&c).is_err());
+        let mut c = WafConfig::default();
+        c.exclusions = vec![WafExclusion {
+            detector: Some("sqlx".into()),
+            ..Default::default()
+        }];
+        assert!(WafEngine::build(&c).is_err());
+    }
+}

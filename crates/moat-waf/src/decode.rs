@@ -1,0 +1,466 @@
+//! Value decoders run before detection.
+//!
+//! Every decoder here produces output no longer than its input (escapes only
+//! shrink), returns a borrowed [`Cow`] when there is nothing to decode, and
+//! never fails: malformed escapes are kept verbatim. Repeated URL decoding is
+//! capped at [`MAX_URL_ROUNDS`].
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+
+/// Most rounds of URL decoding applied to one value (`%2527` -> `%27` -> `'`).
+pub const MAX_URL_ROUNDS: usize = 3;
+
+fn hex(b: u8) -> Option<u32> {
+    match b {
+        b'0'..=b'9' => Some((b - b'0') as u32),
+        b'a'..=b'f' => Some((b - b'a' + 10) as u32),
+        b'A'..=b'F' => Some((b - b'A' + 10) as u32),
+        _ => None,
+    }
+}
+
+fn push_char(out: &mut Vec<u8>, c: u32) {
+    let ch = char::from_u32(c).unwrap_or('\u{FFFD}');
+    let mut buf = [0u8; 4];
+    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+}
+
+/// One round of URL decoding: `%XX`, `%uXXXX`, and `+` as space when `plus`.
+pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
+    let needs = s.iter().any(|&b| b == b'%' || (plus && b == b'+'));
+    if !needs {
+        return Cow::Borrowed(s);
+    }
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if b == b'%' {
+            if i + 2 < s.len() {
+                if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+            }
+            if i + 5 < s.len() && (s[i + 1] == b'u' || s[i + 1] == b'U') {
+                let mut v = 0u32;
+                let mut ok = true;
+                for &d in &s[i + 2..i + 6] {
+                    match hex(d) {
+                        Some(x) => v = v * 16 + x,
+                        None => ok = false,
+                    }
+                }
+                if ok {
+                    push_char(&mut out, v);
+                    i += 6;
+                    continue;
+                }
+            }
+            out.push(b);
+        } else if plus && b == b'+' {
+            out.push(b' ');
+        } else {
+            out.push(b);
+        }
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+/// URL-decodes until the value stops changing, at most [`MAX_URL_ROUNDS`] times.
+pub fn url_decode_repeated(s: &[u8]) -> Cow<'_, [u8]> {
+    let mut cur: Cow<'_, [u8]> = Cow::Borrowed(s);
+    for _ in 0..MAX_URL_ROUNDS {
+        if memchr::memchr(b'%', &cur).is_none() {
+            break;
+        }
+        let next = match url_decode_once(&cur, false) {
+            Cow::Borrowed(_) => break,
+            Cow::Owned(v) => v,
+        };
+        if next.len() == cur.len() {
+            break;
+        }
+        cur = Cow::Owned(next);
+    }
+    cur
+}
+
+const NAMED: &[(&str, char)] = &[
+    ("lt", '<'),
+    ("gt", '>'),
+    ("quot", '"'),
+    ("apos", '\''),
+    ("amp", '&'),
+    ("colon", ':'),
+    ("lpar", '('),
+    ("rpar", ')'),
+    ("semi", ';'),
+    ("equals", '='),
+    ("newline", '\n'),
+    ("tab", '\t'),
+    ("sol", '/'),
+    ("bsol", '\\'),
+    ("comma", ','),
+    ("period", '.'),
+    ("excl", '!'),
+    ("num", '#'),
+    ("dollar", '$'),
+    ("percnt", '%'),
+    ("plus", '+'),
+    ("lsqb", '['),
+    ("rsqb", ']'),
+    ("lbrack", '['),
+    ("rbrack", ']'),
+    ("lcub", '{'),
+    ("rcub", '}'),
+    ("lbrace", '{'),
+    ("rbrace", '}'),
+    ("grave", '`'),
+    ("hat", '^'),
+    ("ast", '*'),
+    ("quest", '?'),
+    ("vert", '|'),
+    ("nbsp", ' '),
+];
+
+/// Decodes HTML character references: numeric (`&#97;`, `&#x61;`, with or
+/// without `;`, leading zeros allowed) and the named ones attackers use.
+pub fn html_decode(s: &str) -> Cow<'_, str> {
+    if memchr::memchr(b'&', s.as_bytes()).is_none() {
+        return Cow::Borrowed(s);
+    }
+    let b = s.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < b.len() {
+        if b[i] != b'&' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        // numeric
+        if i + 2 < b.len() && b[i + 1] == b'#' {
+            let (radix_hex, start) = if b[i + 2] == b'x' || b[i + 2] == b'X' {
+                (true, i + 3)
+            } else {
+                (false, i + 2)
+            };
+            let mut j = start;
+            let mut v: u32 = 0;
+            while j < b.len() && j - start < 12 {
+                let d = if radix_hex {
+                    hex(b[j])
+                } else if b[j].is_ascii_digit() {
+                    Some((b[j] - b'0') as u32)
+                } else {
+                    None
+                };
+                match d {
+                    Some(d) => {
+                        v = v.saturating_mul(if radix_hex { 16 } else { 10 }).saturating_add(d);
+                        j += 1
+                    }
+                    None => break,
+                }
+            }
+            if j > start {
+                if j < b.len() && b[j] == b';' {
+                    j += 1;
+                }
+                push_char(&mut out, v.min(0x10FFFF));
+                i = j;
+                changed = true;
+                continue;
+            }
+        }
+        // named
+        let rest = &b[i + 1..];
+        let mut matched = false;
+        for (name, ch) in NAMED {
+            let n = name.len();
+            if rest.len() >= n && rest[..n].eq_ignore_ascii_case(name.as_bytes()) {
+                let mut j = i + 1 + n;
+                let has_semi = j < b.len() && b[j] == b';';
+                if has_semi {
+                    j += 1;
+                } else if !matches!(*name, "lt" | "gt" | "quot" | "amp") {
+                    continue;
+                }
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                i = j;
+                matched = true;
+                changed = true;
+                break;
+            }
+        }
+        if !matched {
+            out.push(b'&');
+            i += 1;
+        }
+    }
+    if !changed {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Decodes JavaScript / JSON / C-style escapes: `\xHH`, `\uHHHH`, `\u{H..}`,
+/// octal `\NNN`, and drops a backslash before other characters.
+pub fn js_unescape(s: &str) -> Cow<'_, str> {
+    if memchr::memchr(b'\\', s.as_bytes()).is_none() {
+        return Cow::Borrowed(s);
+    }
+    let b = s.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' || i + 1 >= b.len() {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let c = b[i + 1];
+        match c {
+            b'x' | b'X' => {
+                if let (Some(h), Some(l)) = (
+                    b.get(i + 2).and_then(|&x| hex(x)),
+                    b.get(i + 3).and_then(|&x| hex(x)),
+                ) {
+                    push_char(&mut out, h * 16 + l);
+                    i += 4;
+                    continue;
+                }
+                out.push(c);
+                i += 2;
+            }
+            b'u' | b'U' => {
+                if b.get(i + 2) == Some(&b'{') {
+                    let mut j = i + 3;
+                    let mut v: u32 = 0;
+                    while j < b.len() && j - i < 16 {
+                        match hex(b[j]) {
+                            Some(d) => v = v.saturating_mul(16).saturating_add(d),
+                            None => break,
+                        }
+                        j += 1;
+                    }
+                    if j < b.len() && b[j] == b'}' && j > i + 3 {
+                        push_char(&mut out, v.min(0x10FFFF));
+                        i = j + 1;
+                        continue;
+                    }
+                } else if i + 5 < b.len() {
+                    let mut v = 0u32;
+                    let mut ok = true;
+                    for &d in &b[i + 2..i + 6] {
+                        match hex(d) {
+                            Some(x) => v = v * 16 + x,
+                            None => ok = false,
+                        }
+                    }
+                    if ok {
+                        push_char(&mut out, v);
+                        i += 6;
+                        continue;
+                    }
+                }
+                out.push(c);
+                i += 2;
+            }
+            b'0'..=b'7' => {
+                let mut j = i + 1;
+                let mut v = 0u32;
+                while j < b.len() && j < i + 4 && (b'0'..=b'7').contains(&b[j]) {
+                    v = v * 8 + (b[j] - b'0') as u32;
+                    j += 1;
+                }
+                push_char(&mut out, v);
+                i = j;
+            }
+            b'n' => {
+                out.push(b'\n');
+                i += 2;
+            }
+            b'r' => {
+                out.push(b'\r');
+                i += 2;
+            }
+            b't' => {
+                out.push(b'\t');
+                i += 2;
+            }
+            _ => {
+                out.push(c);
+                i += 2;
+            }
+        }
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Decodes `value` as base64 (standard or URL-safe alphabet) when it looks like
+/// base64 and decodes to mostly printable text; `None` otherwise.
+pub fn base64_text(value: &str) -> Option<String> {
+    let v = value.trim();
+    if v.len() < 12 || v.len() > 1 << 16 {
+        return None;
+    }
+    let body = v.trim_end_matches('=');
+    if v.len() - body.len() > 2 {
+        return None;
+    }
+    let mut has_upper = false;
+    let mut has_lower = false;
+    for &b in body.as_bytes() {
+        match b {
+            b'A'..=b'Z' => has_upper = true,
+            b'a'..=b'z' => has_lower = true,
+            b'0'..=b'9' | b'+' | b'/' | b'-' | b'_' => {}
+            _ => return None,
+        }
+    }
+    if !(has_upper && has_lower) {
+        return None;
+    }
+    let engine = if body.contains(['-', '_']) {
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+    } else {
+        &base64::engine::general_purpose::STANDARD_NO_PAD
+    };
+    let bytes = engine.decode(body).ok()?;
+    let printable = bytes
+        .iter()
+        .filter(|&&b| (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\r' || b == b'\t')
+        .count();
+    if bytes.len() < 6 || printable * 100 < bytes.len() * 95 {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// Decodes UTF-7 `+...-` runs (`+ADw-script+AD4-`) when the value contains them.
+pub fn utf7_decode(s: &str) -> Option<String> {
+    if !s.contains("+AD") && !s.contains("+AC") {
+        return None;
+    }
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < b.len() {
+        if b[i] == b'+' {
+            let start = i + 1;
+            let mut j = start;
+            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'+' || b[j] == b'/') {
+                j += 1;
+            }
+            if j > start {
+                let chunk = &s[start..j];
+                let bits: Vec<u8> = chunk.bytes().collect();
+                let mut acc: u32 = 0;
+                let mut nbits = 0;
+                let mut units: Vec<u16> = Vec::new();
+                for c in bits {
+                    let v = match c {
+                        b'A'..=b'Z' => c - b'A',
+                        b'a'..=b'z' => c - b'a' + 26,
+                        b'0'..=b'9' => c - b'0' + 52,
+                        b'+' => 62,
+                        _ => 63,
+                    } as u32;
+                    acc = (acc << 6) | v;
+                    nbits += 6;
+                    if nbits >= 16 {
+                        nbits -= 16;
+                        units.push(((acc >> nbits) & 0xffff) as u16);
+                    }
+                }
+                out.push_str(&String::from_utf16_lossy(&units));
+                changed = true;
+                i = if j < b.len() && b[j] == b'-' { j + 1 } else { j };
+                continue;
+            }
+        }
+        let ch_len = s[i..].chars().next().map(|c| c.len_utf8()).unwrap_or(1);
+        out.push_str(&s[i..i + ch_len]);
+        i += ch_len;
+    }
+    changed.then_some(out)
+}
+
+/// Transcodes a UTF-16 JSON document (BOM or NUL-pattern detected) to UTF-8.
+pub fn utf16_to_utf8(data: &[u8]) -> Option<String> {
+    if data.len() < 2 {
+        return None;
+    }
+    let (le, skip) = match (data[0], data[1]) {
+        (0xFF, 0xFE) => (true, 2),
+        (0xFE, 0xFF) => (false, 2),
+        (0, b) if b != 0 => (false, 0),
+        (b, 0) if b != 0 => (true, 0),
+        _ => return None,
+    };
+    let body = &data[skip..];
+    let units: Vec<u16> = body
+        .chunks_exact(2)
+        .map(|c| {
+            if le {
+                u16::from_le_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], c[1]])
+            }
+        })
+        .collect();
+    Some(String::from_utf16_lossy(&units))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url() {
+        assert_eq!(&*url_decode_once(b"a%27b+c", true), b"a'b c");
+        assert_eq!(&*url_decode_repeated(b"%2527"), b"'");
+        assert_eq!(&*url_decode_once(b"%u003c", false), b"<");
+        assert_eq!(&*url_decode_once(b"100%", false), b"100%");
+        assert_eq!(&*url_decode_once(b"%zz%4", false), b"%zz%4");
+        assert!(matches!(url_decode_once(b"plain", true), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn html() {
+        assert_eq!(html_decode("j&#x61vascript&colon;"), "javascript:");
+        assert_eq!(html_decode("&lt;a&gt;&#0000097;"), "<a>a");
+        assert_eq!(html_decode("AT&T"), "AT&T");
+        assert!(matches!(html_decode("x"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn js() {
+        assert_eq!(js_unescape(r"\x61\u006c\u{65}\162t"), "alert");
+        assert_eq!(js_unescape(r#"a\"b\"#), "a\"b\\");
+        assert_eq!(js_unescape(r"\x"), "x");
+        assert_eq!(js_unescape(r"\u{110000000000}"), "\u{10ffff}");
+    }
+
+    #[test]
+    fn b64_and_utf7() {
+        assert_eq!(base64_text("MSBhbmQgMT0yIHNlbGVjdA==").as_deref(), Some("1 and 1=2 select"));
+        assert_eq!(base64_text("helloworldfoo"), None);
+        assert_eq!(utf7_decode("+ADw-script+AD4-").as_deref(), Some("<script>"));
+    }
+
+    #[test]
+    fn utf16() {
+        let d: Vec<u8> = "{\"a\":1}".encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+        assert_eq!(utf16_to_utf8(&d).as_deref(), Some("{\"a\":1}"));
+    }
+}

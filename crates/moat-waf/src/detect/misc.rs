@@ -1,0 +1,760 @@
+//! Structural detectors: path traversal / LFI, SSRF / RFI, XXE, CRLF, code
+//! and template injection, JNDI lookups, LDAP, XPath, NoSQL operators,
+//! dangerous uploads and scanner User-Agents.
+
+use super::{Attack, Classes, Hit};
+use crate::util::{contains_ci, find_ci, starts_with_ci};
+
+const SENSITIVE: &[&str] = &[
+    "etc/passwd",
+    "etc/shadow",
+    "etc/group",
+    "etc/hosts",
+    "etc/issue",
+    "etc/hostname",
+    "etc/sudoers",
+    "etc/crontab",
+    "proc/self/",
+    "proc/version",
+    "win.ini",
+    "boot.ini",
+    "system.ini",
+    "windows/system32",
+    "web-inf/",
+    "meta-inf/",
+    ".htaccess",
+    ".htpasswd",
+    ".git/config",
+    ".git/head",
+    ".ssh/",
+    "id_rsa",
+    "var/log/",
+    ".bash_history",
+    "wp-config.php",
+    ".env",
+    "/dev/tcp/",
+    "bin/sh",
+    "bin/bash",
+    "cmd.exe",
+];
+
+/// Counts `../` style steps (either slash, `..;/`, trailing `/..`).
+fn up_steps(b: &[u8]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'.' && b[i + 1] == b'.' {
+            let before_ok = i == 0 || matches!(b[i - 1], b'/' | b'\\' | b'=' | b' ' | b':' | b'\'' | b'"');
+            let after = b.get(i + 2).copied();
+            let after_ok = matches!(after, Some(b'/' | b'\\') | None)
+                || (after == Some(b';') && matches!(b.get(i + 3), Some(b'/' | b'\\')));
+            if before_ok && after_ok {
+                n += 1;
+                i += 2;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    n
+}
+
+/// Path traversal and local file inclusion.
+pub fn traversal(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let ups = if memchr::memmem::find(b, b"..").is_some() {
+        up_steps(b)
+    } else {
+        0
+    };
+    let sensitive = SENSITIVE.iter().find_map(|t| find_ci(b, t.as_bytes()).map(|p| (p, t.len())));
+    // wrappers
+    for w in [
+        &b"php://"[..],
+        b"file://",
+        b"expect://",
+        b"phar://",
+        b"zip://",
+        b"compress.zlib://",
+        b"glob://",
+        b"data://text",
+    ] {
+        if let Some(p) = find_ci(b, w) {
+            let at_start = s[..p].trim().is_empty() || matches!(b.get(p.wrapping_sub(1)), Some(b'=' | b'"' | b'\''));
+            if at_start {
+                return Some(Hit::new(Attack::PathTraversal, 90, s, p, p + w.len() + 24));
+            }
+        }
+    }
+    if ups >= 1 {
+        if let Some((p, l)) = sensitive {
+            return Some(Hit::new(Attack::PathTraversal, 90, s, 0, p + l));
+        }
+        if ups >= 3 {
+            return Some(Hit::new(Attack::PathTraversal, 80, s, 0, s.len()));
+        }
+        if ups == 2 {
+            return Some(Hit::new(Attack::PathTraversal, 55, s, 0, s.len()));
+        }
+    }
+    if let Some((p, l)) = sensitive {
+        // an absolute path (or drive) to a sensitive file as the whole value
+        let before = &s[..p];
+        let t = before.trim_start();
+        let abs = t.is_empty()
+            || t == "/"
+            || t.ends_with(":\\")
+            || t.ends_with(":/")
+            || (t.starts_with('/') && t.len() <= 16 && !t.contains(' '))
+            || t.ends_with("/./")
+            || t.ends_with("\\");
+        let rest_ok = b.len() == p + l || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
+        if abs && (rest_ok || t.ends_with("/./")) {
+            return Some(Hit::new(Attack::PathTraversal, 80, s, p.saturating_sub(1), p + l));
+        }
+    }
+    None
+}
+
+fn host_of(url_rest: &str) -> &str {
+    let end = url_rest.find(['/', '?', '#', '\\']).unwrap_or(url_rest.len());
+    let auth = &url_rest[..end];
+    let host = auth.rsplit('@').next().unwrap_or(auth);
+    if let Some(h) = host.strip_prefix('[') {
+        return h.split(']').next().unwrap_or(h);
+    }
+    host.split(':').next().unwrap_or(host)
+}
+
+fn internal_host(h: &str) -> Option<u8> {
+    let l = h.to_ascii_lowercase();
+    let l = l.trim_end_matches('.');
+    if matches!(
+        l,
+        "169.254.169.254" | "metadata.google.internal" | "metadata" | "100.100.100.200"
+            | "fd00:ec2::254" | "169.254.170.2" | "instance-data"
+    ) {
+        return Some(90);
+    }
+    if l == "localhost" || l.ends_with(".localhost") || l == "::1" || l == "::" || l == "0.0.0.0" || l == "0" {
+        return Some(80);
+    }
+    if l.starts_with("0x") || (l.len() >= 8 && l.bytes().all(|c| c.is_ascii_digit())) {
+        // hex / decimal encodings of an address
+        return Some(80);
+    }
+    if let Ok(ip) = l.parse::<std::net::Ipv4Addr>() {
+        let o = ip.octets();
+        if o[0] == 127 {
+            return Some(80);
+        }
+        if o[0] == 169 && o[1] == 254 {
+            return Some(85);
+        }
+        if ip.is_private() {
+            return Some(40);
+        }
+    }
+    if l.starts_with("0177.") || l.starts_with("017700") {
+        return Some(80);
+    }
+    None
+}
+
+/// SSRF / RFI: dangerous schemes and URLs to internal or metadata hosts.
+pub fn ssrf(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let p = memchr::memmem::find(b, b"://")?;
+    let scheme_start = b[..p]
+        .iter()
+        .rposition(|c| !(c.is_ascii_alphanumeric() || *c == b'+' || *c == b'.' || *c == b'-'))
+        .map(|x| x + 1)
+        .unwrap_or(0);
+    let scheme = s[scheme_start..p].to_ascii_lowercase();
+    match scheme.as_str() {
+        "gopher" | "dict" | "tftp" | "jar" | "netdoc" | "ldap" | "ldaps" | "rmi" | "sftp" => {
+            return Some(Hit::new(Attack::Ssrf, 85, s, scheme_start, p + 30));
+        }
+        "http" | "https" | "ftp" | "ws" | "wss" => {}
+        _ => return None,
+    }
+    let host = host_of(&s[p + 3..]);
+    let conf = internal_host(host)?;
+    Some(Hit::new(Attack::Ssrf, conf, s, scheme_start, p + 3 + host.len()))
+}
+
+/// XML external entities and XInclude.
+pub fn xxe(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    if let Some(p) = find_ci(b, b"<!entity") {
+        let tail = &b[p..b.len().min(p + 400)];
+        let conf = if contains_ci(tail, b"system") || contains_ci(tail, b"public") {
+            95
+        } else {
+            80
+        };
+        return Some(Hit::new(Attack::Xxe, conf, s, p, p + 80));
+    }
+    if let Some(p) = find_ci(b, b"<!doctype") {
+        let tail = &b[p..b.len().min(p + 400)];
+        if contains_ci(tail, b"system") && (contains_ci(tail, b"://") || contains_ci(tail, b"file:")) {
+            return Some(Hit::new(Attack::Xxe, 85, s, p, p + 80));
+        }
+    }
+    if let Some(p) = find_ci(b, b"xi:include") {
+        if contains_ci(b, b"href") {
+            return Some(Hit::new(Attack::Xxe, 85, s, p, p + 60));
+        }
+    }
+    None
+}
+
+const INJECTED_HEADERS: &[&str] = &[
+    "set-cookie",
+    "location",
+    "content-type",
+    "content-length",
+    "content-disposition",
+    "refresh",
+    "access-control-allow-origin",
+    "x-xss-protection",
+    "host",
+    "bcc",
+    "cc",
+    "http/1.",
+    "<script",
+    "<html",
+];
+
+/// CRLF / header injection: a line break (or a Unicode character whose low
+/// byte is CR/LF) followed by a header line.
+pub fn crlf(s: &str) -> Option<Hit> {
+    for (i, ch) in s.char_indices() {
+        let brk = matches!(ch, '\r' | '\n')
+            || matches!(ch as u32, 0x560A | 0x560D | 0x010A | 0x010D);
+        if !brk {
+            continue;
+        }
+        let rest = s[i + ch.len_utf8()..].trim_start_matches(['\r', '\n', ' ', '\t', '\u{560A}', '\u{560D}']);
+        for h in INJECTED_HEADERS {
+            if starts_with_ci(rest.as_bytes(), h.as_bytes()) {
+                let after = rest.as_bytes().get(h.len()).copied();
+                if h.starts_with('<') || h.starts_with("http/") || matches!(after, Some(b':') | Some(b' ')) {
+                    // cross-check the ':' within a short distance for header names
+                    if h.starts_with('<') || h.starts_with("http/") || rest[h.len()..].trim_start().starts_with(':') {
+                        return Some(Hit::new(Attack::Crlf, 85, s, i, i + 40));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+const PHP_FUNCS: &[&str] = &[
+    "system", "passthru", "shell_exec", "popen", "proc_open", "phpinfo", "base64_decode", "eval",
+    "assert", "file_get_contents", "file_put_contents", "fopen", "fwrite", "include", "require",
+    "include_once", "require_once", "call_user_func", "create_function", "str_rot13",
+    "gzinflate", "pcntl_exec", "highlight_file", "show_source", "unserialize", "preg_replace",
+    "array_map", "readfile", "exec",
+];
+
+const CODE_MARKERS: &[(&str, u8, Attack)] = &[
+    ("java.lang.runtime", 90, Attack::CodeInjection),
+    ("getruntime()", 90, Attack::CodeInjection),
+    (".getruntime(", 90, Attack::CodeInjection),
+    ("processbuilder", 80, Attack::CodeInjection),
+    ("_memberaccess", 90, Attack::CodeInjection),
+    ("@java.lang", 85, Attack::CodeInjection),
+    ("getclass().forname", 90, Attack::CodeInjection),
+    ("class.forname(", 85, Attack::CodeInjection),
+    ("getdeclaredmethods", 85, Attack::CodeInjection),
+    ("class.module.classloader", 90, Attack::CodeInjection),
+    ("javax.script.scriptenginemanager", 90, Attack::CodeInjection),
+    ("ognlcontext", 90, Attack::CodeInjection),
+    ("#context[", 80, Attack::CodeInjection),
+    ("t(java.lang", 90, Attack::Ssti),
+    ("freemarker.template.utility", 90, Attack::Ssti),
+    ("?new()", 85, Attack::Ssti),
+    ("__import__(", 90, Attack::CodeInjection),
+    ("os.system(", 90, Attack::CodeInjection),
+    ("os.popen(", 90, Attack::CodeInjection),
+    ("subprocess.", 75, Attack::CodeInjection),
+    ("__class__", 80, Attack::Ssti),
+    ("__mro__", 85, Attack::Ssti),
+    ("__subclasses__", 90, Attack::Ssti),
+    ("__globals__", 90, Attack::Ssti),
+    ("__builtins__", 90, Attack::Ssti),
+    ("child_process", 90, Attack::CodeInjection),
+    ("process.mainmodule", 90, Attack::CodeInjection),
+    ("execsync(", 80, Attack::CodeInjection),
+    ("process.binding(", 85, Attack::CodeInjection),
+    ("constructor.constructor(", 85, Attack::CodeInjection),
+    ("<!--#exec", 90, Attack::CodeInjection),
+    ("<!--#include", 85, Attack::CodeInjection),
+    ("<!--#echo", 80, Attack::CodeInjection),
+    ("<!--#config", 80, Attack::CodeInjection),
+    ("<!--#printenv", 80, Attack::CodeInjection),
+    ("<?php", 90, Attack::CodeInjection),
+    ("$_get[", 80, Attack::CodeInjection),
+    ("$_post[", 80, Attack::CodeInjection),
+    ("$_request[", 80, Attack::CodeInjection),
+    ("$_server[", 75, Attack::CodeInjection),
+    ("$_cookie[", 75, Attack::CodeInjection),
+    ("<#assign", 85, Attack::Ssti),
+    ("$class.inspect", 85, Attack::Ssti),
+    ("_self.env", 85, Attack::Ssti),
+    ("registerundefinedfiltercallback", 90, Attack::Ssti),
+    ("lipsum.__", 90, Attack::Ssti),
+    ("cycler.__", 90, Attack::Ssti),
+    ("request.application.", 80, Attack::Ssti),
+];
+
+/// True when `inner` (a template expression) is arithmetic or object access
+/// that only a probe or exploit would send.
+fn template_expr(inner: &str) -> bool {
+    let t = inner.trim();
+    if t.is_empty() || t.len() > 400 {
+        return false;
+    }
+    let b = t.as_bytes();
+    // 7*7, 7*'7', 1337+1
+    let mut i = 0;
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+    }
+    if i > 0 {
+        let rest = t[i..].trim_start();
+        if let Some(op) = rest.chars().next() {
+            if matches!(op, '*' | '+' | '-' | '/' | '%') {
+                let r = rest[1..].trim_start().trim_start_matches(['\'', '"']);
+                if r.starts_with(|c: char| c.is_ascii_digit()) {
+                    return true;
+                }
+            }
+        }
+    }
+    let l = t.to_ascii_lowercase();
+    l.contains("__")
+        || l.starts_with("config")
+        || l.starts_with("self")
+        || l.contains(".getclass(")
+        || l.contains("constructor")
+        || l.contains("t(java")
+        || l.contains("new java")
+        || l.contains("runtime")
+        || l.contains(".exec(")
+        || l.contains("popen")
+        || l.contains("import ")
+        || l.contains("\"\".class")
+        || l.contains("''.class")
+        || l.contains("request.")
+        || l.contains("#this")
+        || l.starts_with("#")
+        || l.contains("system(")
+        || l.contains("include(")
+        || l.contains("dump(")
+        || l.contains("range.constructor")
+}
+
+fn ssti(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    for (open, close) in [("{{", "}}"), ("${", "}"), ("#{", "}"), ("*{", "}"), ("<%=", "%>"), ("{%", "%}"), ("@(", ")"), ("[[", "]]"), ("{", "}")] {
+        let mut from = 0;
+        let mut n = 0;
+        while let Some(p) = memchr::memmem::find(&b[from..], open.as_bytes()) {
+            n += 1;
+            if n > 32 {
+                break;
+            }
+            let a = from + p + open.len();
+            let Some(q) = memchr::memmem::find(&b[a..], close.as_bytes()) else {
+                break;
+            };
+            let inner = &s[a..a + q];
+            let ok = if open == "{" || open == "@(" || open == "[[" {
+                // bare braces only with arithmetic probes or dunder access (Smarty, Razor)
+                template_expr(inner)
+                    && (inner.contains("__") || inner.trim().starts_with(|c: char| c.is_ascii_digit()))
+                    && inner.len() < 40
+            } else if open == "{%" {
+                let l = inner.to_ascii_lowercase();
+                l.contains("import") || l.contains("__") || l.contains("system") || l.contains("popen") || l.contains("include") || template_expr(inner)
+            } else {
+                template_expr(inner)
+            };
+            if ok {
+                let st = from + p;
+                return Some(Hit::new(Attack::Ssti, 85, s, st, a + q + close.len()));
+            }
+            from = a;
+        }
+    }
+    None
+}
+
+/// Code injection (PHP, Java/EL/OGNL, Python, Node.js, SSI) and template injection.
+pub fn code(s: &str, c: Classes) -> Option<Hit> {
+    let b = s.as_bytes();
+    let mut best: Option<Hit> = None;
+    for (m, conf, kind) in CODE_MARKERS {
+        if let Some(p) = find_ci(b, m.as_bytes()) {
+            if best.as_ref().is_none_or(|h| h.confidence < *conf) {
+                best = Some(Hit::new(*kind, *conf, s, p, p + m.len() + 20));
+            }
+        }
+    }
+    if best.as_ref().is_some_and(|h| h.confidence >= 85) {
+        return best;
+    }
+    if c.any(Classes::PAREN) {
+        // PHP function call with a code-shaped argument: system('id'), eval($_POST[x]), phpinfo()
+        for f in PHP_FUNCS {
+            let mut from = 0;
+            while let Some(p) = find_ci(&b[from..], f.as_bytes()) {
+                let at = from + p;
+                from = at + f.len();
+                let before_ok = at == 0 || !(b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'.');
+                let mut k = at + f.len();
+                while k < b.len() && b[k] == b' ' {
+                    k += 1;
+                }
+                if !before_ok || b.get(k) != Some(&b'(') {
+                    continue;
+                }
+                let arg = &s[k + 1..];
+                let arg_t = arg.trim_start();
+                let strong_arg = arg_t.starts_with('$')
+                    || arg_t.starts_with(")")
+                        && (*f == "phpinfo")
+                    || ((arg_t.starts_with('\'') || arg_t.starts_with('"') || arg_t.starts_with('`'))
+                        && !matches!(*f, "include" | "require" | "exec" | "eval" | "assert" | "fopen" | "preg_replace" | "array_map" | "unserialize" | "readfile"))
+                    || arg_t.starts_with("base64_decode")
+                    || arg_t.starts_with("str_rot13")
+                    || arg_t.starts_with("gzinflate")
+                    || arg_t.starts_with("$_");
+                if strong_arg {
+                    let conf = if *f == "phpinfo" || arg_t.starts_with('$') || arg_t.starts_with("base64_decode") {
+                        85
+                    } else {
+                        75
+                    };
+                    if best.as_ref().is_none_or(|h| h.confidence < conf) {
+                        best = Some(Hit::new(Attack::CodeInjection, conf, s, at, k + 20));
+                    }
+                }
+            }
+        }
+    }
+    if c.any(Classes::BRACE | Classes::ANGLE | Classes::PAREN) {
+        if let Some(h) = ssti(s) {
+            if best.as_ref().is_none_or(|x| x.confidence < h.confidence) {
+                best = Some(h);
+            }
+        }
+    }
+    // OGNL / EL expression blocks: %{...} ${...} with method calls
+    if let Some(p) = memchr::memmem::find(b, b"%{") {
+        let inner = &s[p..];
+        if inner.contains('(') && (inner.contains('#') || inner.contains('@')) {
+            let h = Hit::new(Attack::CodeInjection, 85, s, p, p + 60);
+            if best.as_ref().is_none_or(|x| x.confidence < 85) {
+                best = Some(h);
+            }
+        }
+    }
+    // OGNL chains: (#a=...).(#b=...)
+    if memchr::memmem::find(b, b"(#").is_some() && memchr::memmem::find(b, b").(#").is_some() {
+        let h = Hit::new(Attack::CodeInjection, 85, s, 0, 60);
+        if best.as_ref().is_none_or(|x| x.confidence < 85) {
+            best = Some(h);
+        }
+    }
+    best
+}
+
+/// JNDI lookups, including nested-lookup obfuscation (`${${lower:j}ndi:...}`).
+pub fn jndi(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let first = memchr::memmem::find(b, b"${")?;
+    if s.len() > 16 << 10 {
+        return find_ci(b, b"${jndi:").map(|p| Hit::new(Attack::Jndi, 95, s, p, p + 40));
+    }
+    let mut cur: String = s[first..].to_string();
+    for _ in 0..64 {
+        // innermost ${...}
+        let cb = cur.as_bytes();
+        let Some(close) = cb.iter().position(|&c| c == b'}') else {
+            break;
+        };
+        let Some(open) = cb[..close].windows(2).rposition(|w| w == b"${") else {
+            // a '}' without an opener before it: drop it
+            cur.replace_range(close..close + 1, "");
+            continue;
+        };
+        let inner = &cur[open + 2..close];
+        let li = inner.to_ascii_lowercase();
+        if li.starts_with("jndi:") || li.starts_with("jndi :") {
+            return Some(Hit::new(Attack::Jndi, 95, s, first, first + 60));
+        }
+        let repl: String = if let Some(p) = inner.rfind(":-") {
+            inner[p + 2..].to_string()
+        } else if let Some(rest) = li.strip_prefix("lower:").or_else(|| li.strip_prefix("upper:")) {
+            rest.to_string()
+        } else {
+            // unresolvable lookup (${env:X}, ${sys:y}): an opaque token
+            "x".to_string()
+        };
+        cur.replace_range(open..close + 1, &repl);
+    }
+    None
+}
+
+/// LDAP filter injection.
+pub fn ldap(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(p) = memchr::memmem::find(&b[from..], b")(") {
+        let at = from + p;
+        let rest = &b[at + 2..];
+        let op = matches!(rest.first(), Some(b'|' | b'&' | b'!'));
+        let mut k = 0;
+        while k < rest.len() && (rest[k].is_ascii_alphanumeric() || rest[k] == b'-' || rest[k] == b'_') {
+            k += 1;
+        }
+        let attr = k > 0 && matches!(rest.get(k), Some(b'=' | b'~' | b'<' | b'>'));
+        if op || attr {
+            return Some(Hit::new(Attack::Ldap, 80, s, at.saturating_sub(8), at + 16));
+        }
+        from = at + 2;
+    }
+    let t = s.trim_start();
+    if (t.starts_with("*)") || t.starts_with("(|(") || t.starts_with("(&(") || t.starts_with("*(|")) && t.contains('=') {
+        return Some(Hit::new(Attack::Ldap, 80, s, 0, 24));
+    }
+    None
+}
+
+/// XPath injection.
+pub fn xpath(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    for m in [
+        &b"::node()"[..],
+        b"child::",
+        b"descendant::",
+        b"ancestor::",
+        b"following-sibling::",
+        b"name(/",
+        b"count(/",
+        b"string-length(name(",
+        b"substring(name(",
+        b"]|//",
+        b"] | //",
+        b"//*[",
+        b"or name()=",
+        b"position()=",
+    ] {
+        if let Some(p) = find_ci(b, m) {
+            return Some(Hit::new(Attack::Xpath, 80, s, p, p + 30));
+        }
+    }
+    None
+}
+
+const NOSQL_OPS: &[&str] = &[
+    "ne", "gt", "gte", "lt", "lte", "in", "nin", "regex", "where", "exists", "expr", "function",
+    "accumulator", "elemmatch", "eq", "not", "nor", "or", "and", "type", "size", "mod", "all",
+    "text", "jsonschema", "lookup",
+];
+
+/// A parameter or JSON key naming a MongoDB query operator (`$ne`, `user[$regex]`).
+pub fn nosql_name(name: &str) -> Option<Hit> {
+    let p = memchr::memchr(b'$', name.as_bytes())?;
+    let rest = &name[p + 1..];
+    let op: String = rest
+        .bytes()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .map(|c| c.to_ascii_lowercase() as char)
+        .collect();
+    let before_ok = p == 0 || name.as_bytes()[p - 1] == b'[';
+    if before_ok && NOSQL_OPS.contains(&op.as_str()) {
+        let conf = if matches!(op.as_str(), "or" | "and" | "not" | "eq" | "in" | "type" | "size" | "text" | "all") {
+            50
+        } else {
+            85
+        };
+        return Some(Hit::new(Attack::Nosql, conf, name, p, p + 1 + op.len()));
+    }
+    None
+}
+
+/// NoSQL operators or `$where` JavaScript inside a value.
+pub fn nosql_value(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    if let Some(p) = find_ci(b, b"$where") {
+        return Some(Hit::new(Attack::Nosql, 85, s, p, p + 40));
+    }
+    let mut from = 0;
+    while let Some(p) = memchr::memchr(b'$', &b[from..]) {
+        let at = from + p;
+        from = at + 1;
+        let before = if at == 0 { b' ' } else { b[at - 1] };
+        if !matches!(before, b'{' | b'"' | b'\'' | b'[' | b' ' | b',') {
+            continue;
+        }
+        if let Some(h) = nosql_name(&s[at..]) {
+            let after_name = &s[at + 1..];
+            let shaped = after_name.trim_start_matches(|c: char| c.is_ascii_alphabetic()).trim_start_matches(['"', '\'', ']']).trim_start().starts_with(':')
+                || before == b'[';
+            if shaped && h.confidence >= 85 {
+                return Some(Hit::new(Attack::Nosql, 80, s, at, at + 20));
+            }
+        }
+    }
+    None
+}
+
+const SCANNERS: &[&str] = &[
+    "sqlmap", "nikto", "nmap", "masscan", "nuclei", "acunetix", "wpscan", "dirbuster", "gobuster",
+    "ffuf", "zgrab", "w3af", "netsparker", "appscan", "openvas", "havij", "hydra", "jorgee",
+    "fimap", "zmeu", "nessus", "arachni", "whatweb", "feroxbuster", "commix", "xsstrike",
+    "dirsearch", "wfuzz", "burpcollaborator", "skipfish", "vega/", "paros", "webinspect",
+    "qualys", "struts-pwn", "log4j-scan", "interactsh", "morfeus", "fuzz faster", "go-http-client/1.1 nuclei",
+];
+
+/// Scanner and exploit-tool User-Agents (monitor-level confidence).
+pub fn scanner(ua: &str) -> Option<Hit> {
+    let b = ua.as_bytes();
+    for s in SCANNERS {
+        if let Some(p) = find_ci(b, s.as_bytes()) {
+            return Some(Hit::new(Attack::Scanner, 40, ua, p, p + s.len()));
+        }
+    }
+    None
+}
+
+const SCRIPT_EXT: &[&str] = &[
+    "php", "php3", "php4", "php5", "php7", "php8", "phtml", "pht", "phar", "phps", "jsp", "jspx",
+    "jspf", "asp", "aspx", "ashx", "asmx", "asa", "cer", "cfm", "cgi", "pl", "sh", "war",
+    "shtml", "htaccess", "exe", "bat", "cmd", "ps1", "vbs", "hta", "py",
+];
+
+/// Upload of a server-side script: by file name (`shell.php`, `a.php.jpg`,
+/// `.htaccess`, NUL tricks) or by content (`<?php`, `<%@`).
+pub fn upload(filename: &str, content: Option<&[u8]>) -> Option<Hit> {
+    let f = filename.trim().trim_matches('"').to_ascii_lowercase();
+    let base = f.rsplit(['/', '\\']).next().unwrap_or(&f);
+    let base = base.split('\0').next().unwrap_or(base);
+    let parts: Vec<&str> = base.split('.').collect();
+    if base == ".htaccess" || base == ".user.ini" || base == "web.config" {
+        return Some(Hit::new(Attack::Upload, 85, filename, 0, filename.len()));
+    }
+    if parts.len() >= 2 {
+        for (i, ext) in parts.iter().enumerate().skip(1) {
+            let e = ext.trim_end_matches([' ', ':', ';', '$']);
+            let e = e.split(';').next().unwrap_or(e);
+            if SCRIPT_EXT.contains(&e) && !(matches!(e, "py" | "sh" | "exe" | "bat" | "cmd" | "ps1" | "pl" | "cgi") && i + 1 < parts.len()) {
+                return Some(Hit::new(Attack::Upload, 85, filename, 0, filename.len()));
+            }
+        }
+    }
+    if let Some(c) = content {
+        let head = &c[..c.len().min(64 << 10)];
+        for m in [&b"<?php"[..], b"<?=", b"<%@", b"<jsp:", b"<% ", b"<%\n", b"<%\r", b"eval(base64_decode", b"<?\n"] {
+            if let Some(p) = find_ci(head, m) {
+                let text = String::from_utf8_lossy(&head[p..head.len().min(p + 40)]).into_owned();
+                return Some(Hit {
+                    attack: Attack::Upload,
+                    confidence: 85,
+                    fragment: text,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// A script extension followed by another extension in the last path segment
+/// (`/uploads/shell.php.jpg`: Apache multi-extension handler abuse).
+pub fn double_extension(segment: &str) -> Option<Hit> {
+    let l = segment.to_ascii_lowercase();
+    let parts: Vec<&str> = l.split('.').collect();
+    if parts.len() < 3 {
+        return None;
+    }
+    for ext in &parts[1..parts.len() - 1] {
+        if matches!(*ext, "php" | "php3" | "php4" | "php5" | "phtml" | "jsp" | "asp" | "aspx" | "cgi" | "pl") {
+            return Some(Hit::new(Attack::Upload, 70, segment, 0, segment.len()));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_cases() {
+        assert!(traversal("../../../../etc/passwd").is_some());
+        assert!(traversal("file2/../../../../etc/passwd").is_some());
+        assert!(traversal("/etc/passwd").is_some());
+        assert!(traversal("php://filter/convert.base64-encode/resource=index").is_some());
+        assert!(traversal("/cgi-bin/../../../../bin/sh").is_some());
+        assert!(traversal("/images/logo.png").is_none());
+        assert!(traversal("see ../readme for details").is_none());
+        assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
+    }
+
+    #[test]
+    fn ssrf_cases() {
+        assert!(ssrf("http://169.254.169.254/latest/meta-data/").is_some_and(|h| h.confidence >= 85));
+        assert!(ssrf("http://127.0.0.1:8080/admin").is_some());
+        assert!(ssrf("gopher://x:25/_HELO").is_some());
+        assert!(ssrf("url=http://www.example.com/tan?usp=4#8").is_none());
+        assert!(ssrf("http://user@localhost/").is_some());
+    }
+
+    #[test]
+    fn xxe_crlf() {
+        assert!(xxe("<!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>").is_some());
+        assert!(xxe("<a>b</a>").is_none());
+        assert!(crlf("x\r\nSet-Cookie: a=b").is_some());
+        assert!(crlf("\u{560D}\u{560A}Set-cookie:crlf=injection").is_some());
+        assert!(crlf("line one\nline two: fine").is_none());
+    }
+
+    #[test]
+    fn code_cases() {
+        let c = |s: &str| code(s, Classes::of(s.as_bytes())).is_some_and(|h| h.confidence >= 60);
+        assert!(c("{{7*7}}"));
+        assert!(c("${7*'7'}"));
+        assert!(c("{{''.__class__.__mro__[1]}}"));
+        assert!(c("<?php system($_GET['c']); ?>"));
+        assert!(c("system('id')"));
+        assert!(c("%{(#_memberAccess=@ognl.OgnlContext@DEFAULT_MEMBER_ACCESS)}"));
+        assert!(c("__import__('os').system('id')"));
+        assert!(c("<!--#exec cmd=\"ls\" -->"));
+        assert!(!c("Hello {{name}}, welcome"));
+        assert!(!c("}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"));
+        assert!(!c("the system (as a whole) works"));
+    }
+
+    #[test]
+    fn jndi_ldap_nosql() {
+        assert!(jndi("${jndi:ldap://x/a}").is_some());
+        assert!(jndi("${${lower:j}${::-n}di:rmi://x/a}").is_some());
+        assert!(jndi("${env:HOME}").is_none());
+        assert!(ldap("*)(uid=*))(|(uid=*").is_some());
+        assert!(ldap("(a)(b)").is_none());
+        assert!(nosql_name("user[$ne]").is_some());
+        assert!(nosql_name("price$").is_none());
+        assert!(nosql_value("{\"$where\": \"sleep(100)\"}").is_some());
+        assert!(upload("shell.php", None).is_some());
+        assert!(upload("a.php.jpg", None).is_some());
+        assert!(upload("photo.jpg", Some(b"\xff\xd8")).is_none());
+        assert!(double_extension("apache.php.jpeg").is_some());
+        assert!(scanner("sqlmap/1.5").is_some());
+        assert!(scanner("Mozilla/5.0").is_none());
+    }
+}

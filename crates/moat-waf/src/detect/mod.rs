@@ -1,0 +1,321 @@
+//! Detectors. Each takes one decoded value and returns at most one [`Hit`].
+
+pub mod cmdi;
+pub mod misc;
+pub mod sqli;
+pub mod xss;
+
+use serde::Serialize;
+
+/// Attack families (the detector names used in findings, events and exclusions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Attack {
+    /// SQL injection.
+    Sqli,
+    /// Cross-site scripting.
+    Xss,
+    /// OS command injection.
+    Cmdi,
+    /// Path traversal / local file inclusion.
+    PathTraversal,
+    /// Server-side request forgery / remote file inclusion.
+    Ssrf,
+    /// XML external entities.
+    Xxe,
+    /// CRLF / header injection.
+    Crlf,
+    /// Code injection (PHP, Java EL/OGNL, Python, JS, server-side includes).
+    CodeInjection,
+    /// Server-side template injection.
+    Ssti,
+    /// JNDI lookups (Log4Shell).
+    Jndi,
+    /// LDAP filter injection.
+    Ldap,
+    /// NoSQL operator injection.
+    Nosql,
+    /// XPath injection.
+    Xpath,
+    /// Upload of an executable file.
+    Upload,
+    /// A scanner or exploit tool (User-Agent).
+    Scanner,
+    /// An inspection limit was hit.
+    Limit,
+}
+
+impl Attack {
+    /// Detector name, e.g. `sqli`, `path-traversal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attack::Sqli => "sqli",
+            Attack::Xss => "xss",
+            Attack::Cmdi => "cmdi",
+            Attack::PathTraversal => "path-traversal",
+            Attack::Ssrf => "ssrf",
+            Attack::Xxe => "xxe",
+            Attack::Crlf => "crlf",
+            Attack::CodeInjection => "code-injection",
+            Attack::Ssti => "ssti",
+            Attack::Jndi => "jndi",
+            Attack::Ldap => "ldap",
+            Attack::Nosql => "nosql",
+            Attack::Xpath => "xpath",
+            Attack::Upload => "upload",
+            Attack::Scanner => "scanner",
+            Attack::Limit => "limit",
+        }
+    }
+
+    /// Every detector, for docs and validation of exclusions.
+    pub const ALL: [Attack; 16] = [
+        Attack::Sqli,
+        Attack::Xss,
+        Attack::Cmdi,
+        Attack::PathTraversal,
+        Attack::Ssrf,
+        Attack::Xxe,
+        Attack::Crlf,
+        Attack::CodeInjection,
+        Attack::Ssti,
+        Attack::Jndi,
+        Attack::Ldap,
+        Attack::Nosql,
+        Attack::Xpath,
+        Attack::Upload,
+        Attack::Scanner,
+        Attack::Limit,
+    ];
+}
+
+impl std::fmt::Display for Attack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One detector result on one value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Attack family.
+    pub attack: Attack,
+    /// Confidence, 0-100.
+    pub confidence: u8,
+    /// The matched fragment (at most [`MAX_FRAGMENT`] bytes).
+    pub fragment: String,
+}
+
+/// Longest fragment kept in a finding.
+pub const MAX_FRAGMENT: usize = 120;
+
+impl Hit {
+    /// A hit whose fragment is `s[start..end]` (clamped to char boundaries and length).
+    pub fn new(attack: Attack, confidence: u8, s: &str, start: usize, end: usize) -> Hit {
+        let mut a = start.min(s.len());
+        while a > 0 && !s.is_char_boundary(a) {
+            a -= 1;
+        }
+        let mut e = end.clamp(a, s.len()).min(a + MAX_FRAGMENT);
+        while e < s.len() && !s.is_char_boundary(e) {
+            e -= 1;
+        }
+        if e < a {
+            e = a;
+        }
+        Hit {
+            attack,
+            confidence,
+            fragment: s[a..e].to_string(),
+        }
+    }
+}
+
+/// Byte classes present in a value, computed in one pass; detectors run only
+/// when their trigger characters are present.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Classes(pub u32);
+
+impl Classes {
+    /// `'` or `"` or `` ` ``.
+    pub const QUOTE: u32 = 1;
+    /// `<` or `>`.
+    pub const ANGLE: u32 = 1 << 1;
+    /// `(` or `)`.
+    pub const PAREN: u32 = 1 << 2;
+    /// `;` `|` `&` or a newline.
+    pub const SEP: u32 = 1 << 3;
+    /// `$` or `` ` ``.
+    pub const DOLLAR: u32 = 1 << 4;
+    /// `{` or `}`.
+    pub const BRACE: u32 = 1 << 5;
+    /// `%`.
+    pub const PERCENT: u32 = 1 << 6;
+    /// `\`.
+    pub const BACKSLASH: u32 = 1 << 7;
+    /// `/`.
+    pub const SLASH: u32 = 1 << 8;
+    /// `:`.
+    pub const COLON: u32 = 1 << 9;
+    /// `=`.
+    pub const EQ: u32 = 1 << 10;
+    /// `-` `#` `*`.
+    pub const COMMENT: u32 = 1 << 11;
+    /// `[` `]`.
+    pub const BRACKET: u32 = 1 << 12;
+    /// `.`.
+    pub const DOT: u32 = 1 << 13;
+    /// Control characters (CR, LF, NUL, ...).
+    pub const CTRL: u32 = 1 << 14;
+    /// `+`.
+    pub const PLUS: u32 = 1 << 15;
+    /// `@` `!` `^` `~` `,` `?`.
+    pub const MISC: u32 = 1 << 16;
+    /// Non-ASCII bytes.
+    pub const HIGH: u32 = 1 << 17;
+
+    /// Scans `s` once.
+    pub fn of(s: &[u8]) -> Classes {
+        static TABLE: [u32; 256] = {
+            let mut t = [0u32; 256];
+            let mut i = 0;
+            while i < 256 {
+                let c = i as u8;
+                t[i] = match c {
+                    b'\'' | b'"' => Classes::QUOTE,
+                    b'`' => Classes::QUOTE | Classes::DOLLAR,
+                    b'<' | b'>' => Classes::ANGLE,
+                    b'(' | b')' => Classes::PAREN,
+                    b';' | b'|' | b'&' => Classes::SEP,
+                    b'\n' | b'\r' => Classes::SEP | Classes::CTRL,
+                    b'$' => Classes::DOLLAR,
+                    b'{' | b'}' => Classes::BRACE,
+                    b'%' => Classes::PERCENT,
+                    b'\\' => Classes::BACKSLASH,
+                    b'/' => Classes::SLASH,
+                    b':' => Classes::COLON,
+                    b'=' => Classes::EQ,
+                    b'-' | b'#' | b'*' => Classes::COMMENT,
+                    b'[' | b']' => Classes::BRACKET,
+                    b'.' => Classes::DOT,
+                    b'+' => Classes::PLUS,
+                    b'@' | b'!' | b'^' | b'~' | b',' | b'?' => Classes::MISC,
+                    0..=8 | 11 | 12 | 14..=31 | 127 => Classes::CTRL,
+                    128..=255 => Classes::HIGH,
+                    _ => 0,
+                };
+                i += 1;
+            }
+            t
+        };
+        let mut m = 0u32;
+        for &b in s {
+            m |= TABLE[b as usize];
+        }
+        Classes(m)
+    }
+
+    /// True if any of `bits` is present.
+    pub fn any(self, bits: u32) -> bool {
+        self.0 & bits != 0
+    }
+}
+
+/// Which detectors apply to a location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A parameter value (query, form, JSON, XML, cookie, multipart field): all detectors.
+    Value,
+    /// The URL path: traversal, sensitive files, CRLF, plus per-segment injections.
+    Path,
+    /// A header value: injections, no SSRF (URLs are normal there).
+    Header,
+    /// A parameter or JSON key name.
+    Name,
+}
+
+/// Runs every applicable detector on one decoded value; calls `out` per hit.
+pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
+    let b = s.as_bytes();
+    let c = Classes::of(b);
+    let q = Classes::QUOTE;
+    let p = Classes::PAREN;
+    if scope == Scope::Name {
+        if let Some(h) = misc::nosql_name(s) {
+            out(h);
+        }
+        if c.any(Classes::ANGLE | q | p | Classes::SEP | Classes::DOLLAR | Classes::BRACE) {
+            if let Some(h) = xss::detect(s, c) {
+                out(h);
+            }
+            if let Some(h) = sqli::detect(s) {
+                out(h);
+            }
+        }
+        return;
+    }
+    if c.any(q | p | Classes::COMMENT | Classes::EQ | Classes::SEP | Classes::MISC) || has_sql_word(b)
+    {
+        if let Some(h) = sqli::detect(s) {
+            out(h);
+        }
+    }
+    if c.any(Classes::ANGLE | p | Classes::COLON | Classes::BRACKET | Classes::QUOTE | Classes::PLUS)
+    {
+        if let Some(h) = xss::detect(s, c) {
+            out(h);
+        }
+    }
+    if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE) {
+        if let Some(h) = cmdi::detect(s) {
+            out(h);
+        }
+    }
+    if c.any(Classes::SLASH | Classes::BACKSLASH | Classes::DOT | Classes::COLON) {
+        if let Some(h) = misc::traversal(s) {
+            out(h);
+        }
+        if scope == Scope::Value {
+            if let Some(h) = misc::ssrf(s) {
+                out(h);
+            }
+        }
+    }
+    if c.any(Classes::ANGLE) {
+        if let Some(h) = misc::xxe(s) {
+            out(h);
+        }
+    }
+    if c.any(Classes::CTRL | Classes::HIGH) {
+        if let Some(h) = misc::crlf(s) {
+            out(h);
+        }
+    }
+    if c.any(Classes::DOLLAR | Classes::BRACE | p | Classes::ANGLE | Classes::MISC | Classes::DOT) {
+        if let Some(h) = misc::code(s, c) {
+            out(h);
+        }
+    }
+    if c.any(Classes::DOLLAR) && c.any(Classes::BRACE) {
+        if let Some(h) = misc::jndi(s) {
+            out(h);
+        }
+    }
+    if c.any(p) {
+        if let Some(h) = misc::ldap(s) {
+            out(h);
+        }
+        if let Some(h) = misc::xpath(s) {
+            out(h);
+        }
+    }
+    if c.any(Classes::DOLLAR) {
+        if let Some(h) = misc::nosql_value(s) {
+            out(h);
+        }
+    }
+}
+
+fn has_sql_word(b: &[u8]) -> bool {
+    b.len() >= 6 && crate::util::contains_ci(b, b"select")
+}

@@ -1,0 +1,888 @@
+//! SQL injection: a SQL lexer (MySQL, PostgreSQL, MSSQL, Oracle, SQLite
+//! syntax: quotes with doubling and backslash escapes, `--`, `#`, `/* */` and
+//! MySQL `/*! */` comments, `@var`/`@@var`, hex and exponent numbers) and a
+//! grammar check run in three input contexts: the value inserted bare (numeric
+//! context), inside a single-quoted string and inside a double-quoted string.
+//!
+//! A value is an injection when, in some context, it breaks out of that
+//! context and continues with SQL structure: `UNION SELECT`, a `SELECT` with a
+//! select list and `FROM`, stacked statements, a boolean tautology
+//! (`' OR 'a'='a`), a clause after closing parentheses, or a time/out-of-band
+//! function call. English text does not lex into those shapes.
+
+use super::{Attack, Hit};
+
+/// Token kinds of the SQL lexer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum T {
+    Str,
+    Num,
+    Word,
+    Kw(K),
+    Var,
+    Cmp,
+    Bool,
+    Concat,
+    Arith,
+    LParen,
+    RParen,
+    Comma,
+    Semi,
+    Dot,
+    Comment,
+    Other,
+}
+
+/// Keyword classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum K {
+    Union,
+    Select,
+    From,
+    Clause,
+    Stmt,
+    Case,
+    CmpWord,
+    Literal,
+    All,
+    Delay,
+    As,
+    Into,
+    Table,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tok {
+    pub t: T,
+    pub s: usize,
+    pub e: usize,
+}
+
+const MAX_TOKENS: usize = 512;
+
+fn keyword(w: &[u8]) -> Option<K> {
+    let mut buf = [0u8; 16];
+    if w.len() > buf.len() {
+        return None;
+    }
+    for (i, b) in w.iter().enumerate() {
+        buf[i] = b.to_ascii_lowercase();
+    }
+    let l = &buf[..w.len()];
+    Some(match l {
+        b"union" => K::Union,
+        b"select" => K::Select,
+        b"from" => K::From,
+        b"where" | b"order" | b"group" | b"having" | b"limit" | b"procedure" | b"offset"
+        | b"join" => K::Clause,
+        b"insert" | b"update" | b"delete" | b"drop" | b"declare" | b"exec" | b"execute"
+        | b"create" | b"alter" | b"truncate" | b"shutdown" | b"waitfor" | b"grant"
+        | b"revoke" => K::Stmt,
+        b"case" | b"when" | b"then" | b"else" | b"end" => K::Case,
+        b"like" | b"rlike" | b"regexp" | b"between" | b"is" | b"in" | b"sounds"
+        | b"glob" => K::CmpWord,
+        b"null" | b"true" | b"false" => K::Literal,
+        b"all" | b"distinct" => K::All,
+        b"delay" | b"time" => K::Delay,
+        b"as" => K::As,
+        b"into" | b"outfile" | b"dumpfile" => K::Into,
+        b"table" | b"database" | b"schema" | b"user" | b"login" | b"procedure_" => K::Table,
+        _ => return None,
+    })
+}
+
+fn is_bool_word(w: &[u8]) -> bool {
+    w.eq_ignore_ascii_case(b"and")
+        || w.eq_ignore_ascii_case(b"or")
+        || w.eq_ignore_ascii_case(b"xor")
+        || w.eq_ignore_ascii_case(b"not")
+        || w.eq_ignore_ascii_case(b"div")
+        || w.eq_ignore_ascii_case(b"mod")
+}
+
+/// Functions that only make sense in an attack: delays, out-of-band, file and
+/// error-based extraction.
+fn dangerous_function(w: &[u8]) -> bool {
+    const F: &[&[u8]] = &[
+        b"sleep",
+        b"benchmark",
+        b"pg_sleep",
+        b"extractvalue",
+        b"updatexml",
+        b"load_file",
+        b"xp_cmdshell",
+        b"xp_dirtree",
+        b"get_host_address",
+        b"get_host_name",
+        b"receive_message",
+        b"randomblob",
+        b"dbms_pipe",
+        b"make_set",
+        b"elt",
+        b"exp",
+        b"geometrycollection",
+        b"polygon",
+        b"multipoint",
+        b"name_const",
+        b"gtid_subset",
+        b"json_keys",
+        b"fn_varbintohexstr",
+        b"pg_read_file",
+        b"lo_import",
+        b"sys_eval",
+        b"sys_exec",
+        b"utl_http",
+        b"httpuritype",
+        b"ctxsys",
+        b"dbms_xmlgen",
+    ];
+    F.iter().any(|f| f.eq_ignore_ascii_case(w))
+}
+
+/// Functions and identifiers typical of injected queries (used as weaker evidence).
+fn sql_function(w: &[u8]) -> bool {
+    const F: &[&[u8]] = &[
+        b"version",
+        b"database",
+        b"user",
+        b"current_user",
+        b"system_user",
+        b"session_user",
+        b"schema",
+        b"char",
+        b"chr",
+        b"concat",
+        b"concat_ws",
+        b"group_concat",
+        b"substring",
+        b"substr",
+        b"mid",
+        b"ascii",
+        b"ord",
+        b"cast",
+        b"convert",
+        b"if",
+        b"ifnull",
+        b"iif",
+        b"nullif",
+        b"coalesce",
+        b"length",
+        b"len",
+        b"count",
+        b"hex",
+        b"unhex",
+        b"md5",
+        b"to_char",
+        b"json_extract",
+        b"json_depth",
+        b"version",
+        b"rand",
+        b"row",
+        b"exists",
+        b"case",
+        b"select",
+    ];
+    F.iter().any(|f| f.eq_ignore_ascii_case(w))
+}
+
+fn suspicious_table(w: &[u8]) -> bool {
+    const F: &[&[u8]] = &[
+        b"information_schema",
+        b"sysobjects",
+        b"syscolumns",
+        b"all_tables",
+        b"user_tables",
+        b"pg_catalog",
+        b"pg_shadow",
+        b"sqlite_master",
+        b"mysql",
+        b"dual",
+        b"master",
+        b"sys",
+    ];
+    F.iter().any(|f| f.eq_ignore_ascii_case(w))
+}
+
+/// Lexes `s`. With `ctx` = `Some(q)` the input is taken to start inside a
+/// string opened by quote `q`: the first token is that string, up to the
+/// input's first unescaped `q`. Returns false when the input never leaves the
+/// string (nothing to analyse in that context).
+pub(crate) fn lex(s: &[u8], ctx: Option<u8>, out: &mut Vec<Tok>) -> bool {
+    out.clear();
+    let mut i = 0;
+    if let Some(q) = ctx {
+        let mut j = 0;
+        loop {
+            if j >= s.len() {
+                return false;
+            }
+            if s[j] == b'\\' {
+                j += 2;
+                continue;
+            }
+            if s[j] == q {
+                if j + 1 < s.len() && s[j + 1] == q {
+                    j += 2;
+                    continue;
+                }
+                break;
+            }
+            j += 1;
+        }
+        out.push(Tok {
+            t: T::Str,
+            s: 0,
+            e: j + 1,
+        });
+        i = j + 1;
+    }
+    while i < s.len() && out.len() < MAX_TOKENS {
+        let c = s[i];
+        let start = i;
+        let t = match c {
+            b' ' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c | 0 => {
+                i += 1;
+                continue;
+            }
+            b'\'' | b'"' => {
+                let q = c;
+                i += 1;
+                while i < s.len() {
+                    if s[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if s[i] == q {
+                        if i + 1 < s.len() && s[i + 1] == q {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i = (i + 1).min(s.len());
+                T::Str
+            }
+            b'`' => {
+                i += 1;
+                while i < s.len() && s[i] != b'`' {
+                    i += 1;
+                }
+                i = (i + 1).min(s.len());
+                T::Word
+            }
+            b'0'..=b'9' => {
+                if c == b'0' && i + 1 < s.len() && (s[i + 1] == b'x' || s[i + 1] == b'X') {
+                    i += 2;
+                    while i < s.len() && s[i].is_ascii_hexdigit() {
+                        i += 1;
+                    }
+                    T::Num
+                } else {
+                    let mut plain = true;
+                    while i < s.len() && s[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    if i < s.len() && s[i] == b'.' {
+                        plain = false;
+                        i += 1;
+                        while i < s.len() && s[i].is_ascii_digit() {
+                            i += 1;
+                        }
+                    }
+                    if i + 1 < s.len()
+                        && (s[i] == b'e' || s[i] == b'E')
+                        && (s[i + 1].is_ascii_digit()
+                            || ((s[i + 1] == b'-' || s[i + 1] == b'+')
+                                && i + 2 < s.len()
+                                && s[i + 2].is_ascii_digit()))
+                    {
+                        plain = false;
+                        i += 2;
+                        while i < s.len() && s[i].is_ascii_digit() {
+                            i += 1;
+                        }
+                    }
+                    if plain && i < s.len() && (s[i].is_ascii_alphabetic() || s[i] == b'_') {
+                        while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_') {
+                            i += 1;
+                        }
+                        T::Word
+                    } else {
+                        T::Num
+                    }
+                }
+            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' | b'$' => {
+                while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_' || s[i] == b'$')
+                {
+                    i += 1;
+                }
+                let w = &s[start..i];
+                if is_bool_word(w) {
+                    T::Bool
+                } else if let Some(k) = keyword(w) {
+                    T::Kw(k)
+                } else {
+                    T::Word
+                }
+            }
+            b'@' => {
+                i += 1;
+                if i < s.len() && s[i] == b'@' {
+                    i += 1;
+                }
+                while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_') {
+                    i += 1;
+                }
+                T::Var
+            }
+            b'-' if i + 1 < s.len() && s[i + 1] == b'-' => {
+                while i < s.len() && s[i] != b'\n' {
+                    i += 1;
+                }
+                T::Comment
+            }
+            b'#' => {
+                while i < s.len() && s[i] != b'\n' {
+                    i += 1;
+                }
+                T::Comment
+            }
+            b'/' if i + 1 < s.len() && s[i + 1] == b'*' => {
+                if i + 2 < s.len() && s[i + 2] == b'!' {
+                    // MySQL executable comment: its content is code.
+                    i += 3;
+                    while i < s.len() && s[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                    continue;
+                }
+                i += 2;
+                match memchr::memmem::find(&s[i..], b"*/") {
+                    Some(p) => i += p + 2,
+                    None => i = s.len(),
+                }
+                T::Comment
+            }
+            b'*' if i + 1 < s.len() && s[i + 1] == b'/' => {
+                i += 2;
+                continue;
+            }
+            b'=' | b'<' | b'>' | b'!' => {
+                i += 1;
+                while i < s.len() && matches!(s[i], b'=' | b'<' | b'>') && i - start < 3 {
+                    i += 1;
+                }
+                if c == b'!' && i == start + 1 {
+                    T::Arith
+                } else {
+                    T::Cmp
+                }
+            }
+            b'|' => {
+                i += 1;
+                if i < s.len() && s[i] == b'|' {
+                    i += 1;
+                    T::Concat
+                } else {
+                    T::Arith
+                }
+            }
+            b'&' => {
+                i += 1;
+                if i < s.len() && s[i] == b'&' {
+                    i += 1;
+                    T::Bool
+                } else {
+                    T::Arith
+                }
+            }
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'^' | b'~' => {
+                i += 1;
+                T::Arith
+            }
+            b':' => {
+                i += 1;
+                if i < s.len() && (s[i] == b'=' || s[i] == b':') {
+                    i += 1;
+                }
+                T::Other
+            }
+            b'(' => {
+                i += 1;
+                T::LParen
+            }
+            b')' => {
+                i += 1;
+                T::RParen
+            }
+            b',' => {
+                i += 1;
+                T::Comma
+            }
+            b';' => {
+                i += 1;
+                T::Semi
+            }
+            b'.' => {
+                i += 1;
+                T::Dot
+            }
+            _ => {
+                i += 1;
+                T::Other
+            }
+        };
+        out.push(Tok { t, s: start, e: i });
+    }
+    true
+}
+
+struct View<'a> {
+    s: &'a [u8],
+    toks: Vec<Tok>,
+}
+
+impl View<'_> {
+    fn word(&self, i: usize) -> &[u8] {
+        let t = self.toks[i];
+        &self.s[t.s..t.e]
+    }
+    fn t(&self, i: usize) -> Option<T> {
+        self.toks.get(i).map(|t| t.t)
+    }
+    fn is_call(&self, i: usize) -> bool {
+        matches!(self.t(i), Some(T::Word | T::Kw(_))) && self.t(i + 1) == Some(T::LParen)
+    }
+    /// An operand: literal, identifier, variable, function call or parenthesised
+    /// expression. Returns the index after it.
+    fn operand(&self, i: usize) -> Option<usize> {
+        let mut i = i;
+        while matches!(self.t(i), Some(T::Arith)) {
+            i += 1;
+        }
+        match self.t(i)? {
+            T::Str | T::Num | T::Var | T::Kw(K::Literal) => Some(i + 1),
+            T::Word | T::Kw(_) => {
+                if self.is_call(i) {
+                    self.skip_parens(i + 1)
+                } else {
+                    let mut j = i + 1;
+                    while self.t(j) == Some(T::Dot)
+                        && matches!(self.t(j + 1), Some(T::Word | T::Kw(_)))
+                    {
+                        j += 2;
+                    }
+                    Some(j)
+                }
+            }
+            T::LParen => self.skip_parens(i),
+            _ => None,
+        }
+    }
+    fn skip_parens(&self, i: usize) -> Option<usize> {
+        let mut depth = 0usize;
+        let mut j = i;
+        while j < self.toks.len() {
+            match self.toks[j].t {
+                T::LParen => depth += 1,
+                T::RParen => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        return Some(j + 1);
+                    }
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        Some(j)
+    }
+    fn end_or_comment(&self, i: usize) -> bool {
+        match self.t(i) {
+            None => true,
+            Some(T::Comment | T::Semi) => true,
+            Some(T::Str) => self.toks[i].e == self.s.len() && i + 1 == self.toks.len(),
+            _ => false,
+        }
+    }
+    fn cmp_at(&self, i: usize) -> bool {
+        matches!(self.t(i), Some(T::Cmp | T::Kw(K::CmpWord)))
+    }
+    fn next_non_comment(&self, mut i: usize) -> usize {
+        while self.t(i) == Some(T::Comment) {
+            i += 1;
+        }
+        i
+    }
+}
+
+/// Evaluates the grammar rules on one lexed context; returns (confidence, token range).
+fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
+    let n = v.toks.len();
+    let mut best: Option<(u8, usize, usize)> = None;
+    let take = |c: u8, a: usize, b: usize, best: &mut Option<(u8, usize, usize)>| {
+        if best.is_none_or(|x| x.0 < c) {
+            *best = Some((c, a, b));
+        }
+    };
+    // Did the input leave its context? Quote contexts always have (lex checked);
+    // the bare context counts when it starts with a number or closing paren.
+    let breakout = ctx.is_some()
+        || matches!(v.t(0), Some(T::Num | T::RParen))
+        || (v.t(0) == Some(T::Word) && matches!(v.t(1), Some(T::RParen)));
+    let start = if ctx.is_some() { 1 } else { 0 };
+    for i in 0..n {
+        match v.toks[i].t {
+            T::Kw(K::Union) => {
+                let mut j = v.next_non_comment(i + 1);
+                if v.t(j) == Some(T::Kw(K::All)) {
+                    j = v.next_non_comment(j + 1);
+                }
+                while v.t(j) == Some(T::LParen) {
+                    j += 1;
+                }
+                if v.t(j) == Some(T::Kw(K::Select)) {
+                    take(95, i, (j + 1).min(n), &mut best);
+                }
+            }
+            T::Kw(K::Select) => {
+                if let Some(end) = select_shape(v, i) {
+                    take(85, i, end, &mut best);
+                }
+            }
+            T::Kw(K::Stmt) if i == start || (i > 0 && v.t(i - 1) == Some(T::Semi)) => {
+                let w = v.word(i).to_ascii_lowercase();
+                let nx = v.t(i + 1);
+                let strong = match w.as_slice() {
+                    b"declare" => nx == Some(T::Var),
+                    b"exec" | b"execute" => {
+                        matches!(nx, Some(T::LParen | T::Var))
+                            || (matches!(nx, Some(T::Word))
+                                && (v.word(i + 1).len() > 3
+                                    && (v.word(i + 1)[..3].eq_ignore_ascii_case(b"xp_")
+                                        || v.word(i + 1)[..3].eq_ignore_ascii_case(b"sp_")
+                                        || v.word(i + 1).eq_ignore_ascii_case(b"master"))))
+                    }
+                    b"waitfor" => nx == Some(T::Kw(K::Delay)),
+                    b"drop" | b"create" | b"truncate" | b"alter" => {
+                        nx == Some(T::Kw(K::Table))
+                    }
+                    b"shutdown" => v.end_or_comment(i + 1),
+                    b"insert" => nx == Some(T::Kw(K::Into)),
+                    b"delete" => nx == Some(T::Kw(K::From)),
+                    b"update" => {
+                        nx == Some(T::Word)
+                            && v.t(i + 2) == Some(T::Word)
+                            && v.word(i + 2).eq_ignore_ascii_case(b"set")
+                    }
+                    _ => false,
+                };
+                let stacked = i > 0 && v.t(i - 1) == Some(T::Semi);
+                if strong {
+                    take(if stacked || breakout { 90 } else { 75 }, i, (i + 2).min(n), &mut best);
+                }
+            }
+            T::Word | T::Kw(_) if v.is_call(i) && dangerous_function(v.word(i)) => {
+                let prev = if i == 0 { None } else { v.t(i - 1) };
+                let ctxok = i == 0
+                    || matches!(
+                        prev,
+                        Some(
+                            T::Bool
+                                | T::Concat
+                                | T::Arith
+                                | T::Cmp
+                                | T::LParen
+                                | T::Comma
+                                | T::Semi
+                                | T::Kw(_)
+                                | T::Dot
+                        )
+                    );
+                // Require a plausible argument: number, string, expression.
+                let arg = v.t(i + 2);
+                if ctxok && matches!(arg, Some(T::Num | T::Str | T::Word | T::Kw(_) | T::LParen | T::Var | T::Arith | T::RParen))
+                {
+                    take(if breakout { 85 } else { 70 }, i, (i + 2).min(n), &mut best);
+                }
+            }
+            _ => {}
+        }
+    }
+    if breakout {
+        // Skip the breakout prefix: the opening string / number / identifier and
+        // closing parentheses.
+        let mut j = if ctx.is_some() { 1 } else { 1.min(n) };
+        while v.t(j) == Some(T::RParen) {
+            j += 1;
+        }
+        let after_paren = j > 1 || (ctx.is_none() && v.t(0) == Some(T::RParen));
+        match v.t(j) {
+            Some(T::Bool) => {
+                let k = j + 1;
+                // ' OR 1=1 / ' AND 'a'='a / 1 AND sleep(5)
+                if let Some(a) = v.operand(k) {
+                    if v.cmp_at(a) {
+                        let mut b = a + 1;
+                        if v.t(b) == Some(T::Kw(K::CmpWord)) {
+                            b += 1;
+                        }
+                        if let Some(e) = v.operand(b) {
+                            take(85, 0, e.min(n), &mut best);
+                        } else if b >= n || v.t(b) == Some(T::Comment) {
+                            // `' or ''='`: the closing quote of the context ends it.
+                            take(80, 0, n, &mut best);
+                        }
+                    } else if v.end_or_comment(a)
+                        && matches!(v.t(k), Some(T::Num | T::Str | T::Kw(K::Literal)))
+                        && (ctx.is_some() || v.t(a) == Some(T::Comment))
+                    {
+                        // `' or 1--`, `' or true#`
+                        take(80, 0, a.min(n), &mut best);
+                    } else if v.t(a) == Some(T::Bool) || v.t(a) == Some(T::Concat) {
+                        if let Some(b) = v.operand(a + 1) {
+                            if v.cmp_at(b) {
+                                take(80, 0, b.min(n), &mut best);
+                            }
+                        }
+                    }
+                }
+                if v.is_call(k) && (dangerous_function(v.word(k)) || sql_function(v.word(k))) {
+                    take(80, 0, (k + 2).min(n), &mut best);
+                }
+                if v.t(k) == Some(T::LParen) && v.t(k + 1) == Some(T::Kw(K::Select)) {
+                    take(90, 0, (k + 2).min(n), &mut best);
+                }
+            }
+            Some(T::Concat | T::Arith | T::Cmp) if ctx.is_some() || after_paren => {
+                let k = j + 1;
+                let is_fn = v.is_call(k)
+                    && (dangerous_function(v.word(k)) || sql_function(v.word(k)));
+                let sub = v.t(k) == Some(T::LParen) && v.t(k + 1) == Some(T::Kw(K::Select));
+                if is_fn || sub {
+                    take(85, 0, (k + 2).min(n), &mut best);
+                }
+                // `x' || 2=1e1union`-style tautologies behind an operator
+                if let Some(a) = v.operand(k) {
+                    if v.cmp_at(a) && v.operand(a + 1).is_some() && ctx.is_some() {
+                        let tail = v.operand(a + 1).unwrap_or(n);
+                        if v.end_or_comment(tail)
+                            || matches!(v.t(tail), Some(T::Bool | T::Kw(_)))
+                        {
+                            take(75, 0, tail.min(n), &mut best);
+                        }
+                    }
+                }
+            }
+            Some(T::Comment) if ctx.is_some() && j + 1 == n => {
+                let cm = v.toks[j];
+                let text = &v.s[cm.s..cm.e];
+                // admin'-- , admin'#, admin')/*
+                if !text.starts_with(b"/*") || text.ends_with(b"*/") {
+                    take(70, 0, n, &mut best);
+                }
+            }
+            Some(T::Semi) if j + 1 < n => {
+                let k = j + 1;
+                if matches!(v.t(k), Some(T::Kw(K::Stmt | K::Select))) {
+                    take(75, 0, (k + 1).min(n), &mut best);
+                }
+            }
+            Some(T::Kw(K::From)) if after_paren || ctx.is_some() => {
+                if matches!(v.t(j + 1), Some(T::Word | T::Str)) {
+                    take(80, 0, (j + 2).min(n), &mut best);
+                }
+            }
+            Some(T::Kw(K::Clause)) => {
+                // `1 order by 3--`, `') having 1=1`, `1) where ...`
+                let w = v.word(j);
+                let by = v.t(j + 1) == Some(T::Word) && v.word(j + 1).eq_ignore_ascii_case(b"by");
+                let tail_ok = if w.eq_ignore_ascii_case(b"order") || w.eq_ignore_ascii_case(b"group") {
+                    by && matches!(v.t(j + 2), Some(T::Num))
+                        && v.end_or_comment(j + 3)
+                } else if w.eq_ignore_ascii_case(b"where") || w.eq_ignore_ascii_case(b"having") {
+                    v.operand(j + 1).is_some_and(|a| v.cmp_at(a))
+                } else if w.eq_ignore_ascii_case(b"procedure") {
+                    true
+                } else {
+                    false
+                };
+                if tail_ok && (ctx.is_some() || after_paren || v.t(0) == Some(T::Num)) {
+                    take(80, 0, (j + 2).min(n), &mut best);
+                }
+            }
+            Some(T::Kw(K::Union)) => {}
+            Some(T::Kw(K::Into)) if ctx.is_some() => {
+                if v.word(j).eq_ignore_ascii_case(b"into")
+                    && matches!(v.t(j + 1), Some(T::Kw(K::Into)))
+                {
+                    take(85, 0, (j + 2).min(n), &mut best);
+                }
+            }
+            _ => {}
+        }
+    }
+    best
+}
+
+/// `SELECT` followed by a select list that only SQL produces.
+fn select_shape(v: &View<'_>, i: usize) -> Option<usize> {
+    let n = v.toks.len();
+    let j = v.next_non_comment(i + 1);
+    match v.t(j)? {
+        T::Arith if v.word(j) == b"*" => {
+            let k = v.next_non_comment(j + 1);
+            if v.t(k) == Some(T::Kw(K::From)) {
+                return Some((k + 1).min(n));
+            }
+            None
+        }
+        T::LParen => Some(j + 1),
+        T::Var => Some(j + 1),
+        T::Kw(K::Case) => Some(j + 1),
+        T::Kw(K::All) => Some(j + 1),
+        T::Word | T::Kw(_) if v.is_call(j) => Some(j + 2),
+        T::Str | T::Num | T::Kw(K::Literal) => {
+            let k = j + 1;
+            match v.t(k) {
+                None => Some(k),
+                Some(T::Comma | T::Kw(K::From) | T::Kw(K::Clause) | T::Comment | T::Semi) => {
+                    Some(k)
+                }
+                Some(T::RParen) => Some(k),
+                _ => None,
+            }
+        }
+        T::Word | T::Kw(_) => {
+            // select a, b from t  /  select a from t  /  select t.a from t
+            let mut k = v.operand(j)?;
+            let mut cols = 1;
+            while v.t(k) == Some(T::Comma) {
+                k = v.operand(k + 1)?;
+                cols += 1;
+            }
+            if v.t(k) == Some(T::Kw(K::As)) {
+                k += 2;
+            }
+            if v.t(k) == Some(T::Kw(K::From)) {
+                let t = k + 1;
+                let table_ok = match v.t(t) {
+                    Some(T::Word | T::Kw(_)) => {
+                        let w = v.word(t);
+                        suspicious_table(w)
+                            || cols > 1
+                            || w.contains(&b'_')
+                            || v.t(t + 1).is_none()
+                            || matches!(
+                                v.t(t + 1),
+                                Some(
+                                    T::Dot
+                                        | T::Kw(K::Clause | K::Union)
+                                        | T::Comment
+                                        | T::Semi
+                                        | T::RParen
+                                )
+                            )
+                    }
+                    Some(T::LParen) => true,
+                    _ => false,
+                };
+                if table_ok {
+                    return Some((t + 1).min(n));
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Runs the SQL detector on `s`.
+pub fn detect(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let mut best: Option<Hit> = None;
+    let mut toks = Vec::new();
+    for ctx in [None, Some(b'\''), Some(b'"')] {
+        if let Some(q) = ctx {
+            if memchr::memchr(q, b).is_none() {
+                continue;
+            }
+        }
+        if !lex(b, ctx, &mut toks) {
+            continue;
+        }
+        let view = View {
+            s: b,
+            toks: std::mem::take(&mut toks),
+        };
+        if let Some((c, a, e)) = rules(&view, ctx) {
+            if best.as_ref().is_none_or(|h| h.confidence < c) {
+                let fs = view.toks.get(a).map(|t| t.s).unwrap_or(0);
+                let fe = if e == 0 {
+                    b.len()
+                } else {
+                    view.toks.get(e - 1).map(|t| t.e).unwrap_or(b.len())
+                };
+                best = Some(Hit::new(Attack::Sqli, c, s, fs, fe.max(fs)));
+            }
+        }
+        toks = view.toks;
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(s: &str) -> bool {
+        detect(s).is_some_and(|h| h.confidence >= 60)
+    }
+
+    #[test]
+    fn attacks() {
+        for a in [
+            "1' or '1'='1",
+            "' or ''='",
+            "1 and 1=1",
+            "x' UNION ALL SELECT null,version()-- ",
+            "0' || 2=1e1union /*!select*/ 1, 2#",
+            "admin'--",
+            "1;DROP TABLE users",
+            "SELECT * FROM all_tables",
+            "x'||pg_sleep(10)--",
+            "declare @p varchar(1024);set @p=1",
+            "1) AND sleep(5",
+            "SELECT CASE WHEN (1=1) THEN 1 ELSE 0 END FROM dual",
+            "0.05))) FROM \"X\" where 1=1",
+            "1 order by 3--",
+            "1 = (SELECT 1)",
+            "' UNION SELECT username||'~'||password FROM users--",
+        ] {
+            assert!(hit(a), "missed {a}");
+        }
+    }
+
+    #[test]
+    fn benign() {
+        for b in [
+            "union was a great select",
+            "D'or 1st parfume",
+            "1) a-b=c",
+            "john+or@var.es",
+            "DEAR FINN,--I think it would do; copy should reach us second post",
+            "I'd like to select one from the list, please",
+            "O'Reilly and Sons",
+            "it's 5 o'clock and we're late",
+            "rock 'n' roll",
+            "5 or 6 people",
+            "Select your size from the menu below",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        ] {
+            assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
+        }
+    }
+}

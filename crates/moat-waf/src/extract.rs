@@ -1,0 +1,735 @@
+//! Request decomposition: every inspectable value with its named location,
+//! decoded and handed to the detectors.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::decode;
+use crate::detect::{self, misc, Attack, Classes, Hit, Scope};
+
+/// Where a value was found. Rendered (`query:id`, `json:/user/name`) only when
+/// a finding is reported, so benign values cost no allocation.
+#[derive(Debug, Clone, Copy)]
+pub enum Loc<'a> {
+    /// The decoded URL path.
+    Path,
+    /// One path segment (index from 0).
+    PathSegment(usize),
+    /// A query argument value.
+    Query(&'a str),
+    /// A query argument name.
+    QueryName(&'a str),
+    /// A urlencoded form field value.
+    Form(&'a str),
+    /// A urlencoded form field name.
+    FormName(&'a str),
+    /// A multipart field value.
+    Multipart(&'a str),
+    /// A multipart file name.
+    Filename(&'a str),
+    /// A JSON string value or key, by JSON pointer.
+    Json(&'a str),
+    /// An XML text node or attribute (`element` or `element@attr`).
+    Xml(&'a str),
+    /// A cookie value.
+    Cookie(&'a str),
+    /// A cookie name.
+    CookieName(&'a str),
+    /// A header value.
+    Header(&'a str),
+    /// A query argument of a URL carried in a header (Referer).
+    HeaderArg(&'a str, &'a str),
+    /// The body as a whole.
+    Body,
+}
+
+impl fmt::Display for Loc<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loc::Path => f.write_str("path"),
+            Loc::PathSegment(i) => write!(f, "path:{i}"),
+            Loc::Query(n) => write!(f, "query:{n}"),
+            Loc::QueryName(n) => write!(f, "query-name:{n}"),
+            Loc::Form(n) => write!(f, "form:{n}"),
+            Loc::FormName(n) => write!(f, "form-name:{n}"),
+            Loc::Multipart(n) => write!(f, "multipart:{n}"),
+            Loc::Filename(n) => write!(f, "filename:{n}"),
+            Loc::Json(p) => write!(f, "json:{p}"),
+            Loc::Xml(p) => write!(f, "xml:{p}"),
+            Loc::Cookie(n) => write!(f, "cookie:{n}"),
+            Loc::CookieName(n) => write!(f, "cookie-name:{n}"),
+            Loc::Header(n) => write!(f, "header:{n}"),
+            Loc::HeaderArg(h, n) => write!(f, "header:{h}:{n}"),
+            Loc::Body => f.write_str("body"),
+        }
+    }
+}
+
+/// A finding of the engine.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    /// Attack family / detector.
+    pub attack: Attack,
+    /// Location, e.g. `query:id`.
+    pub location: String,
+    /// Matched fragment (decoded, truncated).
+    pub fragment: String,
+    /// Confidence 0-100.
+    pub confidence: u8,
+}
+
+/// Limits the inspector enforces (copied from the config).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lim {
+    pub max_params: usize,
+    pub max_depth: usize,
+}
+
+/// Per-request inspection state.
+pub(crate) struct Inspector<'e> {
+    pub lim: Lim,
+    pub params: usize,
+    pub findings: Vec<Finding>,
+    pub limits: Vec<(String, String)>,
+    pub filter: &'e dyn Fn(Attack, &str) -> bool,
+    stopped: bool,
+}
+
+/// Most findings kept per request.
+const MAX_FINDINGS: usize = 32;
+/// Nesting of decoders that re-enter the inspector (base64 -> JSON -> base64 ...).
+const MAX_NEST: u8 = 3;
+/// Largest value analysed as a whole (longer values are analysed in windows).
+const MAX_VALUE: usize = 256 << 10;
+
+impl<'e> Inspector<'e> {
+    pub fn new(lim: Lim, filter: &'e dyn Fn(Attack, &str) -> bool) -> Self {
+        Inspector {
+            lim,
+            params: 0,
+            findings: Vec::new(),
+            limits: Vec::new(),
+            filter,
+            stopped: false,
+        }
+    }
+
+    pub fn limit(&mut self, what: &str, loc: Loc<'_>) {
+        if self.limits.len() < 8 {
+            self.limits.push((what.to_string(), loc.to_string()));
+        }
+    }
+
+    fn count(&mut self, loc: Loc<'_>) -> bool {
+        if self.stopped {
+            return false;
+        }
+        self.params += 1;
+        if self.params > self.lim.max_params {
+            self.stopped = true;
+            self.limit("max_params", loc);
+            return false;
+        }
+        true
+    }
+
+    fn report(&mut self, loc: Loc<'_>, h: Hit) {
+        if self.findings.len() >= MAX_FINDINGS {
+            return;
+        }
+        let location = loc.to_string();
+        if !(self.filter)(h.attack, &location) {
+            return;
+        }
+        if let Some(f) = self
+            .findings
+            .iter_mut()
+            .find(|f| f.attack == h.attack && f.location == location)
+        {
+            if f.confidence < h.confidence {
+                f.confidence = h.confidence;
+                f.fragment = h.fragment;
+            }
+            return;
+        }
+        self.findings.push(Finding {
+            attack: h.attack,
+            location,
+            fragment: h.fragment,
+            confidence: h.confidence,
+        });
+    }
+
+    /// Inspects one value (already URL-decoded once by its container).
+    pub fn value(&mut self, loc: Loc<'_>, v: &str, scope: Scope) {
+        if !self.count(loc) {
+            return;
+        }
+        self.analyze(loc, v, scope, 0);
+    }
+
+    /// Inspects a name (parameter name, JSON key).
+    pub fn name(&mut self, loc: Loc<'_>, v: &str) {
+        if v.is_empty() || self.stopped {
+            return;
+        }
+        let c = Classes::of(v.as_bytes());
+        if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET)) && !v.contains('$') {
+            return;
+        }
+        let v = decode::url_decode_repeated(v.as_bytes());
+        let v = String::from_utf8_lossy(&v);
+        detect::run_all(&v, Scope::Name, &mut |h| self.report(loc, h));
+    }
+
+    fn analyze(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
+        if raw.len() > MAX_VALUE {
+            // analyse overlapping windows so a long value stays linear and bounded
+            let mut start = 0;
+            while start < raw.len() {
+                let mut a = start;
+                while !raw.is_char_boundary(a) {
+                    a += 1;
+                }
+                let mut e = (a + MAX_VALUE).min(raw.len());
+                while !raw.is_char_boundary(e) {
+                    e -= 1;
+                }
+                self.analyze_one(loc, &raw[a..e], scope, nest);
+                if e == raw.len() {
+                    break;
+                }
+                start = e.saturating_sub(1024);
+            }
+            return;
+        }
+        self.analyze_one(loc, raw, scope, nest);
+    }
+
+    fn analyze_one(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
+        let c = Classes::of(raw.as_bytes());
+        let inert = !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC))
+            || raw.len() < 3;
+        if !inert {
+            // decode: URL (repeated), HTML entities, JS escapes
+            let u: Cow<'_, str> = if c.any(Classes::PERCENT) {
+                match decode::url_decode_repeated(raw.as_bytes()) {
+                    Cow::Borrowed(_) => Cow::Borrowed(raw),
+                    Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
+                }
+            } else {
+                Cow::Borrowed(raw)
+            };
+            let h = decode::html_decode(&u);
+            let j = decode::js_unescape(&h);
+            let fin: &str = &j;
+            let findings_before = self.findings.len();
+            detect::run_all(fin, scope, &mut |h| self.report(loc, h));
+            if let Some(u7) = decode::utf7_decode(fin) {
+                detect::run_all(&u7, scope, &mut |h| self.report(loc, h));
+            }
+            // nested JSON in a string value
+            let t = fin.trim();
+            if nest < MAX_NEST
+                && t.len() >= 2
+                && ((t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']')))
+                && self.findings.len() == findings_before
+            {
+                self.json(t.as_bytes(), loc, nest + 1);
+            }
+        } else if raw.contains("select") || raw.contains("SELECT") {
+            detect::run_all(raw, scope, &mut |h| self.report(loc, h));
+        }
+        if nest < MAX_NEST && raw.len() >= 12 && !c.any(!(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT | Classes::MISC)) {
+            if let Some(text) = decode::base64_text(raw) {
+                let t = text.trim();
+                if (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']')) {
+                    self.json(t.as_bytes(), loc, nest + 1);
+                } else {
+                    self.analyze(loc, &text, scope, nest + 1);
+                }
+            }
+        }
+    }
+
+    /// Inspects a `?a=b&c=d` query string or urlencoded form.
+    pub fn urlencoded(&mut self, q: &[u8], form: bool) {
+        for pair in q.split(|&b| b == b'&') {
+            if pair.is_empty() {
+                continue;
+            }
+            if self.stopped {
+                return;
+            }
+            let (n, v) = match memchr::memchr(b'=', pair) {
+                Some(p) => (&pair[..p], &pair[p + 1..]),
+                None => (&pair[..0], pair),
+            };
+            let n = decode::url_decode_once(n, true);
+            let n = String::from_utf8_lossy(&n);
+            let v = decode::url_decode_once(v, true);
+            let v = String::from_utf8_lossy(&v);
+            if form {
+                self.name(Loc::FormName(&n), &n);
+                self.value(Loc::Form(&n), &v, Scope::Value);
+            } else {
+                self.name(Loc::QueryName(&n), &n);
+                self.value(Loc::Query(&n), &v, Scope::Value);
+            }
+        }
+    }
+
+    /// Inspects the URL path: the whole decoded path and every segment.
+    pub fn path(&mut self, raw: &[u8]) {
+        let d = decode::url_decode_repeated(raw);
+        let p = String::from_utf8_lossy(&d);
+        if !self.count(Loc::Path) {
+            return;
+        }
+        let c = Classes::of(p.as_bytes());
+        if c.any(Classes::DOT | Classes::BACKSLASH | Classes::COLON) {
+            if let Some(h) = misc::traversal(&p) {
+                self.report(Loc::Path, h);
+            }
+        }
+        if c.any(Classes::CTRL | Classes::HIGH) {
+            if let Some(h) = misc::crlf(&p) {
+                self.report(Loc::Path, h);
+            }
+        }
+        if c.any(Classes::DOLLAR) && c.any(Classes::BRACE) {
+            if let Some(h) = misc::jndi(&p) {
+                self.report(Loc::Path, h);
+            }
+        }
+        let segs: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+        if let Some(last) = segs.last() {
+            if let Some(h) = misc::double_extension(last) {
+                self.report(Loc::Path, h);
+            }
+        }
+        for (i, seg) in segs.iter().enumerate().take(64) {
+            let sc = Classes::of(seg.as_bytes());
+            if sc.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC)) {
+                self.analyze(Loc::PathSegment(i), seg, Scope::Header, 0);
+            }
+        }
+    }
+
+    /// Inspects a Cookie header.
+    pub fn cookies(&mut self, h: &str) {
+        for part in h.split(';') {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            let (n, v) = part.split_once('=').unwrap_or(("", part));
+            let v = decode::url_decode_once(v.as_bytes(), false);
+            let v = String::from_utf8_lossy(&v);
+            self.name(Loc::CookieName(n), n);
+            self.value(Loc::Cookie(n), &v, Scope::Header);
+        }
+    }
+
+    /// Inspects a header value; URL-carrying headers also get their query split.
+    pub fn header(&mut self, name: &str, v: &str) {
+        if name == "user-agent" {
+            if let Some(h) = misc::scanner(v) {
+                self.report(Loc::Header(name), h);
+            }
+        }
+        if name == "referer" || name == "origin" {
+            if let Some(q) = v.find('?') {
+                let (path, query) = (&v[..q], &v[q + 1..]);
+                let query = query.split('#').next().unwrap_or(query);
+                for pair in query.split('&') {
+                    if self.stopped {
+                        return;
+                    }
+                    let (n, val) = pair.split_once('=').unwrap_or(("", pair));
+                    let val = decode::url_decode_once(val.as_bytes(), true);
+                    let val = String::from_utf8_lossy(&val);
+                    self.value(Loc::HeaderArg(name, n), &val, Scope::Header);
+                }
+                let d = decode::url_decode_repeated(path.as_bytes());
+                let d = String::from_utf8_lossy(&d);
+                if let Some(h) = misc::traversal(&d) {
+                    self.report(Loc::Header(name), h);
+                }
+                return;
+            }
+        }
+        self.value(Loc::Header(name), v, Scope::Header);
+    }
+
+    /// Inspects a JSON document: every key and string value, with a depth limit.
+    /// Returns false when the document is not JSON.
+    pub fn json(&mut self, data: &[u8], base: Loc<'_>, nest: u8) -> bool {
+        json_walk(self, data, base, nest)
+    }
+
+    /// Inspects an XML document: DOCTYPE/entities, text nodes and attribute values.
+    pub fn xml(&mut self, data: &[u8]) {
+        let s = String::from_utf8_lossy(data);
+        if let Some(h) = misc::xxe(&s) {
+            self.report(Loc::Body, h);
+        }
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        while i < b.len() && !self.stopped {
+            let Some(p) = memchr::memchr(b'<', &b[i..]) else {
+                let text = s[i..].trim();
+                if !text.is_empty() {
+                    self.value(Loc::Body, text, Scope::Value);
+                }
+                break;
+            };
+            let lt = i + p;
+            let text = s[i..lt].trim();
+            if !text.is_empty() {
+                let el = stack.last().map(|&(a, e)| &s[a..e]).unwrap_or("");
+                let el = el.to_string();
+                self.value(Loc::Xml(&el), text, Scope::Value);
+            }
+            if b[lt..].starts_with(b"<![CDATA[") {
+                let st = lt + 9;
+                let end = memchr::memmem::find(&b[st..], b"]]>").map(|x| st + x).unwrap_or(b.len());
+                let el = stack.last().map(|&(a, e)| s[a..e].to_string()).unwrap_or_default();
+                self.value(Loc::Xml(&el), &s[st..end], Scope::Value);
+                i = (end + 3).min(b.len());
+                continue;
+            }
+            if b[lt..].starts_with(b"<!--") {
+                let end = memchr::memmem::find(&b[lt..], b"-->").map(|x| lt + x + 3).unwrap_or(b.len());
+                i = end;
+                continue;
+            }
+            let Some(gt) = memchr::memchr(b'>', &b[lt..]).map(|x| lt + x) else {
+                break;
+            };
+            let tag = &s[lt + 1..gt];
+            i = gt + 1;
+            if tag.starts_with('?') || tag.starts_with('!') {
+                continue;
+            }
+            if let Some(rest) = tag.strip_prefix('/') {
+                let _ = rest;
+                stack.pop();
+                continue;
+            }
+            let self_closing = tag.ends_with('/');
+            let name_end = tag.find(|c: char| c.is_whitespace() || c == '/').unwrap_or(tag.len());
+            let name_abs = (lt + 1, lt + 1 + name_end);
+            // attributes
+            let attrs = &tag[name_end..];
+            let mut rest = attrs;
+            while let Some(eq) = rest.find('=') {
+                let an = rest[..eq].trim();
+                let after = rest[eq + 1..].trim_start();
+                let q = after.chars().next();
+                let (val, next) = match q {
+                    Some(c @ ('"' | '\'')) => {
+                        let body = &after[1..];
+                        match body.find(c) {
+                            Some(e) => (&body[..e], &body[e + 1..]),
+                            None => (body, ""),
+                        }
+                    }
+                    _ => {
+                        let e = after.find(char::is_whitespace).unwrap_or(after.len());
+                        (&after[..e], &after[e..])
+                    }
+                };
+                if !val.is_empty() {
+                    let loc = format!("{}@{}", &s[name_abs.0..name_abs.1], an);
+                    self.value(Loc::Xml(&loc), val, Scope::Value);
+                }
+                rest = next;
+            }
+            if !self_closing {
+                if stack.len() >= self.lim.max_depth {
+                    self.limit("max_json_depth", Loc::Body);
+                    return;
+                }
+                stack.push(name_abs);
+            }
+        }
+    }
+
+    /// Inspects a multipart/form-data body.
+    pub fn multipart(&mut self, data: &[u8], boundary: &str) {
+        let delim = format!("--{boundary}");
+        let d = delim.as_bytes();
+        let mut pos = match memchr::memmem::find(data, d) {
+            Some(p) => p + d.len(),
+            None => return,
+        };
+        let finder = memchr::memmem::Finder::new(d);
+        let mut parts = 0;
+        while pos < data.len() && !self.stopped {
+            if data[pos..].starts_with(b"--") {
+                break;
+            }
+            let end = finder.find(&data[pos..]).map(|x| pos + x).unwrap_or(data.len());
+            let part = &data[pos..end];
+            pos = end + d.len();
+            parts += 1;
+            if parts > self.lim.max_params {
+                self.limit("max_params", Loc::Body);
+                return;
+            }
+            let part = part.strip_prefix(b"\r\n").or_else(|| part.strip_prefix(b"\n")).unwrap_or(part);
+            let (head, body) = match memchr::memmem::find(part, b"\r\n\r\n") {
+                Some(p) => (&part[..p], &part[p + 4..]),
+                None => match memchr::memmem::find(part, b"\n\n") {
+                    Some(p) => (&part[..p], &part[p + 2..]),
+                    None => (part, &part[part.len()..]),
+                },
+            };
+            let body = body.strip_suffix(b"\r\n").or_else(|| body.strip_suffix(b"\n")).unwrap_or(body);
+            let head = String::from_utf8_lossy(head);
+            let mut name = String::new();
+            let mut filename: Option<String> = None;
+            let mut ctype = String::new();
+            for line in head.lines() {
+                let l = line.to_ascii_lowercase();
+                if l.starts_with("content-disposition:") {
+                    name = disposition_param(line, "name").unwrap_or_default();
+                    filename = disposition_param(line, "filename");
+                } else if let Some(v) = l.strip_prefix("content-type:") {
+                    ctype = v.trim().to_string();
+                }
+            }
+            match filename {
+                Some(f) => {
+                    if let Some(h) = misc::upload(&f, Some(body)) {
+                        self.report(Loc::Filename(&name), h);
+                    }
+                    self.value(Loc::Filename(&name), &f, Scope::Header);
+                    if ctype.starts_with("text/") || ctype.contains("json") || ctype.contains("xml") {
+                        let t = String::from_utf8_lossy(body);
+                        self.value(Loc::Multipart(&name), &t, Scope::Value);
+                    }
+                }
+                None => {
+                    self.name(Loc::Multipart(&name), &name);
+                    let t = String::from_utf8_lossy(body);
+                    self.value(Loc::Multipart(&name), &t, Scope::Value);
+                }
+            }
+        }
+    }
+}
+
+fn disposition_param(line: &str, key: &str) -> Option<String> {
+    let lower = line.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(p) = lower[from..].find(key) {
+        let at = from + p;
+        from = at + key.len();
+        let before = lower[..at].chars().last();
+        if !matches!(before, Some(' ' | ';' | '\t')) {
+            continue;
+        }
+        let rest = line[at + key.len()..].trim_start();
+        let Some(rest) = rest.strip_prefix('=') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix('"') {
+            return Some(r.split('"').next().unwrap_or(r).to_string());
+        }
+        return Some(rest.split(';').next().unwrap_or(rest).trim().to_string());
+    }
+    None
+}
+
+/// Iterative JSON walk (no recursion): keys and string values with their
+/// JSON pointer, bounded depth.
+fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> bool {
+    let mut ptr = String::new();
+    if let Loc::Json(p) = base {
+        ptr.push_str(p);
+    }
+    // container stack: (is_object, ptr length before this container's key, array index)
+    let mut stack: Vec<(bool, usize, usize)> = Vec::new();
+    let mut i = 0;
+    let b = data;
+    let mut scratch = String::new();
+    let mut expect_key = false;
+    let ws = |b: &[u8], mut i: usize| {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
+            i += 1;
+        }
+        i
+    };
+    i = ws(b, i);
+    if i >= b.len() || !(b[i] == b'{' || b[i] == b'[') {
+        return false;
+    }
+    while i < b.len() {
+        if ins.stopped {
+            return true;
+        }
+        i = ws(b, i);
+        if i >= b.len() {
+            break;
+        }
+        match b[i] {
+            b'{' | b'[' => {
+                if stack.len() >= ins.lim.max_depth {
+                    ins.limit("max_json_depth", Loc::Json(&ptr));
+                    return true;
+                }
+                let obj = b[i] == b'{';
+                stack.push((obj, ptr.len(), 0));
+                expect_key = obj;
+                if !obj {
+                    ptr.push_str("/0");
+                }
+                i += 1;
+            }
+            b'}' | b']' => {
+                if let Some((_, l, _)) = stack.pop() {
+                    ptr.truncate(l);
+                }
+                expect_key = false;
+                i += 1;
+            }
+            b',' => {
+                if let Some(top) = stack.last_mut() {
+                    ptr.truncate(top.1);
+                    if top.0 {
+                        expect_key = true;
+                    } else {
+                        top.2 += 1;
+                        let idx = top.2;
+                        use std::fmt::Write;
+                        let _ = write!(ptr, "/{idx}");
+                    }
+                }
+                i += 1;
+            }
+            b':' => {
+                expect_key = false;
+                i += 1;
+            }
+            b'"' => {
+                let st = i + 1;
+                let mut j = st;
+                let mut esc = false;
+                while j < b.len() && b[j] != b'"' {
+                    if b[j] == b'\\' {
+                        esc = true;
+                        j += 1;
+                    }
+                    j += 1;
+                }
+                let rawstr = &b[st..j.min(b.len())];
+                i = (j + 1).min(b.len());
+                let text: &str = if esc {
+                    scratch.clear();
+                    let l = String::from_utf8_lossy(rawstr);
+                    scratch.push_str(&json_unescape(&l));
+                    &scratch
+                } else {
+                    match std::str::from_utf8(rawstr) {
+                        Ok(t) => t,
+                        Err(_) => {
+                            scratch.clear();
+                            scratch.push_str(&String::from_utf8_lossy(rawstr));
+                            &scratch
+                        }
+                    }
+                };
+                if expect_key {
+                    let owned;
+                    let key: &str = if esc {
+                        owned = text.to_string();
+                        &owned
+                    } else {
+                        text
+                    };
+                    ptr.push('/');
+                    for ch in key.chars() {
+                        match ch {
+                            '~' => ptr.push_str("~0"),
+                            '/' => ptr.push_str("~1"),
+                            c => ptr.push(c),
+                        }
+                    }
+                    ins.name(Loc::Json(&ptr), key);
+                    expect_key = false;
+                } else if !ins.count(Loc::Json(&ptr)) {
+                    return true;
+                } else {
+                    ins.analyze(Loc::Json(&ptr), text, Scope::Value, nest);
+                }
+            }
+            _ => {
+                // numbers, true/false/null, or garbage: skip a token
+                let st = i;
+                while i < b.len() && !matches!(b[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t' | b':' | b'"' | b'{' | b'[') {
+                    i += 1;
+                }
+                if i == st {
+                    i += 1;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Decodes JSON string escapes (`\n`, `\uXXXX` with surrogate pairs, ...).
+fn json_unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' || i + 1 >= b.len() {
+            let l = s[i..].chars().next().map(|c| c.len_utf8()).unwrap_or(1);
+            out.push_str(&s[i..i + l]);
+            i += l;
+            continue;
+        }
+        match b[i + 1] {
+            b'n' => out.push('\n'),
+            b'r' => out.push('\r'),
+            b't' => out.push('\t'),
+            b'b' => out.push('\u{8}'),
+            b'f' => out.push('\u{c}'),
+            b'u' if i + 5 < b.len() => {
+                if let Ok(v) = u32::from_str_radix(&s[i + 2..i + 6], 16) {
+                    let mut cp = v;
+                    let mut adv = 6;
+                    if (0xD800..0xDC00).contains(&v) && i + 11 < b.len() && &b[i + 6..i + 8] == b"\\u" {
+                        if let Ok(lo) = u32::from_str_radix(&s[i + 8..i + 12], 16) {
+                            if (0xDC00..0xE000).contains(&lo) {
+                                cp = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+                                adv = 12;
+                            }
+                        }
+                    }
+                    out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                    i += adv;
+                    continue;
+                }
+                out.push('u');
+            }
+            c => {
+                let l = s[i + 1..].chars().next().map(|c| c.len_utf8()).unwrap_or(1);
+                if c.is_ascii() {
+                    out.push(c as char);
+                } else {
+                    out.push_str(&s[i + 1..i + 1 + l]);
+                }
+                i += 1 + l;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    out
+}
