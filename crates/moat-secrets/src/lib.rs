@@ -1,1 +1,27 @@
-//! moat-secrets (being written).
+//! Secret detection for moat: gitleaks-compatible rules, run inline on request
+//! and response bodies, through a scan API and by `moat scan`.
+//!
+//! * [`Scanner`] compiles a gitleaks-format TOML ruleset ([`DEFAULT_RULES`] is
+//!   moat's own, embedded) and scans bytes: one case-insensitive Aho-Corasick
+//!   automaton over every rule's keywords decides which rules run; a rule whose
+//!   matches always contain one of its keywords and have a bounded length only
+//!   runs in windows around the keyword hits, with the same results as a
+//!   whole-payload search; then gitleaks' post-processing (secret group,
+//!   entropy, allowlists, generic filter).
+//! * [`SecretsEngine`] is the gateway phase (request and response bodies):
+//!   block, redact or monitor, with size and time limits.
+//! * [`scan_api`] serves `POST /v1/scan`.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod rules;
+pub mod scanner;
+
+pub use api::{scan_api, ApiLimits};
+pub use config::{LimitOutcome, RouteSecrets, SecretsAction, SecretsConfig};
+pub use engine::{EngineError, SecretsEngine};
+pub use rules::{RuleSet, RulesError, SkippedRule};
+pub use scanner::{
+    redact, redact_with, shannon_entropy, Finding, ScanOutcome, Scanner, DEFAULT_RULES,
+};

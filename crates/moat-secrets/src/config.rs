@@ -1,0 +1,103 @@
+//! The `secrets:` section of moat's configuration.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What to do with a body that carries a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretsAction {
+    /// Refuse it with [`SecretsConfig::status`] and a body listing rule ids and locations.
+    #[default]
+    Block,
+    /// Forward it with each secret replaced by `[REDACTED:rule-id]`.
+    Redact,
+    /// Forward it unchanged; only raise events.
+    Monitor,
+}
+
+/// What to do with a body that could not be fully inspected (too large, not
+/// decodable, or the scan ran out of time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitOutcome {
+    /// Forward it uninspected (a `bypass` event is raised).
+    #[default]
+    Allow,
+    /// Refuse it with status 413 (request) or 502 (response).
+    Block,
+}
+
+/// Per-route overrides; unset fields inherit the top-level values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSecrets {
+    /// Turns scanning on or off for this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Action for this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<SecretsAction>,
+    /// Whether this route's responses are scanned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_responses: Option<bool>,
+}
+
+/// Configuration of inline secret detection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsConfig {
+    /// Scan bodies at all (default false).
+    pub enabled: bool,
+    /// A gitleaks-format TOML ruleset, relative to the config file's directory;
+    /// absent: moat's embedded default ruleset.
+    pub rules: Option<PathBuf>,
+    /// Action on a finding (default `block`).
+    pub action: SecretsAction,
+    /// HTTP status of the block reply (default 403).
+    pub status: u16,
+    /// Also scan response bodies, to stop data leaks (default false).
+    pub scan_responses: bool,
+    /// Per-route overrides, keyed by route name.
+    pub routes: BTreeMap<String, RouteSecrets>,
+    /// Largest body scanned (default 1 MiB); larger bodies get `on_limit`.
+    #[serde(with = "moat_config::byte_size")]
+    pub max_body_bytes: u64,
+    /// Time budget of one body scan (default 50ms); past it, `on_limit`.
+    #[serde(with = "moat_config::duration")]
+    pub scan_timeout: Duration,
+    /// Outcome for bodies over a limit (default `allow`).
+    pub on_limit: LimitOutcome,
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        SecretsConfig {
+            enabled: false,
+            rules: None,
+            action: SecretsAction::Block,
+            status: 403,
+            scan_responses: false,
+            routes: BTreeMap::new(),
+            max_body_bytes: 1 << 20,
+            scan_timeout: Duration::from_millis(50),
+            on_limit: LimitOutcome::Allow,
+        }
+    }
+}
+
+impl SecretsConfig {
+    /// The effective (enabled, action, scan_responses) for a route.
+    pub fn for_route(&self, route: &str) -> (bool, SecretsAction, bool) {
+        let o = self.routes.get(route);
+        (
+            o.and_then(|o| o.enabled).unwrap_or(self.enabled),
+            o.and_then(|o| o.action).unwrap_or(self.action),
+            o.and_then(|o| o.scan_responses)
+                .unwrap_or(self.scan_responses),
+        )
+    }
+}

@@ -1,0 +1,549 @@
+//! The scanner: keyword prefilter, windowed regex matching and gitleaks'
+//! post-processing (secret group, entropy, allowlists, generic filter).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use regex_automata::Input;
+
+use crate::rules::{Rule, RuleSet, RulesError, SkippedRule};
+
+/// The default ruleset shipped with moat (gitleaks format).
+pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
+
+/// gitleaks' inline opt-out marker: a finding whose line carries it is ignored.
+pub const ALLOW_SIGNATURE: &[u8] = b"gitleaks:allow";
+
+/// One secret found in a payload. Never holds the secret itself: only offsets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// Id of the rule that matched.
+    pub rule_id: Arc<str>,
+    /// The rule's description.
+    pub description: Arc<str>,
+    /// Byte offset of the match (newlines trimmed, as gitleaks does).
+    pub start: usize,
+    /// Byte offset one past the match.
+    pub end: usize,
+    /// Byte offset of the secret (the selected capture group) in the payload.
+    pub secret_start: usize,
+    /// Byte offset one past the secret.
+    pub secret_end: usize,
+    /// 1-based line of the match start (0 for path-only findings).
+    pub line: usize,
+    /// 1-based byte column of the match start (0 for path-only findings).
+    pub column: usize,
+    /// Shannon entropy of the secret.
+    pub entropy: f64,
+    /// True for a path-only rule ("file detected").
+    pub path_only: bool,
+}
+
+impl Finding {
+    /// The match with the secret replaced by `*****`, safe to show and log.
+    pub fn redacted(&self, data: &[u8]) -> String {
+        if self.path_only {
+            return "file detected".to_string();
+        }
+        let (s, e) = (self.start.min(data.len()), self.end.min(data.len()));
+        let (ss, se) = (self.secret_start.clamp(s, e), self.secret_end.clamp(s, e));
+        if se <= ss {
+            return "*****".to_string();
+        }
+        let mut out = String::new();
+        out.push_str(&String::from_utf8_lossy(&data[s..ss]));
+        out.push_str("*****");
+        out.push_str(&String::from_utf8_lossy(&data[se..e]));
+        if out.len() > 200 {
+            let mut cut = 200;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push('…');
+        }
+        out
+    }
+}
+
+/// Result of a scan with a deadline.
+#[derive(Debug, Default)]
+pub struct ScanOutcome {
+    /// Findings, in payload order.
+    pub findings: Vec<Finding>,
+    /// True when the deadline passed before every rule ran (findings are partial).
+    pub timed_out: bool,
+}
+
+/// A compiled ruleset ready to scan. Cheap to share (`Arc`), `Sync`.
+#[derive(Debug)]
+pub struct Scanner {
+    set: RuleSet,
+    prefilter: Option<AhoCorasick>,
+    /// Keyword pattern id -> rules using that keyword.
+    kw_rules: Vec<Vec<u32>>,
+    /// Rules with no keywords: always run.
+    always: Vec<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct Region {
+    rule: u32,
+    lo: usize,
+    hi: usize,
+}
+
+impl Scanner {
+    /// Builds a scanner from a gitleaks-format TOML text.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Scanner, RulesError> {
+        Self::from_ruleset(RuleSet::from_toml(text, origin)?)
+    }
+
+    /// Reads and builds a gitleaks-format TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Scanner, RulesError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RulesError::Io {
+            origin: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// The scanner over moat's embedded default ruleset.
+    pub fn builtin() -> Result<Scanner, RulesError> {
+        Self::from_toml(DEFAULT_RULES, "<moat default rules>")
+    }
+
+    /// Builds a scanner from a compiled ruleset.
+    pub fn from_ruleset(set: RuleSet) -> Result<Scanner, RulesError> {
+        let mut keywords: Vec<String> = Vec::new();
+        let mut kw_rules: Vec<Vec<u32>> = Vec::new();
+        let mut always = Vec::new();
+        for (idx, rule) in set.rules.iter().enumerate() {
+            if rule.keywords.is_empty() {
+                always.push(idx as u32);
+                continue;
+            }
+            for k in &rule.keywords {
+                let pid = match keywords.iter().position(|x| x == k) {
+                    Some(p) => p,
+                    None => {
+                        keywords.push(k.clone());
+                        kw_rules.push(Vec::new());
+                        keywords.len() - 1
+                    }
+                };
+                if !kw_rules[pid].contains(&(idx as u32)) {
+                    kw_rules[pid].push(idx as u32);
+                }
+            }
+        }
+        let prefilter = if keywords.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .kind(Some(AhoCorasickKind::DFA))
+                    .build(&keywords)
+                    .map_err(|e| RulesError::Invalid {
+                        origin: "keywords".into(),
+                        message: e.to_string(),
+                    })?,
+            )
+        };
+        Ok(Scanner {
+            set,
+            prefilter,
+            kw_rules,
+            always,
+        })
+    }
+
+    /// Rules that were loaded but cannot run, with the reason.
+    pub fn skipped(&self) -> &[SkippedRule] {
+        &self.set.skipped
+    }
+
+    /// The compiled rules, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.set.rules
+    }
+
+    /// Scans `data`; `path` (a file path) enables path rules and path allowlists.
+    pub fn scan(&self, data: &[u8], path: Option<&str>) -> Vec<Finding> {
+        self.scan_with_deadline(data, path, None).findings
+    }
+
+    /// Scans `data`, giving up (with partial findings) once `deadline` passes.
+    pub fn scan_with_deadline(
+        &self,
+        data: &[u8],
+        path: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> ScanOutcome {
+        let mut out = ScanOutcome::default();
+        let path = path.filter(|p| !p.is_empty());
+        if self.set.global.iter().any(|a| a.path_allows(path)) {
+            return out;
+        }
+        let n = self.set.rules.len();
+        let mut full = vec![false; n];
+        let mut regions: Vec<Region> = Vec::new();
+        for &r in &self.always {
+            full[r as usize] = true;
+        }
+        if let Some(ac) = &self.prefilter {
+            for m in ac.find_overlapping_iter(data) {
+                for &r in &self.kw_rules[m.pattern().as_usize()] {
+                    match self.set.rules[r as usize].window {
+                        Some(l) => regions.push(Region {
+                            rule: r,
+                            lo: m.end().saturating_sub(l),
+                            hi: m.start(),
+                        }),
+                        None => full[r as usize] = true,
+                    }
+                }
+            }
+        }
+        regions.sort_unstable_by_key(|g| (g.rule, g.lo));
+        let mut ctx = Ctx {
+            data,
+            path,
+            newlines: None,
+        };
+        let mut matches: Vec<(usize, usize)> = Vec::new();
+        let mut ri = 0;
+        for (idx, rule) in self.set.rules.iter().enumerate() {
+            let start_ri = ri;
+            while ri < regions.len() && regions[ri].rule as usize == idx {
+                ri += 1;
+            }
+            let windows = &regions[start_ri..ri];
+            if !full[idx] && windows.is_empty() {
+                continue;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                out.timed_out = true;
+                break;
+            }
+            matches.clear();
+            if !self.rule_applies(rule, &mut ctx, &mut out.findings) {
+                continue;
+            }
+            let Some(re) = &rule.regex else {
+                continue;
+            };
+            if full[idx] || rule.window.is_none() {
+                matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
+            } else if let Some(l) = rule.window {
+                windowed(re, data, windows, l, &mut matches);
+            }
+            for &(s, e) in &matches {
+                if let Some(f) = self.post_process(rule, &mut ctx, s, e) {
+                    out.findings.push(f);
+                }
+            }
+        }
+        out.findings = generic_filter(out.findings, data);
+        out.findings
+            .sort_by(|a, b| (a.line, a.start, &a.rule_id).cmp(&(b.line, b.start, &b.rule_id)));
+        out
+    }
+
+    /// Path checks of gitleaks' detectRule. Returns false when the rule's content
+    /// regex must not run; pushes a path-only finding when one applies.
+    fn rule_applies(&self, rule: &Rule, ctx: &mut Ctx<'_>, out: &mut Vec<Finding>) -> bool {
+        if rule.allowlists.iter().any(|a| a.path_allows(ctx.path)) {
+            return false;
+        }
+        if let Some(pre) = &rule.path {
+            let p = ctx.path.unwrap_or("");
+            let path_ok = pre.is_match(p.as_bytes());
+            if rule.regex.is_none() {
+                if path_ok {
+                    out.push(Finding {
+                        rule_id: rule.id.clone(),
+                        description: rule.description.clone(),
+                        start: 0,
+                        end: 0,
+                        secret_start: 0,
+                        secret_end: 0,
+                        line: 0,
+                        column: 0,
+                        entropy: 0.0,
+                        path_only: true,
+                    });
+                }
+                return false;
+            }
+            if !path_ok {
+                return false;
+            }
+        }
+        rule.regex.is_some()
+    }
+
+    fn post_process(&self, rule: &Rule, ctx: &mut Ctx<'_>, s: usize, e: usize) -> Option<Finding> {
+        let data = ctx.data;
+        let re = rule.regex.as_ref()?;
+        let raw = &data[s..e];
+        let lead = raw.iter().take_while(|&&b| b == b'\n').count();
+        let trail = if lead == raw.len() {
+            0
+        } else {
+            raw.iter().rev().take_while(|&&b| b == b'\n').count()
+        };
+        let trimmed = &raw[lead..raw.len() - trail];
+        let t_start = s + lead;
+        // gitleaks computes the location from [s, s + len(trimmed)).
+        let g_end = s + trimmed.len();
+        let (sli, eli) = ctx.line_bounds(s, g_end);
+        let line = &data[sli..eli.max(g_end).min(data.len())];
+        if memchr::memmem::find(line, ALLOW_SIGNATURE).is_some() {
+            return None;
+        }
+        // Capture groups are recomputed on the trimmed match as a standalone string.
+        let (mut ss, mut se) = (t_start, t_start + trimmed.len());
+        let mut caps = re.create_captures();
+        re.search_captures(&Input::new(trimmed), &mut caps);
+        let ngroups = caps.group_len();
+        if caps.is_match() && ngroups >= 2 {
+            if rule.secret_group > 0 {
+                match caps.get_group(rule.secret_group) {
+                    Some(sp) => (ss, se) = (t_start + sp.start, t_start + sp.end),
+                    None => (ss, se) = (t_start, t_start),
+                }
+            } else {
+                for g in 1..ngroups {
+                    if let Some(sp) = caps.get_group(g) {
+                        if sp.end > sp.start {
+                            (ss, se) = (t_start + sp.start, t_start + sp.end);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let secret = &data[ss..se];
+        let entropy = shannon_entropy(secret);
+        if rule.entropy != 0.0 && entropy <= rule.entropy {
+            return None;
+        }
+        for a in self.set.global.iter().chain(rule.allowlists.iter()) {
+            if a.finding_allows(secret, trimmed, line, ctx.path) {
+                return None;
+            }
+        }
+        let (line_no, col) = ctx.line_col(t_start);
+        Some(Finding {
+            rule_id: rule.id.clone(),
+            description: rule.description.clone(),
+            start: t_start,
+            end: t_start + trimmed.len(),
+            secret_start: ss,
+            secret_end: se,
+            line: line_no,
+            column: col,
+            entropy,
+            path_only: false,
+        })
+    }
+}
+
+/// Runs `re` over the regions where a match may start, reproducing exactly the
+/// matches `find_iter` would report over the whole payload: every match contains
+/// a keyword hit and is at most `l` bytes long, so it starts in some
+/// `[hit_end - l, hit_start]` and ends before `region_hi + l`. Searches keep the
+/// whole payload as context for `\b`, `^`, `$`.
+fn windowed(
+    re: &regex_automata::meta::Regex,
+    data: &[u8],
+    regions: &[Region],
+    l: usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let mut pos = 0usize;
+    let mut i = 0;
+    while i < regions.len() {
+        let lo = regions[i].lo;
+        let mut hi = regions[i].hi;
+        i += 1;
+        while i < regions.len() && regions[i].lo <= hi.saturating_add(1) {
+            hi = hi.max(regions[i].hi);
+            i += 1;
+        }
+        let mut at = lo.max(pos);
+        while at <= hi {
+            let end = hi.saturating_add(l).min(data.len());
+            if at > end {
+                break;
+            }
+            let input = Input::new(data).range(at..end);
+            match re.find(input) {
+                Some(m) if m.start() <= hi => {
+                    out.push((m.start(), m.end()));
+                    pos = if m.end() > m.start() {
+                        m.end()
+                    } else {
+                        m.end() + 1
+                    };
+                    at = pos;
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+struct Ctx<'a> {
+    data: &'a [u8],
+    path: Option<&'a str>,
+    newlines: Option<Vec<usize>>,
+}
+
+impl Ctx<'_> {
+    fn newlines(&mut self) -> &[usize] {
+        let data = self.data;
+        self.newlines
+            .get_or_insert_with(|| memchr::memchr_iter(b'\n', data).collect())
+    }
+
+    /// gitleaks' `location()` line index bounds for the match `[start, end)`.
+    fn line_bounds(&mut self, start: usize, end: usize) -> (usize, usize) {
+        let len = self.data.len();
+        let data = self.data;
+        let nls = self.newlines();
+        let single = [len];
+        let nls: &[usize] = if nls.is_empty() { &single } else { nls };
+        let i = nls.partition_point(|&nl| nl <= start);
+        if i < nls.len() {
+            let sli = if i == 0 { 0 } else { nls[i - 1] };
+            let mut eli = nls[i];
+            let j = nls.partition_point(|&nl| nl < end);
+            if j < nls.len() {
+                let prev = if j == 0 { 0 } else { nls[j - 1] };
+                if prev < end {
+                    eli = nls[j];
+                }
+            }
+            (sli, eli)
+        } else {
+            let mut k = end;
+            while k < len && data[k] != b'\n' && data[k] != b'\r' {
+                k += 1;
+            }
+            (0, k)
+        }
+    }
+
+    fn line_col(&mut self, pos: usize) -> (usize, usize) {
+        let nls = self.newlines();
+        let i = nls.partition_point(|&nl| nl < pos);
+        let line_start = if i == 0 { 0 } else { nls[i - 1] + 1 };
+        (i + 1, pos - line_start + 1)
+    }
+}
+
+/// gitleaks' `shannonEntropy`: rune frequencies over the byte length.
+pub fn shannon_entropy(data: &[u8]) -> f64 {
+    if data.is_empty() {
+        return 0.0;
+    }
+    let inv = 1.0 / data.len() as f64;
+    let mut entropy = 0.0;
+    if data.is_ascii() {
+        let mut counts = [0u32; 128];
+        for &b in data {
+            counts[b as usize] += 1;
+        }
+        for &c in counts.iter().filter(|&&c| c > 0) {
+            let f = c as f64 * inv;
+            entropy -= f * f.log2();
+        }
+        return entropy;
+    }
+    let mut counts: std::collections::HashMap<char, u32> = std::collections::HashMap::new();
+    for chunk in data.utf8_chunks() {
+        for ch in chunk.valid().chars() {
+            *counts.entry(ch).or_default() += 1;
+        }
+        if !chunk.invalid().is_empty() {
+            *counts.entry('\u{FFFD}').or_default() += chunk.invalid().len() as u32;
+        }
+    }
+    for &c in counts.values() {
+        let f = c as f64 * inv;
+        entropy -= f * f.log2();
+    }
+    entropy
+}
+
+/// gitleaks' post-filter: a finding of a rule whose id contains "generic" is
+/// dropped when a non-generic finding on the same line has a secret containing it.
+fn generic_filter(findings: Vec<Finding>, data: &[u8]) -> Vec<Finding> {
+    let is_generic = |f: &Finding| f.rule_id.to_lowercase().contains("generic");
+    if !findings.iter().any(is_generic) {
+        return findings;
+    }
+    let keep: Vec<bool> = findings
+        .iter()
+        .map(|f| {
+            if !is_generic(f) {
+                return true;
+            }
+            let secret = &data[f.secret_start..f.secret_end];
+            !findings.iter().any(|g| {
+                g.line == f.line
+                    && g.rule_id != f.rule_id
+                    && !is_generic(g)
+                    && (secret.is_empty()
+                        || memchr::memmem::find(&data[g.secret_start..g.secret_end], secret)
+                            .is_some())
+            })
+        })
+        .collect();
+    findings
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(f, k)| k.then_some(f))
+        .collect()
+}
+
+/// Replaces each finding's secret with `marker(rule_id)`; overlapping secrets are
+/// merged into the first. Path-only findings are ignored.
+pub fn redact_with(data: &[u8], findings: &[Finding], marker: impl Fn(&str) -> String) -> Vec<u8> {
+    let mut spans: Vec<(usize, usize, &str)> = findings
+        .iter()
+        .filter(|f| !f.path_only)
+        .map(|f| {
+            if f.secret_end > f.secret_start {
+                (f.secret_start, f.secret_end, &*f.rule_id)
+            } else {
+                (f.start, f.end, &*f.rule_id)
+            }
+        })
+        .filter(|(s, e, _)| e > s && *e <= data.len())
+        .collect();
+    spans.sort_by_key(|&(s, e, _)| (s, std::cmp::Reverse(e)));
+    let mut out = Vec::with_capacity(data.len());
+    let mut pos = 0;
+    for (s, e, id) in spans {
+        if s < pos {
+            pos = pos.max(e);
+            continue;
+        }
+        out.extend_from_slice(&data[pos..s]);
+        out.extend_from_slice(marker(id).as_bytes());
+        pos = e;
+    }
+    out.extend_from_slice(&data[pos.min(data.len())..]);
+    out
+}
+
+/// Replaces each finding's secret with `[REDACTED:rule-id]`.
+pub fn redact(data: &[u8], findings: &[Finding]) -> Vec<u8> {
+    redact_with(data, findings, |id| format!("[REDACTED:{id}]"))
+}
