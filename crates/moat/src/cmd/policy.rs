@@ -1,13 +1,169 @@
-//! `moat policy` (placeholder until its engine lands).
+//! `moat policy`: Istio security policy tools.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Args, Subcommand};
+use moat_authz::check::{self, CheckArgs};
+use moat_authz::PathNormalization;
+
 /// Arguments of `moat policy`.
-#[derive(clap::Args)]
-pub struct PolicyArgs {}
+#[derive(Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    command: PolicyCommand,
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Evaluate one request against Istio policies, as the gateway would.
+    ///
+    /// Prints the HTTP status the gateway would return (200 forwarded, 401 refused
+    /// token, 403 denied), ALLOW/DENY and the policy and rule that decided.
+    /// Exit status: 0 forwarded, 1 rejected, 2 input error.
+    Check(Check),
+    /// Load and validate policy files (exit 0 valid, 2 invalid).
+    Validate(Validate),
+}
+
+#[derive(Args)]
+struct Check {
+    /// Policy file or directory (repeatable; multi-document YAML).
+    #[arg(long, required = true)]
+    policies: Vec<PathBuf>,
+    /// Request URL: host, path and query (and the default port).
+    #[arg(long)]
+    url: String,
+    /// Request method.
+    #[arg(long, default_value = "GET")]
+    method: String,
+    /// Request header `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H')]
+    headers: Vec<String>,
+    /// TCP peer address (source.ip / ipBlocks). Absent: unknown, so positive IP
+    /// matches fail and negative ones hold.
+    #[arg(long)]
+    source_ip: Option<String>,
+    /// Original client address (remote.ip / remoteIpBlocks). Absent: taken from
+    /// X-Forwarded-For with --trusted-proxies, else the source IP.
+    #[arg(long)]
+    remote_ip: Option<String>,
+    /// URI SAN of the client certificate (spiffe://td/ns/N/sa/S). Absent: plaintext.
+    #[arg(long)]
+    peer_uri: Option<String>,
+    /// Destination port (ports / destination.port). Default: the URL's.
+    #[arg(long)]
+    port: Option<u16>,
+    /// TLS SNI (connection.sni). Absent: none.
+    #[arg(long)]
+    sni: Option<String>,
+    /// JWT sent as `Authorization: Bearer <token>`.
+    #[arg(long)]
+    jwt: Option<String>,
+    /// Namespace of the workload receiving the request.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Workload label `key=value` (repeatable), matched by selector.matchLabels.
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Istio root namespace (its policies apply to every workload).
+    #[arg(long, default_value = "istio-system")]
+    root_namespace: String,
+    /// Trusted proxies in front of the gateway, for X-Forwarded-For.
+    #[arg(long, default_value_t = 0)]
+    trusted_proxies: u32,
+    /// Path normalization: none, base, merge_slashes, decode_and_merge_slashes.
+    #[arg(long, default_value = "base")]
+    path_normalization: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct Validate {
+    /// Policy files or directories.
+    #[arg(required = true)]
+    policies: Vec<PathBuf>,
+}
+
+fn parse_normalization(s: &str) -> Option<PathNormalization> {
+    Some(match s.to_ascii_lowercase().as_str() {
+        "none" => PathNormalization::None,
+        "base" => PathNormalization::Base,
+        "merge_slashes" => PathNormalization::MergeSlashes,
+        "decode_and_merge_slashes" => PathNormalization::DecodeAndMergeSlashes,
+        _ => return None,
+    })
+}
 
 /// Runs `moat policy`.
-pub fn run(_args: PolicyArgs) -> ExitCode {
-    eprintln!("moat policy: not built yet");
-    ExitCode::from(2)
+pub fn run(args: PolicyArgs) -> ExitCode {
+    match args.command {
+        PolicyCommand::Check(c) => run_check(c),
+        PolicyCommand::Validate(v) => {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            match moat_authz::model::load_paths(&v.policies, &cwd) {
+                Ok(set) => {
+                    println!(
+                        "ok: {} AuthorizationPolicy, {} RequestAuthentication, {} PeerAuthentication",
+                        set.authz.len(),
+                        set.request_authn.len(),
+                        set.peer_authn.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("moat policy validate: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+fn run_check(c: Check) -> ExitCode {
+    let Some(norm) = parse_normalization(&c.path_normalization) else {
+        eprintln!(
+            "moat policy check: --path-normalization: expected none, base, merge_slashes or \
+             decode_and_merge_slashes, got `{}`",
+            c.path_normalization
+        );
+        return ExitCode::from(2);
+    };
+    let args = CheckArgs {
+        policies: c.policies,
+        url: c.url,
+        method: c.method,
+        headers: c.headers,
+        source_ip: c.source_ip,
+        remote_ip: c.remote_ip,
+        peer_uri: c.peer_uri,
+        port: c.port,
+        sni: c.sni,
+        jwt: c.jwt,
+        namespace: c.namespace,
+        labels: c.labels,
+        root_namespace: c.root_namespace,
+        trusted_proxies: c.trusted_proxies,
+        path_normalization: norm,
+    };
+    match check::run(&args) {
+        Ok(d) => {
+            if c.json {
+                println!("{}", check::to_json(&d));
+            } else {
+                print!("{}", check::to_text(&d));
+            }
+            if d.allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("moat policy check: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -1,0 +1,804 @@
+//! The engine: per-workload compiled views, the decision algorithm, the request-headers
+//! phase and background JWKS refresh.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use moat_core::{
+    EventAction, PeerIdentity, Reply, RequestAuth, RequestCtx, RequestHeadersPhase, SecurityEvent,
+    Verdict,
+};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::compiled::CompiledSet;
+use crate::ir::{Rule, RuleMatcher};
+use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
+use crate::model::{self, Action, MtlsMode, PeerAuthn, PolicySet};
+use crate::request::{normalize_path, remote_ip_from_xff, Attrs, PathNormalization, PeerView};
+use crate::AuthzError;
+
+/// Configuration of access control (the `authz:` section of moat's config).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthzConfig {
+    /// Whether access control runs at all.
+    pub enabled: bool,
+    /// Istio policy files or directories (`*.yaml`/`*.yml`, recursive).
+    pub policies: Vec<PathBuf>,
+    /// Istio root namespace: its policies apply to every workload (default `istio-system`).
+    pub root_namespace: String,
+    /// Trusted proxies in front of moat for `remote.ip` / `remoteIpBlocks`
+    /// (Envoy `xff_num_trusted_hops`). Unset: use the proxy's `ctx.client_ip`.
+    pub trusted_proxies: Option<u32>,
+    /// Path normalization before matching `paths` (Istio mesh `pathNormalization`).
+    pub path_normalization: PathNormalization,
+    /// Maximum number of verified tokens cached (0 disables the cache).
+    pub jwt_cache_size: usize,
+    /// Clock skew allowed on `exp`/`nbf` (Envoy default 60s).
+    #[serde(with = "moat_config::duration")]
+    pub jwt_clock_skew: Duration,
+    /// How often fetched JWKS are refreshed.
+    #[serde(with = "moat_config::duration")]
+    pub jwks_refresh_interval: Duration,
+    /// Retry delay after a failed fetch while a JWKS has no keys yet.
+    #[serde(with = "moat_config::duration")]
+    pub jwks_retry_interval: Duration,
+    /// Evaluate and raise events, never block.
+    pub monitor_only: bool,
+    /// Most distinct (namespace, labels) workloads whose compiled view is cached.
+    pub max_workloads: usize,
+}
+
+impl Default for AuthzConfig {
+    fn default() -> Self {
+        AuthzConfig {
+            enabled: false,
+            policies: Vec::new(),
+            root_namespace: "istio-system".into(),
+            trusted_proxies: None,
+            path_normalization: PathNormalization::Base,
+            jwt_cache_size: 10_000,
+            jwt_clock_skew: Duration::from_secs(60),
+            jwks_refresh_interval: Duration::from_secs(300),
+            jwks_retry_interval: Duration::from_secs(10),
+            monitor_only: false,
+            max_workloads: 4096,
+        }
+    }
+}
+
+/// Rules of one action for one workload, compiled, with the policy of each rule.
+#[derive(Debug, Default)]
+struct Group {
+    set: CompiledSet,
+    /// `(policy id, rule index)` per rule id.
+    meta: Vec<(Arc<str>, u32)>,
+    /// Number of policies in the group (an ALLOW policy without rules still counts).
+    policies: usize,
+}
+
+impl Group {
+    fn build(policies: &[&model::AuthzPolicy]) -> Group {
+        let mut g = Group {
+            policies: policies.len(),
+            ..Default::default()
+        };
+        let mut rules: Vec<Rule> = Vec::new();
+        for p in policies {
+            let id: Arc<str> = p.meta.id().into();
+            for (i, r) in p.rules.iter().enumerate() {
+                rules.push(r.clone());
+                g.meta.push((id.clone(), i as u32));
+            }
+        }
+        g.set = CompiledSet::new(&rules);
+        g
+    }
+
+    fn first(&self, a: &Attrs<'_>) -> Option<(Arc<str>, u32)> {
+        self.set
+            .first_match(a)
+            .map(|id| self.meta[id as usize].clone())
+    }
+}
+
+/// The resolved PeerAuthentication of a workload.
+#[derive(Debug, Clone)]
+struct PeerPolicy {
+    mode: MtlsMode,
+    policy: Option<String>,
+    ports: HashMap<u16, (MtlsMode, String)>,
+}
+
+/// Everything that applies to one (namespace, labels) workload.
+#[derive(Debug)]
+struct View {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    audit: Group,
+    deny: Group,
+    allow: Group,
+    dry_audit: Group,
+    dry_deny: Group,
+    dry_allow: Group,
+    providers: Vec<Arc<Provider>>,
+    peer: PeerPolicy,
+}
+
+/// The outcome of evaluating one request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    /// HTTP status the gateway answers with (200 when forwarded).
+    pub status: u16,
+    /// Whether the request is forwarded.
+    pub allowed: bool,
+    /// Policy (`namespace/name`) that decided, if one did.
+    pub policy: Option<String>,
+    /// Rule index within that policy.
+    pub rule: Option<u32>,
+    /// Why.
+    pub reason: String,
+    /// AUDIT policies that matched (`namespace/name[rule i]`).
+    pub audit: Vec<String>,
+    /// What dry-run (`istio.io/dry-run`) policies would have done, when they would deny.
+    pub dry_run: Option<String>,
+    /// `WWW-Authenticate` for a refused token.
+    pub www_authenticate: Option<String>,
+    /// Verified request principal (`iss/sub`).
+    pub request_principal: Option<String>,
+    /// Effective PeerAuthentication mode on this port.
+    pub mtls_mode: MtlsMode,
+    /// The verified token.
+    #[serde(skip)]
+    pub jwt: Option<Arc<VerifiedJwt>>,
+    /// Which engine decided: `authz`, `authn` (JWT), `peer` (mTLS) or `path`.
+    #[serde(skip)]
+    pub engine: &'static str,
+}
+
+impl Decision {
+    fn new(status: u16, allowed: bool, reason: impl Into<String>, engine: &'static str) -> Self {
+        Decision {
+            status,
+            allowed,
+            policy: None,
+            rule: None,
+            reason: reason.into(),
+            audit: Vec::new(),
+            dry_run: None,
+            www_authenticate: None,
+            request_principal: None,
+            mtls_mode: MtlsMode::Permissive,
+            jwt: None,
+            engine,
+        }
+    }
+
+    /// `namespace/name[rule i]` of the deciding policy, or the engine name.
+    pub fn rule_id(&self) -> String {
+        match (&self.policy, self.rule) {
+            (Some(p), Some(r)) => format!("{p}[rule {r}]"),
+            (Some(p), None) => p.clone(),
+            _ => self.engine.to_string(),
+        }
+    }
+}
+
+/// One request as the engine sees it (what the proxy or `moat policy check` provides).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestInput<'a> {
+    /// Workload namespace.
+    pub namespace: &'a str,
+    /// Workload labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// `http` or `https` (for the `WWW-Authenticate` realm).
+    pub scheme: &'a str,
+    /// Method.
+    pub method: &'a str,
+    /// `:authority` / Host.
+    pub host: &'a str,
+    /// Path and query as received.
+    pub path_and_query: &'a str,
+    /// Destination port.
+    pub port: Option<u16>,
+    /// TCP peer address.
+    pub source_ip: Option<IpAddr>,
+    /// Original client address.
+    pub remote_ip: Option<IpAddr>,
+    /// Local address.
+    pub dest_ip: Option<IpAddr>,
+    /// TLS SNI.
+    pub sni: Option<&'a str>,
+    /// Verified client certificate (`None` for plaintext).
+    pub peer: Option<&'a PeerIdentity>,
+}
+
+/// Istio access control compiled for moat.
+pub struct AuthzEngine {
+    cfg: AuthzConfig,
+    set: PolicySet,
+    /// Providers per RequestAuthentication (same order as `set.request_authn`).
+    providers: Vec<Vec<Arc<Provider>>>,
+    sources: Vec<Arc<KeySource>>,
+    cache: TokenCache,
+    views: RwLock<HashMap<u64, Vec<Arc<View>>, RandomState>>,
+    hasher: RandomState,
+    /// Dropping the sender stops the refresh thread.
+    _refresh_stop: Option<mpsc::Sender<()>>,
+}
+
+impl std::fmt::Debug for AuthzEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthzEngine")
+            .field("authorization_policies", &self.set.authz.len())
+            .field("request_authentications", &self.set.request_authn.len())
+            .field("peer_authentications", &self.set.peer_authn.len())
+            .finish()
+    }
+}
+
+impl AuthzEngine {
+    /// Loads the policies named in `cfg` (relative to `base_dir`), fetches remote JWKS
+    /// once and starts refreshing them in the background.
+    pub fn build(cfg: &AuthzConfig, base_dir: &Path) -> Result<Arc<AuthzEngine>, AuthzError> {
+        Self::build_with(cfg, base_dir, true)
+    }
+
+    /// As [`AuthzEngine::build`]; `background_refresh: false` fetches remote JWKS once
+    /// and never again (for one-shot tools).
+    pub fn build_with(
+        cfg: &AuthzConfig,
+        base_dir: &Path,
+        background_refresh: bool,
+    ) -> Result<Arc<AuthzEngine>, AuthzError> {
+        let set = model::load_paths(&cfg.policies, base_dir)?;
+        Self::from_policies(cfg, set, background_refresh)
+    }
+
+    /// Builds from already loaded policies.
+    pub fn from_policies(
+        cfg: &AuthzConfig,
+        set: PolicySet,
+        background_refresh: bool,
+    ) -> Result<Arc<AuthzEngine>, AuthzError> {
+        let mut sources: Vec<Arc<KeySource>> = Vec::new();
+        let mut by_origin: HashMap<JwksOrigin, Arc<KeySource>> = HashMap::new();
+        let mut providers = Vec::new();
+        let mut next_id = 0u32;
+        for ra in &set.request_authn {
+            let mut ps = Vec::new();
+            for (i, r) in ra.rules.iter().enumerate() {
+                let source = match (&r.origin, &r.inline) {
+                    (JwksOrigin::Inline, Some(text)) => {
+                        let keys = KeySet::parse(text).map_err(|e| AuthzError::Jwks {
+                            policy: ra.meta.id(),
+                            message: e,
+                        })?;
+                        let s = Arc::new(KeySource::new(JwksOrigin::Inline, keys, r.timeout, true));
+                        sources.push(s.clone());
+                        s
+                    }
+                    (origin, _) => match by_origin.get(origin) {
+                        Some(s) => s.clone(),
+                        None => {
+                            let s = Arc::new(KeySource::new(
+                                origin.clone(),
+                                KeySet::default(),
+                                r.timeout,
+                                false,
+                            ));
+                            if let Err(e) = s.refresh_blocking() {
+                                tracing::warn!(policy = %ra.meta.id(), error = %e,
+                                    "JWKS fetch failed; tokens of this issuer are refused until it succeeds");
+                            }
+                            by_origin.insert(origin.clone(), s.clone());
+                            sources.push(s.clone());
+                            s
+                        }
+                    },
+                };
+                ps.push(Arc::new(Provider {
+                    policy: ra.meta.id(),
+                    rule: i,
+                    id: next_id,
+                    issuer: r.issuer.clone(),
+                    audiences: r.audiences.clone(),
+                    locations: r.locations.clone(),
+                    keys: source,
+                    output_payload_to_header: r.output_payload_to_header.clone(),
+                    output_claims: r.output_claims.clone(),
+                    forward: r.forward,
+                    space_delimited: r.space_delimited.clone(),
+                }));
+                next_id += 1;
+            }
+            providers.push(ps);
+        }
+        let remote: Vec<Arc<KeySource>> =
+            sources.iter().filter(|s| s.is_remote()).cloned().collect();
+        let stop = if background_refresh && !remote.is_empty() {
+            Some(spawn_refresher(
+                remote,
+                cfg.jwks_refresh_interval,
+                cfg.jwks_retry_interval,
+            )?)
+        } else {
+            None
+        };
+        Ok(Arc::new(AuthzEngine {
+            cfg: cfg.clone(),
+            set,
+            providers,
+            sources,
+            cache: TokenCache::new(cfg.jwt_cache_size),
+            views: RwLock::new(HashMap::default()),
+            hasher: RandomState::default(),
+            _refresh_stop: stop,
+        }))
+    }
+
+    /// The loaded policies.
+    pub fn policies(&self) -> &PolicySet {
+        &self.set
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AuthzConfig {
+        &self.cfg
+    }
+
+    /// Key ids currently loaded for each JWKS (diagnostics and tests).
+    pub fn jwks_kids(&self) -> Vec<Vec<String>> {
+        self.sources.iter().map(|s| s.keys.load().kids()).collect()
+    }
+
+    /// Fetches every remote JWKS now (blocking); failures keep the current keys.
+    pub fn refresh_jwks(&self) -> Vec<Result<usize, String>> {
+        self.sources
+            .iter()
+            .filter(|s| s.is_remote())
+            .map(|s| s.refresh_blocking())
+            .collect()
+    }
+
+    /// Number of verified tokens in the cache.
+    pub fn cached_tokens(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The effective PeerAuthentication mode for a workload and port (never `Unset`:
+    /// PERMISSIVE when nothing applies). The proxy requests client certificates on a
+    /// listener when this is STRICT or PERMISSIVE.
+    pub fn peer_auth_mode(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        port: u16,
+    ) -> MtlsMode {
+        self.view(namespace, labels).peer_mode(port).0
+    }
+
+    fn view_hash(&self, ns: &str, labels: &BTreeMap<String, String>) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        ns.hash(&mut h);
+        labels.hash(&mut h);
+        h.finish()
+    }
+
+    fn view(&self, ns: &str, labels: &BTreeMap<String, String>) -> Arc<View> {
+        let h = self.view_hash(ns, labels);
+        if let Some(list) = self.views.read().get(&h) {
+            if let Some(v) = list
+                .iter()
+                .find(|v| v.namespace == ns && v.labels == *labels)
+            {
+                return v.clone();
+            }
+        }
+        let v = Arc::new(self.build_view(ns, labels));
+        let mut w = self.views.write();
+        if w.len() >= self.cfg.max_workloads.max(1) {
+            w.clear();
+        }
+        w.entry(h).or_default().push(v.clone());
+        v
+    }
+
+    fn build_view(&self, ns: &str, labels: &BTreeMap<String, String>) -> View {
+        let root = self.cfg.root_namespace.as_str();
+        let mut applicable: Vec<&model::AuthzPolicy> = self
+            .set
+            .authz
+            .iter()
+            .filter(|p| p.meta.applies(root, ns, labels))
+            .collect();
+        applicable.sort_by(|a, b| {
+            (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name))
+        });
+        let pick = |action: Action, dry: bool| -> Vec<&model::AuthzPolicy> {
+            applicable
+                .iter()
+                .copied()
+                .filter(|p| p.action == action && p.meta.dry_run == dry)
+                .collect()
+        };
+        let mut providers = Vec::new();
+        let mut ras: Vec<(usize, &model::RequestAuthn)> = self
+            .set
+            .request_authn
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.meta.applies(root, ns, labels))
+            .collect();
+        ras.sort_by(|a, b| {
+            (&a.1.meta.namespace, &a.1.meta.name).cmp(&(&b.1.meta.namespace, &b.1.meta.name))
+        });
+        for (i, _) in ras {
+            providers.extend(self.providers[i].iter().cloned());
+        }
+        // Istio sorts the merged rules by issuer.
+        providers.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+        View {
+            namespace: ns.to_string(),
+            labels: labels.clone(),
+            audit: Group::build(&pick(Action::Audit, false)),
+            deny: Group::build(&pick(Action::Deny, false)),
+            allow: Group::build(&pick(Action::Allow, false)),
+            dry_audit: Group::build(&pick(Action::Audit, true)),
+            dry_deny: Group::build(&pick(Action::Deny, true)),
+            dry_allow: Group::build(&pick(Action::Allow, true)),
+            providers,
+            peer: compose_peer(&self.set.peer_authn, root, ns, labels),
+        }
+    }
+
+    /// Evaluates one request: peer authentication, request authentication (may rewrite
+    /// `headers` per outputPayloadToHeader / outputClaimToHeaders / forwardOriginalToken),
+    /// then AUDIT, DENY and ALLOW policies.
+    pub fn evaluate(&self, req: &RequestInput<'_>, headers: &mut HeaderMap) -> Decision {
+        let view = self.view(req.namespace, req.labels);
+        let (mode, pa_policy) = view.peer_mode(req.port.unwrap_or(0));
+        if mode == MtlsMode::Strict && req.peer.is_none() {
+            let mut d = Decision::new(
+                403,
+                false,
+                "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
+                "peer",
+            );
+            d.policy = pa_policy;
+            d.mtls_mode = mode;
+            return d;
+        }
+        let peer = if mode == MtlsMode::Disable {
+            None
+        } else {
+            req.peer
+        };
+        let path = match normalize_path(req.path_and_query, self.cfg.path_normalization) {
+            Ok(p) => p,
+            Err(e) => {
+                let mut d = Decision::new(400, false, format!("bad path: {}", e.0), "path");
+                d.mtls_mode = mode;
+                return d;
+            }
+        };
+        let query = req.path_and_query.split_once('?').map(|(_, q)| q);
+        let now = jwt::now_secs();
+        let skew = self.cfg.jwt_clock_skew.as_secs() as i64;
+        let verified =
+            match jwt::authenticate(&view.providers, headers, query, &self.cache, now, skew) {
+                Authn::NoToken => None,
+                Authn::Verified { jwt, provider } => {
+                    jwt::apply_outputs(&view.providers[provider], &jwt, headers);
+                    Some(jwt)
+                }
+                Authn::Failed { error, policy } => {
+                    let mut d = Decision::new(error.status(), false, error.message(), "authn");
+                    d.policy = policy;
+                    d.mtls_mode = mode;
+                    let realm = format!("{}://{}{}", req.scheme, req.host, path);
+                    d.www_authenticate = Some(format!(
+                        "Bearer realm=\"{}\", error=\"invalid_token\"",
+                        realm.replace('"', "%22")
+                    ));
+                    return d;
+                }
+            };
+        let uris: Vec<String>;
+        let peer_view = match peer {
+            Some(p) => {
+                uris = if p.uri_sans.is_empty() {
+                    p.principal
+                        .iter()
+                        .map(|x| format!("spiffe://{x}"))
+                        .collect()
+                } else {
+                    p.uri_sans.clone()
+                };
+                Some(PeerView { uris: &uris })
+            }
+            None => None,
+        };
+        let attrs = Attrs {
+            host: req.host,
+            method: req.method,
+            path: &path,
+            raw_path: req.path_and_query,
+            headers,
+            port: req.port,
+            source_ip: req.source_ip,
+            remote_ip: req.remote_ip,
+            dest_ip: req.dest_ip,
+            sni: req.sni,
+            peer: peer_view,
+            jwt: verified.as_deref(),
+        };
+        let mut d = decide(&view.audit, &view.deny, &view.allow, &attrs);
+        d.mtls_mode = mode;
+        if view.dry_deny.policies + view.dry_allow.policies + view.dry_audit.policies > 0 {
+            let shadow = decide(&view.dry_audit, &view.dry_deny, &view.dry_allow, &attrs);
+            d.audit
+                .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
+            let meaningful = view.dry_deny.policies + view.dry_allow.policies > 0;
+            if meaningful && !shadow.allowed {
+                d.dry_run = Some(format!(
+                    "dry-run policies would deny: {}",
+                    shadow.reason_with_rule()
+                ));
+            }
+        }
+        d.request_principal = verified.as_ref().map(|j| j.principal());
+        d.jwt = verified;
+        d
+    }
+}
+
+impl Decision {
+    fn reason_with_rule(&self) -> String {
+        match &self.policy {
+            Some(_) => format!("{} ({})", self.rule_id(), self.reason),
+            None => self.reason.clone(),
+        }
+    }
+}
+
+/// Istio's algorithm: AUDIT marks, any DENY match denies, no ALLOW policy allows,
+/// an ALLOW match allows, otherwise deny.
+fn decide(audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) -> Decision {
+    let audits: Vec<String> = audit
+        .first(a)
+        .map(|(p, r)| vec![format!("{p}[rule {r}]")])
+        .unwrap_or_default();
+    let mut d = if let Some((p, r)) = deny.first(a) {
+        let mut d = Decision::new(403, false, "matched a DENY policy", "authz");
+        d.policy = Some(p.to_string());
+        d.rule = Some(r);
+        d
+    } else if allow.policies == 0 {
+        Decision::new(
+            200,
+            true,
+            "no ALLOW policy applies to the workload",
+            "authz",
+        )
+    } else if let Some((p, r)) = allow.first(a) {
+        let mut d = Decision::new(200, true, "matched an ALLOW policy", "authz");
+        d.policy = Some(p.to_string());
+        d.rule = Some(r);
+        d
+    } else {
+        Decision::new(403, false, "no ALLOW policy matched", "authz")
+    };
+    d.audit = audits;
+    d
+}
+
+impl View {
+    fn peer_mode(&self, port: u16) -> (MtlsMode, Option<String>) {
+        match self.peer.ports.get(&port) {
+            Some((m, p)) => (*m, Some(p.clone())),
+            None => (self.peer.mode, self.peer.policy.clone()),
+        }
+    }
+}
+
+/// Istio's ComposePeerAuthentication: workload (selector, not root ns) > namespace
+/// (no selector) > mesh (root ns, no selector); the oldest wins within a level; UNSET
+/// inherits; portLevelMtls of the workload policy overrides per port; default PERMISSIVE.
+fn compose_peer(
+    pas: &[PeerAuthn],
+    root: &str,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> PeerPolicy {
+    let oldest = |f: &dyn Fn(&PeerAuthn) -> bool| -> Option<&PeerAuthn> {
+        pas.iter().filter(|p| f(p)).min_by(|a, b| {
+            (
+                a.meta.created.as_deref().unwrap_or(""),
+                &a.meta.namespace,
+                &a.meta.name,
+            )
+                .cmp(&(
+                    b.meta.created.as_deref().unwrap_or(""),
+                    &b.meta.namespace,
+                    &b.meta.name,
+                ))
+        })
+    };
+    let mesh = oldest(&|p| p.meta.namespace == root && p.meta.selector.is_none());
+    let nsl = oldest(&|p| p.meta.namespace == ns && p.meta.selector.is_none());
+    let wl = oldest(&|p| {
+        p.meta.namespace == ns && ns != root && p.meta.selector.is_some() && p.meta.selects(labels)
+    });
+    let mut out = PeerPolicy {
+        mode: MtlsMode::Permissive,
+        policy: None,
+        ports: HashMap::new(),
+    };
+    for level in [mesh, nsl, wl].into_iter().flatten() {
+        if level.mode != MtlsMode::Unset {
+            out.mode = level.mode;
+            out.policy = Some(level.meta.id());
+        }
+    }
+    if let Some(w) = wl {
+        for (port, m) in &w.ports {
+            if *m != MtlsMode::Unset {
+                out.ports.insert(*port, (*m, w.meta.id()));
+            }
+        }
+    }
+    out
+}
+
+fn spawn_refresher(
+    sources: Vec<Arc<KeySource>>,
+    interval: Duration,
+    retry: Duration,
+) -> Result<mpsc::Sender<()>, AuthzError> {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("moat-jwks".into())
+        .spawn(move || loop {
+            let any_empty = sources.iter().any(|s| s.keys.load().is_empty());
+            let wait = if any_empty {
+                retry.min(interval)
+            } else {
+                interval
+            };
+            match rx.recv_timeout(wait) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            for s in &sources {
+                if let Err(e) = s.refresh_blocking() {
+                    tracing::warn!(error = %e, "JWKS refresh failed; keeping the previous keys");
+                }
+            }
+        })
+        .map_err(|e| AuthzError::Jwks {
+            policy: String::new(),
+            message: format!("cannot start the JWKS refresh thread: {e}"),
+        })?;
+    Ok(tx)
+}
+
+fn reply_for(d: &Decision) -> Reply {
+    let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::FORBIDDEN);
+    match d.status {
+        401 | 403 if d.engine == "authn" => {
+            let mut r = Reply::text(status, d.reason.clone());
+            if let Some(w) = d
+                .www_authenticate
+                .as_deref()
+                .and_then(|w| HeaderValue::from_str(w).ok())
+            {
+                r = r.with_header(http::header::WWW_AUTHENTICATE, w);
+            }
+            r
+        }
+        400 => Reply::text(status, "Bad Request"),
+        _ => Reply::text(status, "RBAC: access denied"),
+    }
+}
+
+impl RequestHeadersPhase for AuthzEngine {
+    fn name(&self) -> &'static str {
+        "authz"
+    }
+
+    fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
+        let conn = ctx.conn.clone();
+        let tls = conn.tls.as_ref();
+        let source_ip = crate::request::canonical_ip(conn.remote_addr.ip());
+        let remote_ip = match self.cfg.trusted_proxies {
+            Some(n) => remote_ip_from_xff(&req.headers, n, Some(source_ip)),
+            None => Some(crate::request::canonical_ip(ctx.client_ip)),
+        };
+        let host_owned;
+        let host: &str = match req.uri.authority() {
+            Some(a) => a.as_str(),
+            None => {
+                host_owned = req
+                    .headers
+                    .get(http::header::HOST)
+                    .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+                    .unwrap_or_default();
+                &host_owned
+            }
+        };
+        let pq = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let input = RequestInput {
+            namespace: &ctx.namespace,
+            labels: &ctx.labels,
+            scheme: if tls.is_some() { "https" } else { "http" },
+            method: req.method.as_str(),
+            host,
+            path_and_query: pq,
+            port: Some(conn.local_addr.port()),
+            source_ip: Some(source_ip),
+            remote_ip,
+            dest_ip: Some(crate::request::canonical_ip(conn.local_addr.ip())),
+            sni: tls.and_then(|t| t.sni.as_deref()),
+            peer: tls.and_then(|t| t.peer.as_ref()),
+        };
+        let d = self.evaluate(&input, &mut req.headers);
+        let monitor = self.cfg.monitor_only || ctx.monitor_only;
+        if let Some(j) = &d.jwt {
+            ctx.auth = Some(RequestAuth {
+                principal: j.principal(),
+                audiences: j.audiences.clone(),
+                presenter: j.presenter.clone(),
+                claims: j.claims.clone(),
+            });
+        }
+        for a in &d.audit {
+            ctx.events.push(
+                SecurityEvent::new(
+                    "authz",
+                    a.clone(),
+                    EventAction::Monitor,
+                    "AUDIT policy matched",
+                )
+                .at("request"),
+            );
+        }
+        if let Some(dr) = &d.dry_run {
+            ctx.events.push(SecurityEvent::new(
+                "authz",
+                "dry-run",
+                EventAction::Monitor,
+                dr.clone(),
+            ));
+        }
+        if d.allowed {
+            return Verdict::Continue;
+        }
+        let engine = if d.engine == "authn" {
+            "authn"
+        } else {
+            "authz"
+        };
+        let action = if monitor {
+            EventAction::Monitor
+        } else {
+            EventAction::Block
+        };
+        ctx.events.push(
+            SecurityEvent::new(engine, d.rule_id(), action, d.reason.clone())
+                .with_details(serde_json::json!({ "status": d.status, "mtls_mode": d.mtls_mode })),
+        );
+        if monitor {
+            Verdict::Continue
+        } else {
+            Verdict::Respond(reply_for(&d))
+        }
+    }
+}

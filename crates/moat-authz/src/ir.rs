@@ -1,0 +1,462 @@
+//! The validated form of AuthorizationPolicy rules and the plain linear evaluator.
+//!
+//! Every `from.source` field, `to.operation` field and `when` condition becomes a
+//! [`Clause`]: a predicate over one request attribute ([`Pred`]) that is ORed over its
+//! values, possibly negated (`notX` fields, `notValues`). A source or operation is the
+//! AND of its clauses; a rule is `(any from) AND (any to) AND (all when)`.
+//!
+//! The linear evaluator here is deliberately naive (it walks every value of every rule)
+//! and serves as the test oracle for the compiled index in [`crate::compiled`].
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use regex::Regex;
+
+use crate::request::Attrs;
+
+/// An Istio string value: `abc` exact, `abc*` prefix, `*abc` suffix, `*` presence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StrPat {
+    /// `*`: the attribute is present (non-empty; for headers: present at all).
+    Any,
+    /// Exact value.
+    Exact(String),
+    /// `abc*`.
+    Prefix(String),
+    /// `*abc`.
+    Suffix(String),
+}
+
+impl StrPat {
+    /// Parses a value as Istio's `matcher/string.go` does: `*` first, then a leading
+    /// `*` (suffix), then a trailing `*` (prefix), else exact (an infix `*` is literal).
+    pub fn parse(v: &str) -> StrPat {
+        if v == "*" {
+            StrPat::Any
+        } else if let Some(s) = v.strip_prefix('*') {
+            StrPat::Suffix(s.to_string())
+        } else if let Some(p) = v.strip_suffix('*') {
+            StrPat::Prefix(p.to_string())
+        } else {
+            StrPat::Exact(v.to_string())
+        }
+    }
+
+    /// Same as [`StrPat::parse`] with the value lowercased (hosts ignore case).
+    pub fn parse_lower(v: &str) -> StrPat {
+        StrPat::parse(&v.to_ascii_lowercase())
+    }
+
+    /// Whether a non-absent value matches (`Any` needs a non-empty value).
+    pub fn matches(&self, s: &str) -> bool {
+        match self {
+            StrPat::Any => !s.is_empty(),
+            StrPat::Exact(e) => s == e,
+            StrPat::Prefix(p) => s.starts_with(p.as_str()),
+            StrPat::Suffix(x) => s.ends_with(x.as_str()),
+        }
+    }
+}
+
+/// A `requestPrincipals` / `request.auth.principal` value, split at its last `/` into
+/// issuer and subject as Istio's generator does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReqPrinPat {
+    /// `*`: issuer and subject non-empty.
+    Any,
+    /// `*x` (no `/`): subject ends with `x`.
+    SubSuffix(String),
+    /// `*x/s`: issuer ends with `x`, subject is `s`.
+    IssSuffixSubExact(String, String),
+    /// `i/*`: issuer is `i`, subject non-empty.
+    IssExactSubAny(String),
+    /// `i/p*`: issuer is `i`, subject starts with `p`.
+    IssExactSubPrefix(String, String),
+    /// `p*` (no `/`): issuer starts with `p`.
+    IssPrefix(String),
+    /// `i/s`: both exact (a value without `/` never matches).
+    Exact(String, String),
+}
+
+impl ReqPrinPat {
+    /// Parses a request principal value.
+    pub fn parse(v: &str) -> ReqPrinPat {
+        if v == "*" {
+            return ReqPrinPat::Any;
+        }
+        if let Some(rest) = v.strip_prefix('*') {
+            return match rest.rfind('/') {
+                Some(i) => ReqPrinPat::IssSuffixSubExact(rest[..i].into(), rest[i + 1..].into()),
+                None => ReqPrinPat::SubSuffix(rest.into()),
+            };
+        }
+        if let Some(rest) = v.strip_suffix('*') {
+            return match rest.rfind('/') {
+                Some(i) if i + 1 == rest.len() => ReqPrinPat::IssExactSubAny(rest[..i].into()),
+                Some(i) => ReqPrinPat::IssExactSubPrefix(rest[..i].into(), rest[i + 1..].into()),
+                None => ReqPrinPat::IssPrefix(rest.into()),
+            };
+        }
+        match v.rfind('/') {
+            Some(i) => ReqPrinPat::Exact(v[..i].into(), v[i + 1..].into()),
+            None => ReqPrinPat::Exact(v.into(), String::new()),
+        }
+    }
+
+    /// Whether the verified token's `iss` and `sub` match.
+    pub fn matches(&self, iss: &str, sub: &str) -> bool {
+        match self {
+            ReqPrinPat::Any => !iss.is_empty() && !sub.is_empty(),
+            ReqPrinPat::SubSuffix(x) => !sub.is_empty() && sub.ends_with(x.as_str()),
+            ReqPrinPat::IssSuffixSubExact(x, s) => {
+                !iss.is_empty() && iss.ends_with(x.as_str()) && sub == s
+            }
+            ReqPrinPat::IssExactSubAny(i) => iss == i && !sub.is_empty(),
+            ReqPrinPat::IssExactSubPrefix(i, p) => iss == i && sub.starts_with(p.as_str()),
+            ReqPrinPat::IssPrefix(p) => !iss.is_empty() && iss.starts_with(p.as_str()),
+            ReqPrinPat::Exact(i, s) => !s.is_empty() && iss == i && sub == s,
+        }
+    }
+}
+
+/// A `namespaces` / `source.namespace` value: Istio matches the regex
+/// `.*/ns/<v>/.*` (with `*` in `v` turned into `.*`) against the peer's URI SAN.
+#[derive(Debug, Clone)]
+pub struct NsPat {
+    /// The value as written.
+    pub raw: String,
+    /// Anchored regex over the full URI SAN.
+    pub re: Regex,
+}
+
+impl NsPat {
+    /// Compiles a namespace value.
+    pub fn new(v: &str) -> Result<NsPat, String> {
+        let body: Vec<String> = v.split('*').map(regex::escape).collect();
+        let re = Regex::new(&format!("^(?s:.*/ns/{}/.*)$", body.join(".*")))
+            .map_err(|e| format!("invalid namespace `{v}`: {e}"))?;
+        Ok(NsPat { raw: v.into(), re })
+    }
+}
+
+impl PartialEq for NsPat {
+    fn eq(&self, o: &Self) -> bool {
+        self.raw == o.raw
+    }
+}
+
+/// A `serviceAccounts` value (`ns/sa` or `sa` in the policy's namespace): Istio matches
+/// `spiffe://.+/ns/<ns>/(.+/|)sa/<sa>(/.+)?` against the URI SAN.
+#[derive(Debug, Clone)]
+pub struct SaPat {
+    /// The value as written.
+    pub raw: String,
+    /// Anchored regex over the full URI SAN.
+    pub re: Regex,
+}
+
+impl SaPat {
+    /// Compiles a service account value; `policy_ns` applies when it has no `/`.
+    pub fn new(v: &str, policy_ns: &str) -> Result<SaPat, String> {
+        let (ns, sa) = match v.split_once('/') {
+            Some((n, s)) => (n, s),
+            None => (policy_ns, v),
+        };
+        if ns.is_empty() || sa.is_empty() || sa.contains('/') || v.contains('*') {
+            return Err(format!(
+                "invalid service account `{v}`: expected `namespace/name` or `name`, no wildcards"
+            ));
+        }
+        let re = Regex::new(&format!(
+            "^(?s:spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?)$",
+            regex::escape(ns),
+            regex::escape(sa)
+        ))
+        .map_err(|e| format!("invalid service account `{v}`: {e}"))?;
+        Ok(SaPat { raw: v.into(), re })
+    }
+}
+
+impl PartialEq for SaPat {
+    fn eq(&self, o: &Self) -> bool {
+        self.raw == o.raw
+    }
+}
+
+/// One segment of a path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seg {
+    /// Literal segment text.
+    Lit(String),
+    /// `{*}`: exactly one non-empty segment.
+    One,
+    /// `{**}`: zero or more segments (must be the last operator).
+    Many,
+}
+
+/// A `paths` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathPat {
+    /// A plain string value.
+    Str(StrPat),
+    /// A path template using `{*}` / `{**}`.
+    Template(Vec<Seg>),
+}
+
+impl PathPat {
+    /// Parses and validates a path value (templates as Istio's `security.go` checks them).
+    pub fn parse(v: &str) -> Result<PathPat, String> {
+        if !v.contains('{') && !v.contains('}') {
+            return Ok(PathPat::Str(StrPat::parse(v)));
+        }
+        if v.contains('*') && (v.starts_with('*') || v.ends_with('*') && !v.ends_with("*}")) {
+            return Err(format!(
+                "path `{v}`: a path template cannot be combined with a `*` prefix/suffix match"
+            ));
+        }
+        let Some(rest) = v.strip_prefix('/') else {
+            return Err(format!("path template `{v}` must start with `/`"));
+        };
+        let mut segs = Vec::new();
+        let parts: Vec<&str> = rest.split('/').collect();
+        for (i, p) in parts.iter().enumerate() {
+            let seg = match *p {
+                "{*}" => Seg::One,
+                "{**}" => Seg::Many,
+                p if p.contains('{') || p.contains('}') || p.contains('*') => return Err(format!(
+                    "path template `{v}`: segment `{p}` must be `{{*}}`, `{{**}}` or literal text"
+                )),
+                p => Seg::Lit(p.to_string()),
+            };
+            if seg == Seg::Many && parts[i + 1..].iter().any(|q| q.contains('{')) {
+                return Err(format!(
+                    "path template `{v}`: `{{**}}` must be the last operator"
+                ));
+            }
+            segs.push(seg);
+        }
+        Ok(PathPat::Template(segs))
+    }
+
+    /// Whether the (normalized, query-less) path matches.
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathPat::Str(p) => p.matches(path),
+            PathPat::Template(segs) => template_matches(segs, path),
+        }
+    }
+}
+
+/// Matches a path against template segments.
+pub fn template_matches(segs: &[Seg], path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    let many = segs.iter().position(|s| *s == Seg::Many);
+    let seg_ok = |s: &Seg, p: &str| match s {
+        Seg::Lit(l) => l == p,
+        Seg::One => !p.is_empty(),
+        Seg::Many => true,
+    };
+    match many {
+        None => parts.len() == segs.len() && segs.iter().zip(&parts).all(|(s, p)| seg_ok(s, p)),
+        Some(m) => {
+            let head = &segs[..m];
+            let tail = &segs[m + 1..];
+            if parts.len() < head.len() + tail.len() {
+                return false;
+            }
+            head.iter().zip(&parts).all(|(s, p)| seg_ok(s, p))
+                && tail
+                    .iter()
+                    .zip(&parts[parts.len() - tail.len()..])
+                    .all(|(s, p)| seg_ok(s, p))
+        }
+    }
+}
+
+/// A predicate over one request attribute, true when ANY of its values matches.
+/// An absent attribute never matches (so a negated clause on it is true).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pred {
+    /// `principals` / `source.principal` (peer URI SAN without `spiffe://`).
+    Principal(Vec<StrPat>),
+    /// `requestPrincipals` / `request.auth.principal`.
+    RequestPrincipal(Vec<ReqPrinPat>),
+    /// `namespaces` / `source.namespace`.
+    Namespace(Vec<NsPat>),
+    /// `serviceAccounts` / `source.serviceAccount`.
+    ServiceAccount(Vec<SaPat>),
+    /// `ipBlocks` / `source.ip` (the TCP peer).
+    SourceIp(Vec<IpNet>),
+    /// `remoteIpBlocks` / `remote.ip` (original client from X-Forwarded-For).
+    RemoteIp(Vec<IpNet>),
+    /// `destination.ip`.
+    DestIp(Vec<IpNet>),
+    /// `hosts` (lowercased, compared case-insensitively).
+    Host(Vec<StrPat>),
+    /// `ports` / `destination.port`.
+    Port(Vec<u16>),
+    /// `methods`.
+    Method(Vec<StrPat>),
+    /// `paths`.
+    Path(Vec<PathPat>),
+    /// `request.headers[name]` (name lowercased).
+    Header(String, Vec<StrPat>),
+    /// `request.auth.audiences`.
+    Audience(Vec<StrPat>),
+    /// `request.auth.presenter`.
+    Presenter(Vec<StrPat>),
+    /// `request.auth.claims[a][b]...`.
+    Claim(Vec<String>, Vec<StrPat>),
+    /// `connection.sni`.
+    Sni(Vec<StrPat>),
+}
+
+/// A predicate, possibly negated (`notX`, `notValues`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clause {
+    /// The predicate.
+    pub pred: Pred,
+    /// True for `notX` / `notValues`: the clause holds when no value matches.
+    pub negated: bool,
+}
+
+/// One AuthorizationPolicy rule.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Rule {
+    /// `from`: each source is an AND of clauses; the list is ORed (empty = any).
+    pub from: Vec<Vec<Clause>>,
+    /// `to`: each operation is an AND of clauses; the list is ORed (empty = any).
+    pub to: Vec<Vec<Clause>>,
+    /// `when`: all must hold.
+    pub when: Vec<Clause>,
+}
+
+fn any_str(pats: &[StrPat], v: Option<&str>) -> bool {
+    match v {
+        Some(v) => pats.iter().any(|p| p.matches(v)),
+        None => false,
+    }
+}
+
+fn any_ip(nets: &[IpNet], ip: Option<IpAddr>) -> bool {
+    match ip {
+        Some(ip) => nets.iter().any(|n| n.contains(&ip)),
+        None => false,
+    }
+}
+
+impl Pred {
+    /// Naive evaluation (the oracle).
+    pub fn eval(&self, a: &Attrs<'_>) -> bool {
+        match self {
+            // `*` matches any authenticated peer; others are matched against `spiffe://<v>`.
+            Pred::Principal(pats) => a.peer.is_some_and(|peer| {
+                pats.iter().any(|p| match p {
+                    StrPat::Any => true,
+                    _ => peer
+                        .uris
+                        .iter()
+                        .any(|u| u.strip_prefix("spiffe://").is_some_and(|r| p.matches(r))),
+                })
+            }),
+            Pred::RequestPrincipal(pats) => match a.jwt {
+                Some(j) => pats.iter().any(|p| p.matches(&j.iss, &j.sub)),
+                None => false,
+            },
+            Pred::Namespace(pats) => a
+                .peer_uris()
+                .any(|uri| pats.iter().any(|p| p.re.is_match(uri))),
+            Pred::ServiceAccount(pats) => a
+                .peer_uris()
+                .any(|uri| pats.iter().any(|p| p.re.is_match(uri))),
+            Pred::SourceIp(n) => any_ip(n, a.source_ip),
+            Pred::RemoteIp(n) => any_ip(n, a.remote_ip),
+            Pred::DestIp(n) => any_ip(n, a.dest_ip),
+            Pred::Host(pats) => {
+                let h = a.host.to_ascii_lowercase();
+                pats.iter().any(|p| match p {
+                    StrPat::Any => true,
+                    p => p.matches(&h),
+                })
+            }
+            Pred::Port(ports) => a.port.is_some_and(|p| ports.contains(&p)),
+            Pred::Method(pats) => any_str(pats, Some(a.method)),
+            Pred::Path(pats) => pats.iter().any(|p| p.matches(a.path)),
+            Pred::Header(name, pats) => match a.header(name) {
+                Some(v) => pats.iter().any(|p| match p {
+                    StrPat::Any => true,
+                    p => p.matches(&v),
+                }),
+                None => false,
+            },
+            Pred::Audience(pats) => match a.jwt {
+                Some(j) => j.audiences.iter().any(|aud| any_str(pats, Some(aud))),
+                None => false,
+            },
+            Pred::Presenter(pats) => any_str(pats, a.jwt.and_then(|j| j.presenter.as_deref())),
+            Pred::Claim(path, pats) => match a.jwt {
+                Some(j) => claim_values(&j.claims_for_match, path)
+                    .iter()
+                    .any(|v| any_str(pats, Some(v))),
+                None => false,
+            },
+            Pred::Sni(pats) => any_str(pats, a.sni),
+        }
+    }
+}
+
+/// The string values of a claim at `path`: a string, or the strings of a list.
+/// Numbers, booleans and objects yield nothing (they never string-match).
+pub fn claim_values<'v>(claims: &'v serde_json::Value, path: &[String]) -> Vec<&'v str> {
+    let mut cur = claims;
+    for k in path {
+        match cur.get(k.as_str()) {
+            Some(v) => cur = v,
+            None => return Vec::new(),
+        }
+    }
+    match cur {
+        serde_json::Value::String(s) => vec![s.as_str()],
+        serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Clause {
+    /// Naive evaluation.
+    pub fn eval(&self, a: &Attrs<'_>) -> bool {
+        self.pred.eval(a) != self.negated
+    }
+}
+
+impl Rule {
+    /// Naive evaluation of the rule algebra.
+    pub fn eval(&self, a: &Attrs<'_>) -> bool {
+        (self.from.is_empty() || self.from.iter().any(|s| s.iter().all(|c| c.eval(a))))
+            && (self.to.is_empty() || self.to.iter().any(|o| o.iter().all(|c| c.eval(a))))
+            && self.when.iter().all(|c| c.eval(a))
+    }
+}
+
+/// Something that finds the first matching rule (in rule-id order) of a rule set.
+pub trait RuleMatcher {
+    /// Id of the first rule (lowest id) that matches, if any.
+    fn first_match(&self, a: &Attrs<'_>) -> Option<u32>;
+}
+
+/// The linear evaluator: walks every rule in order.
+#[derive(Debug, Clone, Default)]
+pub struct LinearSet {
+    /// Rules in id order.
+    pub rules: Vec<Rule>,
+}
+
+impl RuleMatcher for LinearSet {
+    fn first_match(&self, a: &Attrs<'_>) -> Option<u32> {
+        self.rules.iter().position(|r| r.eval(a)).map(|i| i as u32)
+    }
+}

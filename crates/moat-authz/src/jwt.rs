@@ -1,0 +1,848 @@
+//! RequestAuthentication: JWKS, token extraction, verification, the verified-token cache
+//! and Istio's composition of several JWT rules.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use foldhash::fast::RandomState;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+/// Maximum accepted token length (longer tokens are rejected as malformed).
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+/// Maximum number of keys kept from one JWKS document.
+pub const MAX_JWKS_KEYS: usize = 64;
+
+/// A token that passed verification.
+#[derive(Debug, Clone)]
+pub struct VerifiedJwt {
+    /// `iss`.
+    pub iss: String,
+    /// `sub` (empty when absent).
+    pub sub: String,
+    /// `aud` as a list.
+    pub audiences: Vec<String>,
+    /// `azp`.
+    pub presenter: Option<String>,
+    /// The payload as received.
+    pub claims: Arc<Value>,
+    /// The payload with space-delimited claims (`scope`, `permission`, configured extras)
+    /// split into lists: what `request.auth.claims[..]` conditions match.
+    pub claims_for_match: Arc<Value>,
+    /// `exp`, seconds since the epoch.
+    pub exp: Option<i64>,
+    /// `nbf`, seconds since the epoch.
+    pub nbf: Option<i64>,
+    /// The base64url payload segment (for `outputPayloadToHeader`).
+    pub payload_b64: String,
+}
+
+impl VerifiedJwt {
+    /// Istio's request principal `iss/sub`.
+    pub fn principal(&self) -> String {
+        format!("{}/{}", self.iss, self.sub)
+    }
+}
+
+/// Why a token was refused; the texts are Envoy's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwtError {
+    /// Not three base64url sections with JSON header and payload.
+    BadFormat,
+    /// `alg` is `none`.
+    AlgNone,
+    /// `alg` missing or not supported.
+    BadAlg,
+    /// `iss` is not the provider's issuer.
+    UnknownIssuer,
+    /// `exp` is past (beyond the clock skew).
+    Expired,
+    /// `nbf` is in the future (beyond the clock skew).
+    NotYetValid,
+    /// `aud` not among the configured audiences (403).
+    AudienceNotAllowed,
+    /// No key of the JWKS fits `kid`/`alg`.
+    KidAlgMismatch,
+    /// The JWKS could not be fetched.
+    JwksFetchFail,
+    /// The signature does not verify.
+    VerificationFail,
+}
+
+impl JwtError {
+    /// Envoy's message for this status.
+    pub fn message(&self) -> &'static str {
+        match self {
+            JwtError::BadFormat => {
+                "Jwt is not in the form of Header.Payload.Signature with two dots and 3 sections"
+            }
+            JwtError::AlgNone => "Jwt header [alg] field is not valid: alg none is refused",
+            JwtError::BadAlg => "Jwt header [alg] field is not valid",
+            JwtError::UnknownIssuer => "Jwt issuer is not configured",
+            JwtError::Expired => "Jwt is expired",
+            JwtError::NotYetValid => "Jwt not yet valid",
+            JwtError::AudienceNotAllowed => "Audiences in Jwt are not allowed",
+            JwtError::KidAlgMismatch => "Jwks doesn't have key to match kid or alg from Jwt",
+            JwtError::JwksFetchFail => "Jwks remote fetch is failed",
+            JwtError::VerificationFail => "Jwt verification fails",
+        }
+    }
+
+    /// HTTP status: 403 for a disallowed audience, 401 otherwise.
+    pub fn status(&self) -> u16 {
+        if *self == JwtError::AudienceNotAllowed {
+            403
+        } else {
+            401
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Rsa,
+    P256,
+    P384,
+    Ed25519,
+}
+
+fn family_of(alg: Algorithm) -> Option<Family> {
+    Some(match alg {
+        Algorithm::RS256
+        | Algorithm::RS384
+        | Algorithm::RS512
+        | Algorithm::PS256
+        | Algorithm::PS384
+        | Algorithm::PS512 => Family::Rsa,
+        Algorithm::ES256 => Family::P256,
+        Algorithm::ES384 => Family::P384,
+        Algorithm::EdDSA => Family::Ed25519,
+        Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => return None,
+    })
+}
+
+/// One public key of a JWKS.
+#[derive(Clone)]
+pub struct Key {
+    kid: Option<String>,
+    alg: Option<String>,
+    family: Family,
+    key: DecodingKey,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .field("family", &self.family)
+            .finish()
+    }
+}
+
+/// The usable public keys of a JWKS document.
+#[derive(Debug, Clone, Default)]
+pub struct KeySet {
+    /// Keys (RSA, EC P-256/P-384, Ed25519; symmetric and unknown keys are skipped).
+    pub keys: Vec<Key>,
+}
+
+impl KeySet {
+    /// Parses a JWKS document (`{"keys": [...]}`). Keys of unsupported types are skipped;
+    /// a document that is not JSON or has no `keys` array is an error.
+    pub fn parse(text: &str) -> Result<KeySet, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| format!("JWKS is not JSON: {e}"))?;
+        let keys = v
+            .get("keys")
+            .and_then(|k| k.as_array())
+            .ok_or_else(|| "JWKS has no `keys` array".to_string())?;
+        let mut out = Vec::new();
+        for k in keys.iter().take(MAX_JWKS_KEYS) {
+            if let Some(key) = parse_jwk(k) {
+                out.push(key);
+            }
+        }
+        Ok(KeySet { keys: out })
+    }
+
+    /// Number of usable keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is usable.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Key ids, for diagnostics and tests.
+    pub fn kids(&self) -> Vec<String> {
+        self.keys.iter().filter_map(|k| k.kid.clone()).collect()
+    }
+}
+
+fn parse_jwk(k: &Value) -> Option<Key> {
+    let s = |name: &str| k.get(name).and_then(|v| v.as_str());
+    if let Some(u) = s("use") {
+        if u != "sig" {
+            return None;
+        }
+    }
+    let (family, key) = match s("kty")? {
+        "RSA" => (
+            Family::Rsa,
+            DecodingKey::from_rsa_components(s("n")?, s("e")?).ok()?,
+        ),
+        "EC" => {
+            let fam = match s("crv")? {
+                "P-256" => Family::P256,
+                "P-384" => Family::P384,
+                _ => return None,
+            };
+            (fam, DecodingKey::from_ec_components(s("x")?, s("y")?).ok()?)
+        }
+        "OKP" => {
+            if s("crv")? != "Ed25519" {
+                return None;
+            }
+            (
+                Family::Ed25519,
+                DecodingKey::from_ed_components(s("x")?).ok()?,
+            )
+        }
+        _ => return None,
+    };
+    Some(Key {
+        kid: s("kid").map(str::to_string),
+        alg: s("alg").map(str::to_string),
+        family,
+        key,
+    })
+}
+
+/// Where a JWKS comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JwksOrigin {
+    /// `jwks:` inline.
+    Inline,
+    /// `jwksUri: file:///path` (or a relative `file:` path, resolved against the policy file).
+    File(PathBuf),
+    /// `jwksUri: http(s)://...`.
+    Uri(String),
+    /// No `jwks`/`jwksUri`: OpenID discovery at `<issuer>/.well-known/openid-configuration`.
+    Discovery(String),
+}
+
+/// A JWKS shared by every rule that names the same origin; refreshed in the background.
+#[derive(Debug)]
+pub struct KeySource {
+    /// Where the keys come from.
+    pub origin: JwksOrigin,
+    /// Current keys (kept when a refresh fails).
+    pub keys: ArcSwap<KeySet>,
+    /// Fetch timeout.
+    pub timeout: Duration,
+    /// Whether a fetch ever succeeded (inline sets are born loaded).
+    pub loaded: AtomicBool,
+    /// Last fetch error, if the last fetch failed.
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl KeySource {
+    /// A key source with the given initial keys.
+    pub fn new(origin: JwksOrigin, keys: KeySet, timeout: Duration, loaded: bool) -> Self {
+        KeySource {
+            origin,
+            keys: ArcSwap::from_pointee(keys),
+            timeout,
+            loaded: AtomicBool::new(loaded),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Whether this source is fetched (file, URI, discovery) rather than inline.
+    pub fn is_remote(&self) -> bool {
+        !matches!(self.origin, JwksOrigin::Inline)
+    }
+
+    /// Fetches the keys once (blocking); on failure the current keys are kept and the
+    /// error recorded. Returns whether new keys were installed.
+    pub fn refresh_blocking(&self) -> Result<usize, String> {
+        let result = match &self.origin {
+            JwksOrigin::Inline => return Ok(self.keys.load().len()),
+            JwksOrigin::File(p) => std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read JWKS file {}: {e}", p.display())),
+            JwksOrigin::Uri(u) => crate::fetch::fetch_blocking(u, self.timeout),
+            JwksOrigin::Discovery(iss) => discover_blocking(iss, self.timeout),
+        }
+        .and_then(|text| KeySet::parse(&text));
+        match result {
+            Ok(set) if !set.is_empty() => {
+                let n = set.len();
+                self.keys.store(Arc::new(set));
+                self.loaded.store(true, Ordering::Release);
+                *self.last_error.lock() = None;
+                Ok(n)
+            }
+            Ok(_) => {
+                let e = "JWKS has no usable key".to_string();
+                *self.last_error.lock() = Some(e.clone());
+                Err(e)
+            }
+            Err(e) => {
+                *self.last_error.lock() = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+}
+
+fn discover_blocking(issuer: &str, timeout: Duration) -> Result<String, String> {
+    let url = format!(
+        "{}/.well-known/openid-configuration",
+        issuer.trim_end_matches('/')
+    );
+    let doc = crate::fetch::fetch_blocking(&url, timeout)?;
+    let v: Value = serde_json::from_str(&doc).map_err(|e| format!("discovery document: {e}"))?;
+    let uri = v
+        .get("jwks_uri")
+        .and_then(|u| u.as_str())
+        .ok_or_else(|| "discovery document has no jwks_uri".to_string())?;
+    crate::fetch::fetch_blocking(uri, timeout)
+}
+
+/// Where a token is looked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// A header whose value starts with `prefix` (stripped).
+    Header {
+        /// Header name.
+        name: HeaderName,
+        /// Required value prefix, e.g. `Bearer `.
+        prefix: String,
+    },
+    /// A query parameter.
+    Param(String),
+    /// A cookie.
+    Cookie(String),
+}
+
+/// One JWT rule of a RequestAuthentication (an Envoy provider).
+#[derive(Debug)]
+pub struct Provider {
+    /// `namespace/name` of the RequestAuthentication.
+    pub policy: String,
+    /// Rule index within it.
+    pub rule: usize,
+    /// Unique id within the engine (cache key).
+    pub id: u32,
+    /// `issuer`.
+    pub issuer: String,
+    /// `audiences` (empty: no check).
+    pub audiences: Vec<String>,
+    /// Token locations (defaults applied).
+    pub locations: Vec<Location>,
+    /// The keys.
+    pub keys: Arc<KeySource>,
+    /// `outputPayloadToHeader`.
+    pub output_payload_to_header: Option<HeaderName>,
+    /// `outputClaimToHeaders`: header and claim path (`a.b.c`).
+    pub output_claims: Vec<(HeaderName, Vec<String>)>,
+    /// `forwardOriginalToken`.
+    pub forward: bool,
+    /// Claims split on whitespace (`scope`, `permission` and `spaceDelimitedClaims`).
+    pub space_delimited: Vec<String>,
+}
+
+/// Default locations: `Authorization: Bearer <t>` and `?access_token=`.
+pub fn default_locations() -> Vec<Location> {
+    vec![
+        Location::Header {
+            name: http::header::AUTHORIZATION,
+            prefix: "Bearer ".into(),
+        },
+        Location::Param("access_token".into()),
+    ]
+}
+
+/// Tokens found at one location.
+pub fn extract(loc: &Location, headers: &HeaderMap, query: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    match loc {
+        Location::Header { name, prefix } => {
+            for v in headers.get_all(name) {
+                let Ok(s) = std::str::from_utf8(v.as_bytes()) else {
+                    continue;
+                };
+                if let Some(rest) = s.strip_prefix(prefix.as_str()) {
+                    let t = rest.trim();
+                    if !t.is_empty() {
+                        out.push(t.to_string());
+                    }
+                }
+            }
+        }
+        Location::Param(p) => {
+            if let Some(q) = query {
+                for pair in q.split('&') {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    if percent_decode(k) == *p && !v.is_empty() {
+                        out.push(percent_decode(v));
+                    }
+                }
+            }
+        }
+        Location::Cookie(c) => {
+            for v in headers.get_all(http::header::COOKIE) {
+                let Ok(s) = std::str::from_utf8(v.as_bytes()) else {
+                    continue;
+                };
+                for kv in s.split(';') {
+                    if let Some((k, val)) = kv.trim().split_once('=') {
+                        if k.trim() == c && !val.trim().is_empty() {
+                            out.push(val.trim().trim_matches('"').to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+fn b64(s: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .ok()
+}
+
+/// Verifies `token` against one provider (Envoy's order: format, issuer, time, audience,
+/// key, signature).
+pub fn verify(token: &str, p: &Provider, now: i64, skew: i64) -> Result<VerifiedJwt, JwtError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(JwtError::BadFormat);
+    }
+    let mut parts = token.split('.');
+    let (Some(h), Some(pl), Some(_sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(JwtError::BadFormat);
+    };
+    let header: Value = b64(h)
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(|v: &Value| v.is_object())
+        .ok_or(JwtError::BadFormat)?;
+    let payload: Value = b64(pl)
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(|v: &Value| v.is_object())
+        .ok_or(JwtError::BadFormat)?;
+    let alg_name = header
+        .get("alg")
+        .and_then(|a| a.as_str())
+        .ok_or(JwtError::BadAlg)?;
+    if alg_name.eq_ignore_ascii_case("none") {
+        return Err(JwtError::AlgNone);
+    }
+    let alg: Algorithm = alg_name.parse().map_err(|_| JwtError::BadAlg)?;
+    let family = family_of(alg).ok_or(JwtError::BadAlg)?;
+    let iss = payload.get("iss").and_then(|v| v.as_str()).unwrap_or("");
+    if iss != p.issuer {
+        return Err(JwtError::UnknownIssuer);
+    }
+    let num = |name: &str| -> Result<Option<i64>, JwtError> {
+        match payload.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().map(|f| f as i64))
+                .map(Some)
+                .ok_or(JwtError::BadFormat),
+            Some(_) => Err(JwtError::BadFormat),
+        }
+    };
+    let exp = num("exp")?;
+    let nbf = num("nbf")?;
+    if let Some(exp) = exp {
+        if now > exp.saturating_add(skew) {
+            return Err(JwtError::Expired);
+        }
+    }
+    if let Some(nbf) = nbf {
+        if now.saturating_add(skew) < nbf {
+            return Err(JwtError::NotYetValid);
+        }
+    }
+    let audiences: Vec<String> = match payload.get("aud") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if !p.audiences.is_empty() && !audiences.iter().any(|a| p.audiences.contains(a)) {
+        return Err(JwtError::AudienceNotAllowed);
+    }
+    let keys = p.keys.keys.load();
+    if keys.is_empty() {
+        return Err(if p.keys.is_remote() {
+            JwtError::JwksFetchFail
+        } else {
+            JwtError::KidAlgMismatch
+        });
+    }
+    let kid = header.get("kid").and_then(|k| k.as_str());
+    let mut validation = Validation::new(alg);
+    validation.required_spec_claims.clear();
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    let mut candidates = 0;
+    let mut ok = false;
+    for k in keys.keys.iter() {
+        if k.family != family
+            || k.alg.as_deref().is_some_and(|a| a != alg_name)
+            || kid.is_some_and(|kid| k.kid.as_deref() != Some(kid))
+        {
+            continue;
+        }
+        candidates += 1;
+        if jsonwebtoken::decode::<serde::de::IgnoredAny>(token, &k.key, &validation).is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    if candidates == 0 {
+        return Err(JwtError::KidAlgMismatch);
+    }
+    if !ok {
+        return Err(JwtError::VerificationFail);
+    }
+    let sub = payload
+        .get("sub")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let presenter = payload
+        .get("azp")
+        .and_then(|v| v.as_str())
+        .map(String::from);
+    let mut for_match = payload.clone();
+    if let Some(obj) = for_match.as_object_mut() {
+        for name in &p.space_delimited {
+            if let Some(Value::String(s)) = obj.get(name.as_str()) {
+                let items: Vec<Value> = s
+                    .split_whitespace()
+                    .map(|x| Value::String(x.into()))
+                    .collect();
+                obj.insert(name.clone(), Value::Array(items));
+            }
+        }
+    }
+    Ok(VerifiedJwt {
+        iss: iss.to_string(),
+        sub,
+        audiences,
+        presenter,
+        claims: Arc::new(payload),
+        claims_for_match: Arc::new(for_match),
+        exp,
+        nbf,
+        payload_b64: pl.to_string(),
+    })
+}
+
+/// A bounded cache of verified tokens: a repeated token costs a hash lookup, not a
+/// signature check. Entries are dropped once the token expires; when a shard is full
+/// an arbitrary entry is evicted.
+#[derive(Debug)]
+pub struct TokenCache {
+    shards: Vec<Mutex<std::collections::HashMap<u64, CacheEntry, RandomState>>>,
+    per_shard: usize,
+    hasher: RandomState,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    provider: u32,
+    token: Box<str>,
+    jwt: Arc<VerifiedJwt>,
+}
+
+const SHARDS: usize = 16;
+
+impl TokenCache {
+    /// A cache holding at most `capacity` tokens (0 disables caching).
+    pub fn new(capacity: usize) -> Self {
+        TokenCache {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(std::collections::HashMap::default()))
+                .collect(),
+            per_shard: capacity.div_ceil(SHARDS),
+            hasher: RandomState::default(),
+        }
+    }
+
+    fn hash(&self, provider: u32, token: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        provider.hash(&mut h);
+        token.hash(&mut h);
+        h.finish()
+    }
+
+    /// A cached verification still valid at `now`.
+    pub fn get(&self, provider: u32, token: &str, now: i64, skew: i64) -> Option<Arc<VerifiedJwt>> {
+        if self.per_shard == 0 {
+            return None;
+        }
+        let h = self.hash(provider, token);
+        let mut shard = self.shards[(h as usize) % SHARDS].lock();
+        let e = shard.get(&h)?;
+        if e.provider != provider || &*e.token != token {
+            return None;
+        }
+        let j = &e.jwt;
+        if j.exp.is_some_and(|exp| now > exp.saturating_add(skew))
+            || j.nbf.is_some_and(|nbf| now.saturating_add(skew) < nbf)
+        {
+            shard.remove(&h);
+            return None;
+        }
+        Some(j.clone())
+    }
+
+    /// Remembers a verified token.
+    pub fn put(&self, provider: u32, token: &str, jwt: Arc<VerifiedJwt>) {
+        if self.per_shard == 0 {
+            return;
+        }
+        let h = self.hash(provider, token);
+        let mut shard = self.shards[(h as usize) % SHARDS].lock();
+        if shard.len() >= self.per_shard && !shard.contains_key(&h) {
+            if let Some(k) = shard.keys().next().copied() {
+                shard.remove(&k);
+            }
+        }
+        shard.insert(
+            h,
+            CacheEntry {
+                provider,
+                token: token.into(),
+                jwt,
+            },
+        );
+    }
+
+    /// Number of cached tokens.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Outcome of request authentication.
+#[derive(Debug, Clone)]
+pub enum Authn {
+    /// No token at any configured location: no request principal.
+    NoToken,
+    /// A token verified.
+    Verified {
+        /// The token.
+        jwt: Arc<VerifiedJwt>,
+        /// Index (into the providers given) of the provider that verified it.
+        provider: usize,
+    },
+    /// A token was present and refused.
+    Failed {
+        /// Why.
+        error: JwtError,
+        /// Provider policy (`ns/name`) whose issuer matched, if any.
+        policy: Option<String>,
+    },
+}
+
+/// Verifies with the cache in front.
+pub fn verify_cached(
+    token: &str,
+    p: &Provider,
+    cache: &TokenCache,
+    now: i64,
+    skew: i64,
+) -> Result<Arc<VerifiedJwt>, JwtError> {
+    if let Some(j) = cache.get(p.id, token, now, skew) {
+        return Ok(j);
+    }
+    let j = Arc::new(verify(token, p, now, skew)?);
+    cache.put(p.id, token, j.clone());
+    Ok(j)
+}
+
+/// Istio's composition of the JWT rules that apply to a workload: with providers
+/// P1..Pn Envoy requires `any(P1, .., Pn, all(any(Pi, allow_missing)))`, i.e. the
+/// request passes when some provider verifies every token at its locations, or when
+/// every token present verifies with a provider of its issuer that looks at that
+/// location; no token at all passes without a principal.
+pub fn authenticate(
+    providers: &[Arc<Provider>],
+    headers: &HeaderMap,
+    query: Option<&str>,
+    cache: &TokenCache,
+    now: i64,
+    skew: i64,
+) -> Authn {
+    if providers.is_empty() {
+        return Authn::NoToken;
+    }
+    // Tokens per provider.
+    let per: Vec<Vec<(usize, String)>> = providers
+        .iter()
+        .map(|p| {
+            let mut v = Vec::new();
+            for (li, loc) in p.locations.iter().enumerate() {
+                for t in extract(loc, headers, query) {
+                    v.push((li, t));
+                }
+            }
+            v
+        })
+        .collect();
+    if per.iter().all(|v| v.is_empty()) {
+        return Authn::NoToken;
+    }
+    let mut first_err: Option<(JwtError, Option<String>)> = None;
+    let mut note = |e: JwtError, p: &Provider| {
+        let better = match &first_err {
+            None => true,
+            // Prefer the error of a provider whose issuer matched.
+            Some((prev, _)) => *prev == JwtError::UnknownIssuer && e != JwtError::UnknownIssuer,
+        };
+        if better {
+            let pol = (e != JwtError::UnknownIssuer).then(|| p.policy.clone());
+            first_err = Some((e, pol));
+        }
+    };
+    // Branch 1: one provider verifies all its tokens.
+    for (i, p) in providers.iter().enumerate() {
+        if per[i].is_empty() {
+            continue;
+        }
+        let mut first: Option<Arc<VerifiedJwt>> = None;
+        let mut all_ok = true;
+        for (_, t) in &per[i] {
+            match verify_cached(t, p, cache, now, skew) {
+                Ok(j) => {
+                    first.get_or_insert(j);
+                }
+                Err(e) => {
+                    note(e, p);
+                    all_ok = false;
+                    break;
+                }
+            }
+        }
+        if all_ok {
+            if let Some(j) = first {
+                return Authn::Verified {
+                    jwt: j,
+                    provider: i,
+                };
+            }
+        }
+    }
+    // Branch 2 (allow_missing): every token present verifies with some provider that
+    // looks at its location.
+    let mut result: Option<(Arc<VerifiedJwt>, usize)> = None;
+    for (i, toks) in per.iter().enumerate() {
+        for (li, t) in toks {
+            let loc = &providers[i].locations[*li];
+            let mut ok = None;
+            for (k, q) in providers.iter().enumerate() {
+                if !q.locations.contains(loc) {
+                    continue;
+                }
+                if let Ok(j) = verify_cached(t, q, cache, now, skew) {
+                    ok = Some((j, k));
+                    break;
+                }
+            }
+            match ok {
+                Some(v) => {
+                    result.get_or_insert(v);
+                }
+                None => {
+                    let (e, pol) = first_err.unwrap_or((JwtError::VerificationFail, None));
+                    return Authn::Failed {
+                        error: e,
+                        policy: pol,
+                    };
+                }
+            }
+        }
+    }
+    match result {
+        Some((jwt, provider)) => Authn::Verified { jwt, provider },
+        None => Authn::NoToken,
+    }
+}
+
+/// Applies `outputPayloadToHeader`, `outputClaimToHeaders` and `forwardOriginalToken`
+/// of the provider that verified the token.
+pub fn apply_outputs(p: &Provider, jwt: &VerifiedJwt, headers: &mut HeaderMap) {
+    if !p.forward {
+        for loc in &p.locations {
+            if let Location::Header { name, .. } = loc {
+                headers.remove(name);
+            }
+        }
+    }
+    if let Some(h) = &p.output_payload_to_header {
+        if let Ok(v) = HeaderValue::from_str(&jwt.payload_b64) {
+            headers.insert(h.clone(), v);
+        }
+    }
+    for (h, path) in &p.output_claims {
+        let mut cur = Some(jwt.claims.as_ref());
+        for k in path {
+            cur = cur.and_then(|c| c.get(k.as_str()));
+        }
+        let text = match cur {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            Some(Value::Bool(b)) => Some(b.to_string()),
+            _ => None,
+        };
+        match text.and_then(|t| HeaderValue::from_str(&t).ok()) {
+            Some(v) => {
+                headers.insert(h.clone(), v);
+            }
+            None => {
+                headers.remove(h);
+            }
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

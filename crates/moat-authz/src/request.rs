@@ -1,0 +1,349 @@
+//! Request attributes as policies see them, path normalization and X-Forwarded-For.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use http::HeaderMap;
+use serde::{Deserialize, Serialize};
+
+use crate::jwt::VerifiedJwt;
+
+/// The verified client certificate as policies see it.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerView<'a> {
+    /// Every URI SAN of the certificate, with scheme (`spiffe://td/ns/N/sa/S`).
+    pub uris: &'a [String],
+}
+
+/// Borrowed request attributes evaluated by rules.
+#[derive(Debug, Clone, Copy)]
+pub struct Attrs<'a> {
+    /// `:authority` / `Host`, as sent (port included when sent).
+    pub host: &'a str,
+    /// `:method`.
+    pub method: &'a str,
+    /// Normalized path without query (what `paths` match).
+    pub path: &'a str,
+    /// Path and query as received (`:path` for header conditions).
+    pub raw_path: &'a str,
+    /// Request headers.
+    pub headers: &'a HeaderMap,
+    /// Destination (local) port.
+    pub port: Option<u16>,
+    /// TCP peer address (`source.ip`, `ipBlocks`); `None` when unknown.
+    pub source_ip: Option<IpAddr>,
+    /// Original client address (`remote.ip`, `remoteIpBlocks`); `None` when unknown.
+    pub remote_ip: Option<IpAddr>,
+    /// Local address (`destination.ip`).
+    pub dest_ip: Option<IpAddr>,
+    /// TLS SNI (`connection.sni`).
+    pub sni: Option<&'a str>,
+    /// Verified client certificate; `None` for plaintext (or when mTLS is DISABLEd).
+    pub peer: Option<PeerView<'a>>,
+    /// Verified JWT.
+    pub jwt: Option<&'a VerifiedJwt>,
+}
+
+impl<'a> Attrs<'a> {
+    /// URI SANs of the peer certificate (empty for plaintext).
+    pub fn peer_uris(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.peer
+            .map(|p| p.uris)
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| s.as_str())
+    }
+
+    /// Value of a header for `request.headers[name]` (name lowercase): repeated headers are
+    /// joined with `,`; `:authority`/`host`, `:method` and `:path` are the pseudo-headers.
+    pub fn header(&self, name: &str) -> Option<Cow<'a, str>> {
+        match name {
+            ":authority" | "host" => return Some(Cow::Borrowed(self.host)),
+            ":method" => return Some(Cow::Borrowed(self.method)),
+            ":path" => return Some(Cow::Borrowed(self.raw_path)),
+            _ => {}
+        }
+        header_joined(self.headers, name)
+    }
+}
+
+/// The values of header `name` joined with `,` (Envoy's view of repeated headers).
+pub fn header_joined<'h>(headers: &'h HeaderMap, name: &str) -> Option<Cow<'h, str>> {
+    let mut it = headers.get_all(name).iter();
+    let first = it.next()?;
+    let first_s = String::from_utf8_lossy(first.as_bytes());
+    match it.next() {
+        None => Some(first_s),
+        Some(second) => {
+            let mut s = first_s.into_owned();
+            s.push(',');
+            s.push_str(&String::from_utf8_lossy(second.as_bytes()));
+            for v in it {
+                s.push(',');
+                s.push_str(&String::from_utf8_lossy(v.as_bytes()));
+            }
+            Some(Cow::Owned(s))
+        }
+    }
+}
+
+/// Istio's mesh `pathNormalization` options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathNormalization {
+    /// Paths are matched as received (query removed).
+    #[serde(alias = "NONE")]
+    None,
+    /// RFC 3986 dot-segment removal, `\` to `/`, decoding of unreserved `%HH` (the default).
+    #[default]
+    #[serde(alias = "BASE")]
+    Base,
+    /// `base`, then `//` merged into `/`.
+    #[serde(alias = "MERGE_SLASHES")]
+    MergeSlashes,
+    /// `%2F`/`%5C` decoded first, then `base`, then slashes merged.
+    #[serde(alias = "DECODE_AND_MERGE_SLASHES")]
+    DecodeAndMergeSlashes,
+}
+
+/// Why a path was refused (the gateway answers 400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadPath(pub &'static str);
+
+/// Maximum path length accepted for normalization (longer paths are refused with 400).
+pub const MAX_PATH_LEN: usize = 64 * 1024;
+
+/// Normalizes a request path (query and fragment removed) for policy matching.
+pub fn normalize_path(raw: &str, mode: PathNormalization) -> Result<Cow<'_, str>, BadPath> {
+    if raw.len() > MAX_PATH_LEN {
+        return Err(BadPath("path too long"));
+    }
+    let end = raw.find(['?', '#']).unwrap_or(raw.len());
+    let path = &raw[..end];
+    if path.contains("%00") {
+        return Err(BadPath("path contains %00"));
+    }
+    if mode == PathNormalization::None {
+        return Ok(Cow::Borrowed(path));
+    }
+    let merge = matches!(
+        mode,
+        PathNormalization::MergeSlashes | PathNormalization::DecodeAndMergeSlashes
+    );
+    let needs = path.contains(['%', '\\'])
+        || path.contains("/.")
+        || path == "."
+        || path == ".."
+        || (merge && path.contains("//"));
+    if !needs {
+        return Ok(Cow::Borrowed(path));
+    }
+    let mut s: String = if mode == PathNormalization::DecodeAndMergeSlashes {
+        decode_slashes(path)
+    } else {
+        path.to_string()
+    };
+    s = s.replace('\\', "/");
+    s = decode_unreserved(&s);
+    s = remove_dot_segments(&s);
+    if merge {
+        let mut out = String::with_capacity(s.len());
+        let mut prev_slash = false;
+        for c in s.chars() {
+            if c == '/' && prev_slash {
+                continue;
+            }
+            prev_slash = c == '/';
+            out.push(c);
+        }
+        s = out;
+    }
+    Ok(Cow::Owned(s))
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn decode_where(s: &str, keep: impl Fn(u8) -> bool) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                let c = h * 16 + l;
+                if keep(c) {
+                    out.push(c);
+                    i += 3;
+                    continue;
+                }
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    // Only ASCII bytes are ever produced by decoding, so the result stays UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+fn decode_slashes(s: &str) -> String {
+    decode_where(s, |c| c == b'/' || c == b'\\')
+}
+
+/// Decodes the unreserved characters Envoy's `normalize_path` decodes.
+fn decode_unreserved(s: &str) -> String {
+    decode_where(s, |c| {
+        c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')
+    })
+}
+
+/// RFC 3986 section 5.2.4.
+pub fn remove_dot_segments(input: &str) -> String {
+    let mut inp = input;
+    let mut out = String::with_capacity(input.len());
+    while !inp.is_empty() {
+        if let Some(r) = inp.strip_prefix("../") {
+            inp = r;
+        } else if let Some(r) = inp.strip_prefix("./") {
+            inp = r;
+        } else if inp.starts_with("/./") {
+            inp = &inp[2..];
+        } else if inp == "/." {
+            inp = "/";
+        } else if inp.starts_with("/../") {
+            inp = &inp[3..];
+            pop_segment(&mut out);
+        } else if inp == "/.." {
+            inp = "/";
+            pop_segment(&mut out);
+        } else if inp == "." || inp == ".." {
+            inp = "";
+        } else {
+            let start = usize::from(inp.starts_with('/'));
+            let end = inp[start..]
+                .find('/')
+                .map(|i| i + start)
+                .unwrap_or(inp.len());
+            out.push_str(&inp[..end]);
+            inp = &inp[end..];
+        }
+    }
+    out
+}
+
+fn pop_segment(out: &mut String) {
+    match out.rfind('/') {
+        Some(i) => out.truncate(i),
+        None => out.clear(),
+    }
+}
+
+/// The original client address from `X-Forwarded-For` with `trusted` proxies in front:
+/// the `trusted`-th address from the right; the TCP peer when `trusted` is 0, the header
+/// is missing, has fewer entries or the entry does not parse (Envoy's rule).
+pub fn remote_ip_from_xff(
+    headers: &HeaderMap,
+    trusted: u32,
+    peer: Option<IpAddr>,
+) -> Option<IpAddr> {
+    if trusted == 0 {
+        return peer;
+    }
+    let Some(joined) = header_joined(headers, "x-forwarded-for") else {
+        return peer;
+    };
+    let entries: Vec<&str> = joined.split(',').map(|e| e.trim()).collect();
+    let n = trusted as usize;
+    if entries.len() < n {
+        return peer;
+    }
+    match entries[entries.len() - n].parse::<IpAddr>() {
+        Ok(ip) => Some(canonical_ip(ip)),
+        Err(_) => peer,
+    }
+}
+
+/// IPv4-mapped IPv6 addresses become IPv4 (as on a v4 listener).
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => ip,
+        },
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(p: &str, m: PathNormalization) -> String {
+        normalize_path(p, m).unwrap().into_owned()
+    }
+
+    #[test]
+    fn base_normalization() {
+        use PathNormalization::*;
+        assert_eq!(n("/a/b/../c?x=1", Base), "/a/c");
+        assert_eq!(n("/a/./b", Base), "/a/b");
+        assert_eq!(n("/../a", Base), "/a");
+        assert_eq!(n("/a/%2e%2E/b", Base), "/b");
+        assert_eq!(n("/%61dmin", Base), "/admin");
+        assert_eq!(n("/a\\b", Base), "/a/b");
+        assert_eq!(n("/a%2Fb", Base), "/a%2Fb");
+        assert_eq!(n("/a//b", Base), "/a//b");
+        assert_eq!(n("/a/b/..", Base), "/a/");
+        assert_eq!(n("/a%20b", Base), "/a%20b");
+        assert_eq!(n("/a%2", Base), "/a%2");
+        assert_eq!(n("/a%", Base), "/a%");
+    }
+
+    #[test]
+    fn other_modes() {
+        use PathNormalization::*;
+        assert_eq!(n("/a//b/../c", None), "/a//b/../c");
+        assert_eq!(n("/a//b#frag", None), "/a//b");
+        assert_eq!(n("/a//b///c", MergeSlashes), "/a/b/c");
+        assert_eq!(n("/a%2F%2fb%5Cc", DecodeAndMergeSlashes), "/a/b/c");
+        assert_eq!(n("/a%2F..%2Fadmin", DecodeAndMergeSlashes), "/admin");
+        assert_eq!(n("/a%2F..%2Fadmin", MergeSlashes), "/a%2F..%2Fadmin");
+        assert!(normalize_path("/a%00b", Base).is_err());
+        assert!(normalize_path("/a%00b", None).is_err());
+        let long = "/".repeat(MAX_PATH_LEN + 1);
+        assert!(normalize_path(&long, Base).is_err());
+    }
+
+    #[test]
+    fn xff() {
+        let mut h = HeaderMap::new();
+        let peer: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
+        assert_eq!(remote_ip_from_xff(&h, 1, peer), peer);
+        h.append("x-forwarded-for", "1.1.1.1, 2.2.2.2".parse().unwrap());
+        h.append("x-forwarded-for", "3.3.3.3".parse().unwrap());
+        assert_eq!(remote_ip_from_xff(&h, 0, peer), peer);
+        assert_eq!(
+            remote_ip_from_xff(&h, 1, peer),
+            Some("3.3.3.3".parse().unwrap())
+        );
+        assert_eq!(
+            remote_ip_from_xff(&h, 3, peer),
+            Some("1.1.1.1".parse().unwrap())
+        );
+        assert_eq!(remote_ip_from_xff(&h, 4, peer), peer);
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "garbage".parse().unwrap());
+        assert_eq!(remote_ip_from_xff(&h, 1, peer), peer);
+        h.insert("x-forwarded-for", "::ffff:1.2.3.4".parse().unwrap());
+        assert_eq!(
+            remote_ip_from_xff(&h, 1, peer),
+            Some("1.2.3.4".parse().unwrap())
+        );
+    }
+}
