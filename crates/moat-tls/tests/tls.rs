@@ -138,6 +138,46 @@ async fn sni_selects_the_certificate_and_first_is_default() {
 }
 
 #[tokio::test]
+async fn explicit_server_names_replace_the_certificate_sans() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::generate(dir.path()).unwrap();
+    let b = pki.ca.server_cert(&["b.moat.test", "b-alias.moat.test"]);
+    b.write(dir.path(), "b").unwrap();
+    let mut config = pki.server_tls_config(ClientAuthMode::Disable);
+    config.certificates.push(CertificateConfig {
+        cert: "b.crt".into(),
+        key: "b.key".into(),
+        server_names: Some(vec!["B-Alias.moat.test.".into()]),
+    });
+    let acc = TlsAcceptor::new(&config, dir.path()).unwrap();
+    let cc = pki.client_config(false, &[]);
+    let served = |name: &'static str| {
+        let (acc, cc) = (acc.clone(), cc.clone());
+        async move {
+            let (addr, task) = serve_one(acc).await;
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(cc)
+                .connect(ServerName::try_from(name).unwrap(), tcp)
+                .await;
+            let cert = tls
+                .as_ref()
+                .ok()
+                .map(|t| t.get_ref().1.peer_certificates().unwrap()[0].clone());
+            if let Ok(t) = tls.as_mut() {
+                t.read_to_end(&mut Vec::new()).await.unwrap();
+            }
+            let _ = task.await.unwrap();
+            cert
+        }
+    };
+    // Listed (case and trailing dot normalized): served by b.
+    assert_eq!(served("b-alias.moat.test").await, Some(b.cert_der.clone()));
+    // In b's SANs but not in its server_names: the default certificate is
+    // served, which does not cover the name, so the client rejects it.
+    assert_eq!(served("b.moat.test").await, None);
+}
+
+#[tokio::test]
 async fn alpn_h2_is_negotiated() {
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::generate(dir.path()).unwrap();
