@@ -125,10 +125,8 @@ pub fn json(status: StatusCode, v: &serde_json::Value) -> AdminResponse {
 pub fn text(status: StatusCode, body: &'static str) -> AdminResponse {
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     resp
 }
 
@@ -149,7 +147,9 @@ pub fn redact(v: &mut serde_json::Value) {
         serde_json::Value::Object(m) => {
             for (k, val) in m.iter_mut() {
                 let lk = k.to_ascii_lowercase();
-                if SECRET_KEYS.iter().any(|s| lk == *s || lk.ends_with(&format!("_{s}")))
+                if SECRET_KEYS
+                    .iter()
+                    .any(|s| lk == *s || lk.ends_with(&format!("_{s}")))
                     && !val.is_null()
                 {
                     *val = serde_json::Value::String("<redacted>".into());
@@ -195,10 +195,8 @@ async fn dispatch(
     let open = path == "/healthz" || path == "/readyz";
     if !open && !authorized(&shared, &parts) {
         let mut r = text(StatusCode::UNAUTHORIZED, "admin token required\n");
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer"),
-        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return Ok(r);
     }
     let Some(handler) = router.find(&path).cloned() else {

@@ -449,8 +449,10 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             ));
         }
         let h = &r.host.value;
-        let bad_host = h.is_empty()
-            || (h.contains('*') && h != "*" && !(h.starts_with("*.") && !h[2..].contains('*')));
+        let wildcard_ok = h == "*"
+            || h.strip_prefix("*.")
+                .is_some_and(|rest| !rest.is_empty() && !rest.contains('*'));
+        let bad_host = h.is_empty() || (h.contains('*') && !wildcard_ok);
         if bad_host {
             return Err(err_at(
                 src,

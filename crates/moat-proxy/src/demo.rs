@@ -97,7 +97,10 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
             ),
         },
         (&Method::POST, "/upload") => match Limited::new(body, MAX_BODY).collect().await {
-            Ok(b) => reply(StatusCode::OK, json!({"received_bytes": b.to_bytes().len()})),
+            Ok(b) => reply(
+                StatusCode::OK,
+                json!({"received_bytes": b.to_bytes().len()}),
+            ),
             Err(_) => reply(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 json!({"error": "body too large"}),

@@ -41,8 +41,13 @@ pub trait EventSink: Send + Sync {
     /// One record per request. Returns false when the record was dropped.
     fn access(&self, info: &AccessInfo<'_>) -> bool;
     /// One record per security event raised while handling the request.
-    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, method: &Method, path: &str)
-        -> bool;
+    fn security(
+        &self,
+        ctx: &RequestCtx,
+        event: &SecurityEvent,
+        method: &Method,
+        path: &str,
+    ) -> bool;
     /// One record per downstream TLS handshake (when `tls_audit.enabled`).
     fn tls(&self, conn: &Connection, handshake: &HandshakeRecord) -> bool;
     /// Queue depth, capacity and dropped count, for /metrics.
@@ -114,7 +119,13 @@ impl EventSink for QueueSink {
             }))
     }
 
-    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, method: &Method, path: &str) -> bool {
+    fn security(
+        &self,
+        ctx: &RequestCtx,
+        event: &SecurityEvent,
+        method: &Method,
+        path: &str,
+    ) -> bool {
         self.queue
             .push(moat_events::Record::Security(moat_events::SecurityRecord {
                 ts: moat_events::now_ms(),
@@ -128,10 +139,11 @@ impl EventSink for QueueSink {
     }
 
     fn tls(&self, _conn: &Connection, handshake: &HandshakeRecord) -> bool {
-        self.queue.push(moat_events::Record::Tls(moat_events::TlsRecord {
-            ts: moat_events::now_ms(),
-            handshake: handshake.clone(),
-        }))
+        self.queue
+            .push(moat_events::Record::Tls(moat_events::TlsRecord {
+                ts: moat_events::now_ms(),
+                handshake: handshake.clone(),
+            }))
     }
 
     fn gauge(&self) -> Option<(u64, u64, u64)> {

@@ -200,6 +200,9 @@ impl Shared {
     }
 }
 
+/// Labels and namespace of a cluster's workload.
+type WorkloadMeta = (Arc<BTreeMap<String, String>>, Arc<str>);
+
 fn build_snapshot(
     cfg: GatewayConfig,
     src: ConfigSource,
@@ -207,7 +210,7 @@ fn build_snapshot(
     factory: &PipelineFactory,
 ) -> Result<Snapshot, ConfigError> {
     let mut clusters: HashMap<&str, Arc<Cluster>> = HashMap::new();
-    let mut meta: HashMap<&str, (Arc<BTreeMap<String, String>>, Arc<str>)> = HashMap::new();
+    let mut meta: HashMap<&str, WorkloadMeta> = HashMap::new();
     for (i, c) in cfg.clusters.iter().enumerate() {
         let cluster = Cluster::build(c, &src.base_dir, metrics).map_err(|m| {
             ConfigError::semantic(
@@ -357,7 +360,10 @@ impl Gateway {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad listener address")
             })?;
             let listener = TcpListener::bind(addr).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("listener `{}` on {addr}: {e}", l.name.value))
+                std::io::Error::new(
+                    e.kind(),
+                    format!("listener `{}` on {addr}: {e}", l.name.value),
+                )
             })?;
             let local = listener.local_addr()?;
             tracing::info!(listener = %l.name.value, address = %local, tls = l.tls.is_some(), "listening");
@@ -492,7 +498,10 @@ fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord, _t0: 
     if snap.config.tls_audit.enabled {
         if let Some(sink) = &shared.events {
             if !sink.tls(conn, hs) {
-                shared.metrics.events_dropped.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .metrics
+                    .events_dropped
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }

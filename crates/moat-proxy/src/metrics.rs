@@ -123,8 +123,8 @@ impl RouteMetrics {
     /// Counts one request.
     #[inline]
     pub fn record(&self, decision: Decision, status: u16) {
-        let s = (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN)
-            as usize;
+        let s =
+            (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN) as usize;
         if let Some(c) = self.counts.get(decision as usize * STATUS_SLOTS + s) {
             c.fetch_add(1, Ordering::Relaxed);
         }
@@ -132,8 +132,8 @@ impl RouteMetrics {
 
     /// Requests counted with this decision and status.
     pub fn get(&self, decision: Decision, status: u16) -> u64 {
-        let s = (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN)
-            as usize;
+        let s =
+            (status.clamp(STATUS_MIN, STATUS_MIN + STATUS_SLOTS as u16 - 1) - STATUS_MIN) as usize;
         self.counts
             .get(decision as usize * STATUS_SLOTS + s)
             .map_or(0, |c| c.load(Ordering::Relaxed))
@@ -326,20 +326,18 @@ mod tests {
         r.record(Decision::Allow, 200);
         r.record(Decision::Error, 502);
         r.record(Decision::Error, 9999);
-        m.phase(Phase::Upstream)
-            .observe(Duration::from_micros(300));
+        m.phase(Phase::Upstream).observe(Duration::from_micros(300));
         let text = m.render();
-        assert!(text.contains(
-            "moat_requests_total{route=\"api\",status=\"200\",decision=\"allow\"} 2"
-        ));
+        assert!(
+            text.contains("moat_requests_total{route=\"api\",status=\"200\",decision=\"allow\"} 2")
+        );
         assert!(text.contains("status=\"502\",decision=\"error\"} 1"));
         assert!(text.contains("status=\"599\",decision=\"error\"} 1"));
-        assert!(text.contains(
-            "moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.0005\"} 1"
-        ));
-        assert!(text.contains(
-            "moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.00025\"} 0"
-        ));
+        assert!(
+            text.contains("moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.0005\"} 1")
+        );
+        assert!(text
+            .contains("moat_phase_duration_seconds_bucket{phase=\"upstream\",le=\"0.00025\"} 0"));
         assert!(Arc::ptr_eq(&r, &m.route("api")));
     }
 }

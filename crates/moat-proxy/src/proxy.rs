@@ -65,12 +65,7 @@ pub(crate) async fn handle(
 
     let Some(route) = snap.match_route(&host, parts.uri.path()) else {
         snap.no_route.record(Decision::Error, 404);
-        let reply = error_page(
-            StatusCode::NOT_FOUND,
-            fmt,
-            "no route",
-            &request_id,
-        );
+        let reply = error_page(StatusCode::NOT_FOUND, fmt, "no route", &request_id);
         return Ok(reply_response(reply, &request_id));
     };
 
@@ -347,7 +342,8 @@ async fn proxy(
     *up_req.headers_mut() = up_headers;
 
     let t = Instant::now();
-    let result = tokio::time::timeout(cluster.request_timeout, cluster.client.request(up_req)).await;
+    let result =
+        tokio::time::timeout(cluster.request_timeout, cluster.client.request(up_req)).await;
     metrics.phase(Phase::Upstream).observe(t.elapsed());
     let resp = match result {
         Err(_) => {
@@ -415,7 +411,10 @@ async fn proxy(
                 }
             });
             let (rparts, _) = resp.into_parts();
-            return Ok((Response::from_parts(rparts, ProxyBody::Empty), Decision::Allow));
+            return Ok((
+                Response::from_parts(rparts, ProxyBody::Empty),
+                Decision::Allow,
+            ));
         }
     }
 
@@ -722,8 +721,7 @@ fn header_has_token(v: &HeaderValue, token: &str) -> bool {
 /// `Upgrade`. With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     if let Some(conn) = h.get(CONNECTION) {
-        if conn.as_bytes().contains(&b',') || !conn.as_bytes().eq_ignore_ascii_case(b"keep-alive")
-        {
+        if conn.as_bytes().contains(&b',') || !conn.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
             let listed: Vec<HeaderName> = h
                 .get_all(CONNECTION)
                 .iter()

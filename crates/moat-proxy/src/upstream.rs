@@ -124,7 +124,10 @@ impl tower_service::Service<Uri> for UpstreamConnector {
             match tls {
                 None => Ok(TokioIo::new(UpstreamStream::Plain(tcp))),
                 Some(t) => {
-                    let host = uri.host().unwrap_or("").trim_matches(|c| c == '[' || c == ']');
+                    let host = uri
+                        .host()
+                        .unwrap_or("")
+                        .trim_matches(|c| c == '[' || c == ']');
                     let (s, _handshake) = t.connect(tcp, host).await?;
                     Ok(TokioIo::new(UpstreamStream::Tls(Box::new(s))))
                 }
@@ -169,7 +172,11 @@ fn now_ms() -> u64 {
 
 impl Cluster {
     /// Builds a cluster (and its pool) from config. Endpoints were validated at load.
-    pub fn build(cfg: &ClusterConfig, base_dir: &Path, metrics: &Metrics) -> Result<Cluster, String> {
+    pub fn build(
+        cfg: &ClusterConfig,
+        base_dir: &Path,
+        metrics: &Metrics,
+    ) -> Result<Cluster, String> {
         let mut endpoints = Vec::with_capacity(cfg.endpoints.len());
         for e in &cfg.endpoints {
             let authority: Authority = e

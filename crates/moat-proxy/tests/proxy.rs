@@ -15,7 +15,12 @@ use moat_proxy::GatewayOptions;
 async fn proxies_get_post_and_chunked_bodies() {
     let up = upstream("a").await;
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
 
@@ -70,7 +75,12 @@ async fn proxies_get_post_and_chunked_bodies() {
 async fn keep_alive_reuses_upstream_connections() {
     let up = upstream("a").await;
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
     for i in 0..30 {
@@ -86,7 +96,11 @@ async fn keep_alive_reuses_upstream_connections() {
         .await;
         assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     }
-    assert_eq!(up.connections(), 1, "sequential requests must reuse one upstream connection");
+    assert_eq!(
+        up.connections(),
+        1,
+        "sequential requests must reuse one upstream connection"
+    );
     gw.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -141,15 +155,30 @@ routes:
     let (status, headers, body) = send(&c, req).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(headers["x-request-id"], "slow-1");
-    assert!(headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
     assert!(String::from_utf8_lossy(&body).contains("slow-1"));
 
     let (_, _, metrics) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
     let m = String::from_utf8_lossy(&metrics);
-    assert!(m.contains(r#"moat_requests_total{route="down",status="502",decision="error"} 1"#), "{m}");
-    assert!(m.contains(r#"moat_requests_total{route="all",status="504",decision="error"} 1"#), "{m}");
-    assert!(m.contains(r#"moat_upstream_errors_total{cluster="dead",kind="connect"} 1"#), "{m}");
-    assert!(m.contains(r#"moat_upstream_errors_total{cluster="app",kind="timeout"} 1"#), "{m}");
+    assert!(
+        m.contains(r#"moat_requests_total{route="down",status="502",decision="error"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"moat_requests_total{route="all",status="504",decision="error"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"moat_upstream_errors_total{cluster="dead",kind="connect"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"moat_upstream_errors_total{cluster="app",kind="timeout"} 1"#),
+        "{m}"
+    );
     gw.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -201,7 +230,12 @@ routes:
 async fn oversized_headers_431_and_bodies_413() {
     let up = upstream("a").await;
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
 
@@ -256,7 +290,12 @@ async fn websocket_upgrade_passes_through() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let up = upstream("a").await;
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path(), &basic_config(up.addr, ""), GatewayOptions::default()).await;
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
     let addr = gw.listener_addr("main").unwrap();
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(

@@ -37,8 +37,16 @@ impl RequestHeadersPhase for ExposePeer {
         };
         set(req, "x-tls-alpn", tls.and_then(|t| t.alpn.as_deref()));
         let peer = tls.and_then(|t| t.peer.as_ref());
-        set(req, "x-peer-principal", peer.and_then(|p| p.principal.as_deref()));
-        set(req, "x-peer-namespace", peer.and_then(|p| p.namespace.as_deref()));
+        set(
+            req,
+            "x-peer-principal",
+            peer.and_then(|p| p.principal.as_deref()),
+        );
+        set(
+            req,
+            "x-peer-namespace",
+            peer.and_then(|p| p.namespace.as_deref()),
+        );
         Verdict::Continue
     }
 }
@@ -100,7 +108,9 @@ async fn tls_get(
 ) -> Result<(StatusCode, http::Version, serde_json::Value), String> {
     let alpn: &[&str] = if h2 { &["h2"] } else { &["http/1.1"] };
     let cfg = pki.client_config(with_cert, alpn);
-    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
     let tls = TlsConnector::from(cfg)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
@@ -114,7 +124,9 @@ async fn tls_get(
             .await
             .map_err(|e| format!("h2 handshake: {e}"))?;
         tokio::spawn(conn);
-        send.send_request(req).await.map_err(|e| format!("request: {e}"))?
+        send.send_request(req)
+            .await
+            .map_err(|e| format!("request: {e}"))?
     } else {
         let (mut send, conn) = hyper::client::conn::http1::handshake(io)
             .await
@@ -124,7 +136,9 @@ async fn tls_get(
         req.headers_mut()
             .insert("host", HeaderValue::from_static("localhost"));
         *req.uri_mut() = "/who".parse().unwrap();
-        send.send_request(req).await.map_err(|e| format!("request: {e}"))?
+        send.send_request(req)
+            .await
+            .map_err(|e| format!("request: {e}"))?
     };
     let status = resp.status();
     let version = resp.version();
@@ -143,7 +157,12 @@ async fn h2_over_tls_with_alpn() {
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::generate(dir.path()).unwrap();
     let sink = Arc::new(TlsCounter::default());
-    let gw = gateway(dir.path(), &tls_yaml(up.addr, "DISABLE"), opts(sink.clone())).await;
+    let gw = gateway(
+        dir.path(),
+        &tls_yaml(up.addr, "DISABLE"),
+        opts(sink.clone()),
+    )
+    .await;
     let addr = gw.listener_addr("tls").unwrap();
 
     let (status, version, v) = tls_get(&pki, addr, false, true).await.unwrap();
@@ -157,7 +176,11 @@ async fn h2_over_tls_with_alpn() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(version, http::Version::HTTP_11);
     assert_eq!(v["headers"]["x-tls-alpn"], "http/1.1");
-    assert_eq!(sink.0.load(Ordering::SeqCst), 2, "one TLS record per handshake");
+    assert_eq!(
+        sink.0.load(Ordering::SeqCst),
+        2,
+        "one TLS record per handshake"
+    );
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -175,15 +198,25 @@ async fn mtls_strict_requires_a_client_certificate() {
     let addr = gw.listener_addr("tls").unwrap();
 
     let err = tls_get(&pki, addr, false, true).await;
-    assert!(err.is_err(), "a client without a certificate must be refused: {err:?}");
+    assert!(
+        err.is_err(),
+        "a client without a certificate must be refused: {err:?}"
+    );
 
     let (status, _, v) = tls_get(&pki, addr, true, true).await.unwrap();
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(v["headers"]["x-peer-principal"], "cluster.local/ns/shop/sa/frontend");
+    assert_eq!(
+        v["headers"]["x-peer-principal"],
+        "cluster.local/ns/shop/sa/frontend"
+    );
     assert_eq!(v["headers"]["x-peer-namespace"], "shop");
 
     // Plaintext is refused too.
-    let resp = raw(addr, b"GET / HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await;
+    let resp = raw(
+        addr,
+        b"GET / HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
     assert!(!resp.starts_with("HTTP/1.1 200"), "{resp}");
     gw.shutdown(Duration::from_secs(2)).await;
 }
@@ -203,13 +236,20 @@ async fn mtls_permissive_accepts_both_and_exposes_the_principal() {
 
     let (status, _, v) = tls_get(&pki, addr, true, true).await.unwrap();
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(v["headers"]["x-peer-principal"], "cluster.local/ns/shop/sa/frontend");
+    assert_eq!(
+        v["headers"]["x-peer-principal"],
+        "cluster.local/ns/shop/sa/frontend"
+    );
 
     let (status, _, v) = tls_get(&pki, addr, false, false).await.unwrap();
     assert_eq!(status, StatusCode::OK);
     assert!(v["headers"].get("x-peer-principal").is_none(), "{v}");
 
-    let resp = raw(addr, b"GET /plain HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await;
+    let resp = raw(
+        addr,
+        b"GET /plain HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(resp.contains(r#""x-forwarded-proto":"http""#), "{resp}");
     gw.shutdown(Duration::from_secs(2)).await;
@@ -228,7 +268,9 @@ async fn tls_to_upstream() {
     let tls_addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 if let Ok(moat_tls::Accepted::Tls { mut stream, .. }) = acceptor.accept(tcp).await {

@@ -86,7 +86,10 @@ fn sigterm_drains_in_flight_requests() {
                 break;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "moat did not become ready");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "moat did not become ready"
+        );
         thread::sleep(Duration::from_millis(50));
     }
     let inflight = thread::spawn(move || http_get(listen, "/slow"));
@@ -103,7 +106,10 @@ fn sigterm_drains_in_flight_requests() {
         if let Some(s) = proc.0.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "moat did not exit after draining");
+        assert!(
+            Instant::now() < deadline,
+            "moat did not exit after draining"
+        );
         thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
@@ -152,7 +158,11 @@ fn check_config_reports_file_line_and_field() {
     assert!(err.contains("unknown cluster `ap`"), "{err}");
 
     let typo = dir.path().join("typo.yaml");
-    std::fs::write(&typo, "listeners:\n  - name: main\n    adress: 127.0.0.1:1\n").unwrap();
+    std::fs::write(
+        &typo,
+        "listeners:\n  - name: main\n    adress: 127.0.0.1:1\n",
+    )
+    .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_moat"))
         .args(["check-config"])
         .arg(&typo)

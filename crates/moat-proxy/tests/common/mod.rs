@@ -71,7 +71,9 @@ async fn upstream_handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
     if path == "/slow" {
-        let ms: u64 = query(&req, "ms").and_then(|v| v.parse().ok()).unwrap_or(1000);
+        let ms: u64 = query(&req, "ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         return Ok(Response::builder()
             .header("x-upstream", tag)
@@ -106,7 +108,9 @@ async fn upstream_handle(
             .unwrap());
     }
     if path == "/big" {
-        let n: usize = query(&req, "n").and_then(|v| v.parse().ok()).unwrap_or(1000);
+        let n: usize = query(&req, "n")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
         return Ok(Response::builder()
             .header("x-upstream", tag)
             .body(Full::new(Bytes::from(vec![b'x'; n])))
@@ -205,11 +209,7 @@ pub async fn send(
 }
 
 pub async fn get(c: &TestClient, url: &str) -> (StatusCode, http::HeaderMap, Bytes) {
-    send(
-        c,
-        Request::get(url).body(Full::new(Bytes::new())).unwrap(),
-    )
-    .await
+    send(c, Request::get(url).body(Full::new(Bytes::new())).unwrap()).await
 }
 
 /// Writes raw bytes on a new connection and reads until the server closes it.
