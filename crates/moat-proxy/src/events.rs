@@ -78,6 +78,22 @@ impl QueueSink {
         let (queue, writer) = moat_events::EventWriter::start(cfg, base_dir)?;
         Ok((std::sync::Arc::new(QueueSink { queue }), writer))
     }
+
+    /// Like [`start`](Self::start), but returns `None` when the config writes
+    /// records nowhere (no sink, no store): the request path then builds no records.
+    #[allow(clippy::type_complexity)]
+    pub fn start_if_enabled(
+        cfg: &moat_events::EventsConfig,
+        base_dir: &std::path::Path,
+    ) -> Result<
+        Option<(std::sync::Arc<QueueSink>, moat_events::EventWriter)>,
+        moat_events::EventsError,
+    > {
+        if cfg.sink.kind == moat_events::SinkKind::None && cfg.store.is_none() {
+            return Ok(None);
+        }
+        Self::start(cfg, base_dir).map(Some)
+    }
 }
 
 fn decision_name(info: &AccessInfo<'_>) -> &'static str {

@@ -49,7 +49,6 @@ pub(crate) async fn handle(
 
     let request_id = request_id(&mut parts.headers);
     let fmt = ReplyFormat::from_accept(parts.headers.get(ACCEPT));
-    let host = request_host(&parts).to_owned();
 
     // Request head limits (hyper enforces a hard cap on the raw head before this).
     if parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes {
@@ -63,12 +62,18 @@ pub(crate) async fn handle(
         return Ok(reply_response(reply, &request_id));
     }
 
-    let Some(route) = snap.match_route(&host, parts.uri.path()) else {
+    let Some(route) = snap.match_route(request_host(&parts), parts.uri.path()) else {
         snap.no_route.record(Decision::Error, 404);
         let reply = error_page(StatusCode::NOT_FOUND, fmt, "no route", &request_id);
         return Ok(reply_response(reply, &request_id));
     };
 
+    // The host is kept only for access records.
+    let host = if shared.events.is_some() {
+        request_host(&parts).to_owned()
+    } else {
+        String::new()
+    };
     let client_ip = client_ip(&ci, &parts.headers);
     let mut ctx = RequestCtx {
         request_id,
@@ -175,12 +180,13 @@ async fn proxy(
     }
     need = max_need(need, keep_bodies);
     let body_empty = http_body::Body::is_end_stream(&body) || content_length == Some(0);
-    let tripped = Arc::new(AtomicBool::new(false));
+    // Set when a streamed body exceeds the limit (allocated only for such bodies).
+    let mut tripped: Option<Arc<AtomicBool>> = None;
     let forward_body = if body_empty {
         ProxyBody::Empty
     } else {
         match need {
-            BodyNeed::None => limited_stream(body, route, content_length, &tripped),
+            BodyNeed::None => limited_stream(body, route, content_length, &mut tripped),
             BodyNeed::Buffer(n) => {
                 let cap = (n as u64).min(limit) as usize;
                 let mut body = body;
@@ -264,7 +270,7 @@ async fn proxy(
                         ProxyBody::Limited {
                             inner: body,
                             remaining: limit.saturating_sub(consumed),
-                            tripped: tripped.clone(),
+                            tripped: tripped.get_or_insert_with(Default::default).clone(),
                         }
                     } else {
                         ProxyBody::Stream(body)
@@ -360,7 +366,8 @@ async fn proxy(
             ));
         }
         Ok(Err(e)) => {
-            if tripped.load(Ordering::Acquire) || source_is::<BodyTooLarge>(&e) {
+            let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
+            if over || source_is::<BodyTooLarge>(&e) {
                 return Err((
                     error_page(
                         StatusCode::PAYLOAD_TOO_LARGE,
@@ -598,13 +605,13 @@ fn limited_stream(
     body: Incoming,
     route: &Route,
     content_length: Option<u64>,
-    tripped: &Arc<AtomicBool>,
+    tripped: &mut Option<Arc<AtomicBool>>,
 ) -> ProxyBody {
     if route.on_limit == OnLimit::Reject && content_length.is_none() {
         ProxyBody::Limited {
             inner: body,
             remaining: route.body_max,
-            tripped: tripped.clone(),
+            tripped: tripped.get_or_insert_with(Default::default).clone(),
         }
     } else {
         ProxyBody::Stream(body)

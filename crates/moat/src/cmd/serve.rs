@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use moat_proxy::config::{self, unlocated, ConfigSource, GatewayConfig};
 use moat_proxy::{Gateway, GatewayOptions};
@@ -125,10 +126,14 @@ async fn serve(
         tracing::info!(address = %demo, "demo app listening");
     }
     let drain = cfg.runtime.shutdown_timeout;
-    let (sink, writer) = moat_proxy::events::QueueSink::start(&cfg.events, &src.base_dir)
+    let events = moat_proxy::events::QueueSink::start_if_enabled(&cfg.events, &src.base_dir)
         .map_err(|e| anyhow::anyhow!("events: {e}"))?;
+    let (sink, writer) = match events {
+        Some((s, w)) => (Some(s as Arc<dyn moat_proxy::EventSink>), Some(w)),
+        None => (None, None),
+    };
     let opts = GatewayOptions {
-        events: Some(sink),
+        events: sink,
         ..GatewayOptions::default()
     };
     let gw = Gateway::new(cfg, src, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -146,7 +151,9 @@ async fn serve(
     } else {
         tracing::warn!("drain deadline reached; closing remaining connections");
     }
-    let _ = tokio::task::spawn_blocking(move || writer.shutdown()).await;
+    if let Some(writer) = writer {
+        let _ = tokio::task::spawn_blocking(move || writer.shutdown()).await;
+    }
     Ok(())
 }
 
