@@ -9,7 +9,12 @@ fn main() {
         .iter()
         .find(|a| !a.starts_with("--"))
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/datasets")));
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/datasets"
+            ))
+        });
     let engine = match moat_waf::WafEngine::build(&moat_waf::WafConfig::default()) {
         Ok(e) => e,
         Err(e) => {
@@ -22,7 +27,10 @@ fn main() {
             println!("{}", moat_waf::eval::render_blaze(&r));
             if mistakes {
                 for (id, cat, blocked, desc) in &r.mistakes {
-                    println!("{} {id} {cat} {desc}", if *blocked { "FP  " } else { "MISS" });
+                    println!(
+                        "{} {id} {cat} {desc}",
+                        if *blocked { "FP  " } else { "MISS" }
+                    );
                 }
             }
         }

@@ -48,7 +48,7 @@ impl Default for WafLimits {
     fn default() -> Self {
         WafLimits {
             max_body_bytes: 1 << 20,
-            max_params: 2048,
+            max_params: 10_000,
             max_json_depth: 64,
             max_decode_output: 8 << 20,
             on_limit: OnLimit::Block,

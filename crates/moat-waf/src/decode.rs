@@ -163,7 +163,9 @@ pub fn html_decode(s: &str) -> Cow<'_, str> {
                 };
                 match d {
                     Some(d) => {
-                        v = v.saturating_mul(if radix_hex { 16 } else { 10 }).saturating_add(d);
+                        v = v
+                            .saturating_mul(if radix_hex { 16 } else { 10 })
+                            .saturating_add(d);
                         j += 1
                     }
                     None => break,
@@ -384,7 +386,11 @@ pub fn utf7_decode(s: &str) -> Option<String> {
                 }
                 out.push_str(&String::from_utf16_lossy(&units));
                 changed = true;
-                i = if j < b.len() && b[j] == b'-' { j + 1 } else { j };
+                i = if j < b.len() && b[j] == b'-' {
+                    j + 1
+                } else {
+                    j
+                };
                 continue;
             }
         }
@@ -453,14 +459,20 @@ mod tests {
 
     #[test]
     fn b64_and_utf7() {
-        assert_eq!(base64_text("MSBhbmQgMT0yIHNlbGVjdA==").as_deref(), Some("1 and 1=2 select"));
+        assert_eq!(
+            base64_text("MSBhbmQgMT0yIHNlbGVjdA==").as_deref(),
+            Some("1 and 1=2 select")
+        );
         assert_eq!(base64_text("helloworldfoo"), None);
         assert_eq!(utf7_decode("+ADw-script+AD4-").as_deref(), Some("<script>"));
     }
 
     #[test]
     fn utf16() {
-        let d: Vec<u8> = "{\"a\":1}".encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+        let d: Vec<u8> = "{\"a\":1}"
+            .encode_utf16()
+            .flat_map(|u| u.to_le_bytes())
+            .collect();
         assert_eq!(utf16_to_utf8(&d).as_deref(), Some("{\"a\":1}"));
     }
 }

@@ -161,11 +161,7 @@ pub fn judge_raw(engine: &WafEngine, raw: &RawRequest) -> (bool, String) {
     let max = usize::try_from(engine.config().limits.max_body_bytes).unwrap_or(usize::MAX);
     let truncated = body.len() > max;
     let data = &body[..body.len().min(max)];
-    let mut f = engine.inspect(
-        "eval",
-        &view,
-        Some(BodyView { data, truncated }),
-    );
+    let mut f = engine.inspect("eval", &view, Some(BodyView { data, truncated }));
     if let Some(e) = limit_err {
         f.limits.push((e, "body".into()));
     }
@@ -173,7 +169,12 @@ pub fn judge_raw(engine: &WafEngine, raw: &RawRequest) -> (bool, String) {
     let desc = f
         .findings
         .first()
-        .map(|x| format!("{} {} {} {:?}", x.attack, x.confidence, x.location, x.fragment))
+        .map(|x| {
+            format!(
+                "{} {} {} {:?}",
+                x.attack, x.confidence, x.location, x.fragment
+            )
+        })
         .or_else(|| f.limits.first().map(|l| format!("limit {} {}", l.0, l.1)))
         .unwrap_or_else(|| "-".into());
     (blocked, desc)
@@ -214,7 +215,10 @@ pub fn blaze(engine: &WafEngine, path: &Path) -> std::io::Result<BlazeReport> {
         } else {
             rep.half_b.add(attack, blocked);
         }
-        rep.by_category.entry(cat.clone()).or_default().add(attack, blocked);
+        rep.by_category
+            .entry(cat.clone())
+            .or_default()
+            .add(attack, blocked);
         if attack != blocked {
             rep.mistakes.push((l.id, cat, blocked, desc));
         }
@@ -227,7 +231,7 @@ struct GtwFile {
     payload: Vec<String>,
     encoder: Vec<String>,
     placeholder: Vec<serde_json::Value>,
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     kind: String,
 }
 
@@ -274,17 +278,21 @@ fn json_escape(s: &str) -> String {
 
 /// Builds the raw request gotestwaf sends for `placeholder` with `payload`.
 fn place(ph: &serde_json::Value, payload: &str) -> Option<(String, RawRequest)> {
-    let mk = |method: &str, target: String, headers: Vec<(&str, String)>, body: String| RawRequest {
-        method: method.into(),
-        target: target.into_bytes(),
-        headers: headers
-            .into_iter()
-            .map(|(n, v)| (n.to_string(), v.into_bytes()))
-            .collect(),
-        body: body.into_bytes(),
-    };
+    let mk =
+        |method: &str, target: String, headers: Vec<(&str, String)>, body: String| RawRequest {
+            method: method.into(),
+            target: target.into_bytes(),
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v.into_bytes()))
+                .collect(),
+            body: body.into_bytes(),
+        };
     let host = ("Host", "example.test".to_string());
-    let ua = ("User-Agent", "Mozilla/5.0 (X11; Linux x86_64) gotestwaf-replay".to_string());
+    let ua = (
+        "User-Agent",
+        "Mozilla/5.0 (X11; Linux x86_64) gotestwaf-replay".to_string(),
+    );
     if let Some(name) = ph.as_str() {
         let req = match name {
             "URLParam" => mk("GET", format!("/?p={}", query_escape(payload)), vec![host, ua], String::new()),
@@ -337,16 +345,34 @@ fn place(ph: &serde_json::Value, payload: &str) -> Option<(String, RawRequest)> 
         "GraphQL" => {
             let method = spec.get("method").and_then(|m| m.as_str()).unwrap_or("GET");
             let req = if method.eq_ignore_ascii_case("GET") {
-                mk("GET", format!("/graphql?query={}", query_escape(payload)), vec![host, ua], String::new())
+                mk(
+                    "GET",
+                    format!("/graphql?query={}", query_escape(payload)),
+                    vec![host, ua],
+                    String::new(),
+                )
             } else {
-                mk("POST", "/graphql".into(), vec![host, ua, ("Content-Type", "application/json".into())], payload.to_string())
+                mk(
+                    "POST",
+                    "/graphql".into(),
+                    vec![host, ua, ("Content-Type", "application/json".into())],
+                    payload.to_string(),
+                )
             };
             Some((name.clone(), req))
         }
         "RawRequest" => {
             let method = spec.get("method").and_then(|m| m.as_str()).unwrap_or("GET");
-            let path = spec.get("path").and_then(|m| m.as_str()).unwrap_or("/").replace("{{payload}}", payload);
-            let body = spec.get("body").and_then(|m| m.as_str()).unwrap_or("").replace("{{payload}}", payload);
+            let path = spec
+                .get("path")
+                .and_then(|m| m.as_str())
+                .unwrap_or("/")
+                .replace("{{payload}}", payload);
+            let body = spec
+                .get("body")
+                .and_then(|m| m.as_str())
+                .unwrap_or("")
+                .replace("{{payload}}", payload);
             let mut headers = vec![("Host".to_string(), b"example.test".to_vec())];
             let mut gzip = false;
             if let Some(h) = spec.get("headers").and_then(|h| h.as_object()) {
@@ -361,7 +387,8 @@ fn place(ph: &serde_json::Value, payload: &str) -> Option<(String, RawRequest)> 
             let body = body.replace('\n', "\r\n").into_bytes();
             let body = if gzip {
                 use std::io::Write;
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                let mut e =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
                 let _ = e.write_all(&body);
                 e.finish().unwrap_or_default()
             } else {
@@ -446,7 +473,11 @@ pub fn gotestwaf(engine: &WafEngine, dir: &Path) -> std::io::Result<GotestwafRep
                     }
                     if benign == blocked {
                         rep.mistakes.push((
-                            if benign { "false-pos".into() } else { doc.kind.clone() },
+                            if benign {
+                                "false-pos".into()
+                            } else {
+                                doc.kind.clone()
+                            },
                             phname,
                             enc.clone(),
                             payload.chars().take(100).collect(),
@@ -509,9 +540,16 @@ pub fn render_gotestwaf(r: &GotestwafReport) -> String {
     for (k, (bl, tot)) in &r.by_type {
         b += bl;
         t += tot;
-        s.push_str(&format!("{k:<30} {bl:>6}/{tot:<6} {:>6.1}%\n", pct(*bl, *tot)));
+        s.push_str(&format!(
+            "{k:<30} {bl:>6}/{tot:<6} {:>6.1}%\n",
+            pct(*bl, *tot)
+        ));
     }
-    s.push_str(&format!("{:<30} {b:>6}/{t:<6} {:>6.1}%\n", "all attacks", pct(b, t)));
+    s.push_str(&format!(
+        "{:<30} {b:>6}/{t:<6} {:>6.1}%\n",
+        "all attacks",
+        pct(b, t)
+    ));
     s.push_str(&format!(
         "{:<30} {:>6}/{:<6} {:>6.2}%  (blocked benign texts)\n",
         "false-pos texts",
@@ -520,7 +558,10 @@ pub fn render_gotestwaf(r: &GotestwafReport) -> String {
         pct(r.false_pos.0, r.false_pos.1)
     ));
     if r.skipped > 0 {
-        s.push_str(&format!("skipped combinations (gRPC, CR/LF in headers): {}\n", r.skipped));
+        s.push_str(&format!(
+            "skipped combinations (gRPC, CR/LF in headers): {}\n",
+            r.skipped
+        ));
     }
     s
 }

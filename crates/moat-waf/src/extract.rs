@@ -174,7 +174,9 @@ impl<'e> Inspector<'e> {
             return;
         }
         let c = Classes::of(v.as_bytes());
-        if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET)) && !v.contains('$') {
+        if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
+            && !v.contains('$')
+        {
             return;
         }
         let v = decode::url_decode_repeated(v.as_bytes());
@@ -228,11 +230,16 @@ impl<'e> Inspector<'e> {
             if let Some(u7) = decode::utf7_decode(fin) {
                 detect::run_all(&u7, scope, &mut |h| self.report(loc, h));
             }
+            // base64 tokens embedded in a structured value (serialized objects, JSON)
+            if nest < MAX_NEST && self.findings.len() == findings_before && fin.len() >= 16 {
+                self.embedded_base64(loc, fin, scope, nest);
+            }
             // nested JSON in a string value
             let t = fin.trim();
             if nest < MAX_NEST
                 && t.len() >= 2
-                && ((t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']')))
+                && ((t.starts_with('{') && t.ends_with('}'))
+                    || (t.starts_with('[') && t.ends_with(']')))
                 && self.findings.len() == findings_before
             {
                 self.json(t.as_bytes(), loc, nest + 1);
@@ -240,12 +247,44 @@ impl<'e> Inspector<'e> {
         } else if raw.contains("select") || raw.contains("SELECT") {
             detect::run_all(raw, scope, &mut |h| self.report(loc, h));
         }
-        if nest < MAX_NEST && raw.len() >= 12 && !c.any(!(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT | Classes::MISC)) {
+        if nest < MAX_NEST
+            && raw.len() >= 12
+            && !c.any(
+                !(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT | Classes::MISC),
+            )
+        {
             if let Some(text) = decode::base64_text(raw) {
                 let t = text.trim();
-                if (t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']')) {
+                if (t.starts_with('{') && t.ends_with('}'))
+                    || (t.starts_with('[') && t.ends_with(']'))
+                {
                     self.json(t.as_bytes(), loc, nest + 1);
                 } else {
+                    self.analyze(loc, &text, scope, nest + 1);
+                }
+            }
+        }
+    }
+
+    /// Decodes base64 runs (16+ chars, at most 8 per value) found inside a value.
+    fn embedded_base64(&mut self, loc: Loc<'_>, s: &str, scope: Scope, nest: u8) {
+        let b = s.as_bytes();
+        let is_b64 =
+            |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'-' | b'_');
+        let mut i = 0;
+        let mut tried = 0;
+        while i < b.len() && tried < 8 {
+            if !is_b64(b[i]) {
+                i += 1;
+                continue;
+            }
+            let st = i;
+            while i < b.len() && is_b64(b[i]) {
+                i += 1;
+            }
+            if i - st >= 16 && (st > 0 || i < b.len()) {
+                tried += 1;
+                if let Some(text) = decode::base64_text(&s[st..i]) {
                     self.analyze(loc, &text, scope, nest + 1);
                 }
             }
@@ -271,7 +310,7 @@ impl<'e> Inspector<'e> {
             let v = String::from_utf8_lossy(&v);
             if form {
                 self.name(Loc::FormName(&n), &n);
-                self.value(Loc::Form(&n), &v, Scope::Value);
+                self.value(Loc::Form(&n), &v, Scope::Body);
             } else {
                 self.name(Loc::QueryName(&n), &n);
                 self.value(Loc::Query(&n), &v, Scope::Value);
@@ -381,7 +420,7 @@ impl<'e> Inspector<'e> {
             let Some(p) = memchr::memchr(b'<', &b[i..]) else {
                 let text = s[i..].trim();
                 if !text.is_empty() {
-                    self.value(Loc::Body, text, Scope::Value);
+                    self.value(Loc::Body, text, Scope::Body);
                 }
                 break;
             };
@@ -390,18 +429,25 @@ impl<'e> Inspector<'e> {
             if !text.is_empty() {
                 let el = stack.last().map(|&(a, e)| &s[a..e]).unwrap_or("");
                 let el = el.to_string();
-                self.value(Loc::Xml(&el), text, Scope::Value);
+                self.value(Loc::Xml(&el), text, Scope::Body);
             }
             if b[lt..].starts_with(b"<![CDATA[") {
                 let st = lt + 9;
-                let end = memchr::memmem::find(&b[st..], b"]]>").map(|x| st + x).unwrap_or(b.len());
-                let el = stack.last().map(|&(a, e)| s[a..e].to_string()).unwrap_or_default();
-                self.value(Loc::Xml(&el), &s[st..end], Scope::Value);
+                let end = memchr::memmem::find(&b[st..], b"]]>")
+                    .map(|x| st + x)
+                    .unwrap_or(b.len());
+                let el = stack
+                    .last()
+                    .map(|&(a, e)| s[a..e].to_string())
+                    .unwrap_or_default();
+                self.value(Loc::Xml(&el), &s[st..end], Scope::Body);
                 i = (end + 3).min(b.len());
                 continue;
             }
             if b[lt..].starts_with(b"<!--") {
-                let end = memchr::memmem::find(&b[lt..], b"-->").map(|x| lt + x + 3).unwrap_or(b.len());
+                let end = memchr::memmem::find(&b[lt..], b"-->")
+                    .map(|x| lt + x + 3)
+                    .unwrap_or(b.len());
                 i = end;
                 continue;
             }
@@ -419,7 +465,9 @@ impl<'e> Inspector<'e> {
                 continue;
             }
             let self_closing = tag.ends_with('/');
-            let name_end = tag.find(|c: char| c.is_whitespace() || c == '/').unwrap_or(tag.len());
+            let name_end = tag
+                .find(|c: char| c.is_whitespace() || c == '/')
+                .unwrap_or(tag.len());
             let name_abs = (lt + 1, lt + 1 + name_end);
             // attributes
             let attrs = &tag[name_end..];
@@ -443,7 +491,7 @@ impl<'e> Inspector<'e> {
                 };
                 if !val.is_empty() {
                     let loc = format!("{}@{}", &s[name_abs.0..name_abs.1], an);
-                    self.value(Loc::Xml(&loc), val, Scope::Value);
+                    self.value(Loc::Xml(&loc), val, Scope::Body);
                 }
                 rest = next;
             }
@@ -471,7 +519,10 @@ impl<'e> Inspector<'e> {
             if data[pos..].starts_with(b"--") {
                 break;
             }
-            let end = finder.find(&data[pos..]).map(|x| pos + x).unwrap_or(data.len());
+            let end = finder
+                .find(&data[pos..])
+                .map(|x| pos + x)
+                .unwrap_or(data.len());
             let part = &data[pos..end];
             pos = end + d.len();
             parts += 1;
@@ -479,7 +530,10 @@ impl<'e> Inspector<'e> {
                 self.limit("max_params", Loc::Body);
                 return;
             }
-            let part = part.strip_prefix(b"\r\n").or_else(|| part.strip_prefix(b"\n")).unwrap_or(part);
+            let part = part
+                .strip_prefix(b"\r\n")
+                .or_else(|| part.strip_prefix(b"\n"))
+                .unwrap_or(part);
             let (head, body) = match memchr::memmem::find(part, b"\r\n\r\n") {
                 Some(p) => (&part[..p], &part[p + 4..]),
                 None => match memchr::memmem::find(part, b"\n\n") {
@@ -487,7 +541,10 @@ impl<'e> Inspector<'e> {
                     None => (part, &part[part.len()..]),
                 },
             };
-            let body = body.strip_suffix(b"\r\n").or_else(|| body.strip_suffix(b"\n")).unwrap_or(body);
+            let body = body
+                .strip_suffix(b"\r\n")
+                .or_else(|| body.strip_suffix(b"\n"))
+                .unwrap_or(body);
             let head = String::from_utf8_lossy(head);
             let mut name = String::new();
             let mut filename: Option<String> = None;
@@ -507,15 +564,16 @@ impl<'e> Inspector<'e> {
                         self.report(Loc::Filename(&name), h);
                     }
                     self.value(Loc::Filename(&name), &f, Scope::Header);
-                    if ctype.starts_with("text/") || ctype.contains("json") || ctype.contains("xml") {
+                    if ctype.starts_with("text/") || ctype.contains("json") || ctype.contains("xml")
+                    {
                         let t = String::from_utf8_lossy(body);
-                        self.value(Loc::Multipart(&name), &t, Scope::Value);
+                        self.value(Loc::Multipart(&name), &t, Scope::Body);
                     }
                 }
                 None => {
                     self.name(Loc::Multipart(&name), &name);
                     let t = String::from_utf8_lossy(body);
-                    self.value(Loc::Multipart(&name), &t, Scope::Value);
+                    self.value(Loc::Multipart(&name), &t, Scope::Body);
                 }
             }
         }
@@ -664,13 +722,27 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 } else if !ins.count(Loc::Json(&ptr)) {
                     return true;
                 } else {
-                    ins.analyze(Loc::Json(&ptr), text, Scope::Value, nest);
+                    ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);
                 }
             }
             _ => {
                 // numbers, true/false/null, or garbage: skip a token
                 let st = i;
-                while i < b.len() && !matches!(b[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t' | b':' | b'"' | b'{' | b'[') {
+                while i < b.len()
+                    && !matches!(
+                        b[i],
+                        b',' | b'}'
+                            | b']'
+                            | b' '
+                            | b'\n'
+                            | b'\r'
+                            | b'\t'
+                            | b':'
+                            | b'"'
+                            | b'{'
+                            | b'['
+                    )
+                {
                     i += 1;
                 }
                 if i == st {
@@ -704,7 +776,10 @@ fn json_unescape(s: &str) -> String {
                 if let Ok(v) = u32::from_str_radix(&s[i + 2..i + 6], 16) {
                     let mut cp = v;
                     let mut adv = 6;
-                    if (0xD800..0xDC00).contains(&v) && i + 11 < b.len() && &b[i + 6..i + 8] == b"\\u" {
+                    if (0xD800..0xDC00).contains(&v)
+                        && i + 11 < b.len()
+                        && &b[i + 6..i + 8] == b"\\u"
+                    {
                         if let Ok(lo) = u32::from_str_radix(&s[i + 8..i + 12], 16) {
                             if (0xDC00..0xE000).contains(&lo) {
                                 cp = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);

@@ -210,7 +210,8 @@ fn glob(pattern: &str, text: &str) -> bool {
 impl WafEngine {
     /// Validates and compiles a configuration.
     pub fn build(cfg: &WafConfig) -> Result<Arc<WafEngine>, WafError> {
-        let status = StatusCode::from_u16(cfg.status).map_err(|_| WafError::BadStatus(cfg.status))?;
+        let status =
+            StatusCode::from_u16(cfg.status).map_err(|_| WafError::BadStatus(cfg.status))?;
         let mut allowed = Vec::new();
         for (index, v) in cfg.allowed_ips.iter().enumerate() {
             allowed.push(parse_net(v).ok_or_else(|| WafError::BadCidr {
@@ -260,7 +261,11 @@ impl WafEngine {
             allowed,
             exclusions,
             routes,
-            extra_headers: cfg.extra_headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            extra_headers: cfg
+                .extra_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
         }))
     }
 
@@ -290,7 +295,10 @@ impl WafEngine {
         let target = match memchr::memmem::find(target, b"://") {
             Some(p) if target.first() != Some(&b'/') => {
                 let rest = &target[p + 3..];
-                let s = rest.iter().position(|&c| c == b'/' || c == b'?').unwrap_or(rest.len());
+                let s = rest
+                    .iter()
+                    .position(|&c| c == b'/' || c == b'?')
+                    .unwrap_or(rest.len());
                 &rest[s..]
             }
             _ => target,
@@ -321,7 +329,8 @@ impl WafEngine {
                 "content-length" | "host" | "authorization" | "connection" => {}
                 "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, &v),
                 other => {
-                    if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other) {
+                    if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other)
+                    {
                         ins.header(lname, &v)
                     }
                 }
@@ -369,7 +378,13 @@ impl WafEngine {
             ins.urlencoded(data, true);
             return;
         }
-        if ct.contains("octet-stream") || ct.starts_with("image/") || ct.starts_with("video/") || ct.starts_with("audio/") || ct.contains("protobuf") || ct.contains("grpc") {
+        if ct.contains("octet-stream")
+            || ct.starts_with("image/")
+            || ct.starts_with("video/")
+            || ct.starts_with("audio/")
+            || ct.contains("protobuf")
+            || ct.contains("grpc")
+        {
             return;
         }
         // unknown or text: a urlencoded-looking body is a form, anything else one value
@@ -378,7 +393,7 @@ impl WafEngine {
         if looks_form {
             ins.urlencoded(data, true);
         } else {
-            ins.value(Loc::Body, &s, detect::Scope::Value);
+            ins.value(Loc::Body, &s, detect::Scope::Body);
         }
     }
 
@@ -393,7 +408,12 @@ impl WafEngine {
 
     /// Inspects a whole request (head and optional decoded body) on `route`.
     /// Pure: no events, no mode; exclusions for `route` are applied.
-    pub fn inspect(&self, route: &str, req: &RequestView<'_>, body: Option<BodyView<'_>>) -> Findings {
+    pub fn inspect(
+        &self,
+        route: &str,
+        req: &RequestView<'_>,
+        body: Option<BodyView<'_>>,
+    ) -> Findings {
         let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
         let mut ins = Inspector::new(self.lim(), &filter);
         self.inspect_head(&mut ins, req);
@@ -409,7 +429,12 @@ impl WafEngine {
     }
 
     /// Inspects only a body.
-    pub fn inspect_body_only(&self, route: &str, req: &RequestView<'_>, body: BodyView<'_>) -> Findings {
+    pub fn inspect_body_only(
+        &self,
+        route: &str,
+        req: &RequestView<'_>,
+        body: BodyView<'_>,
+    ) -> Findings {
         let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
         let mut ins = Inspector::new(self.lim(), &filter);
         self.inspect_body(&mut ins, req, body);
@@ -475,7 +500,8 @@ impl WafEngine {
             ctx.events.push(ev);
         }
         for finding in f.findings.iter().take(8) {
-            let strong = finding.confidence >= self.cfg.block_confidence && finding.attack != Attack::Scanner;
+            let strong = finding.confidence >= self.cfg.block_confidence
+                && finding.attack != Attack::Scanner;
             let action = if strong && blocking {
                 EventAction::Block
             } else {
@@ -583,7 +609,8 @@ impl RequestBodyPhase for WafEngine {
             Ok(data) => {
                 let over = data.len() as u64 > self.cfg.limits.max_decode_output;
                 let data = if over {
-                    &data[..usize::try_from(self.cfg.limits.max_decode_output).unwrap_or(usize::MAX)]
+                    &data
+                        [..usize::try_from(self.cfg.limits.max_decode_output).unwrap_or(usize::MAX)]
                 } else {
                     &data[..]
                 };

@@ -31,7 +31,9 @@ impl RawRequest {
             if pos >= data.len() {
                 return Err(RawError("empty"));
             }
-            let end = memchr::memchr(b'\n', &data[pos..]).map(|x| pos + x).unwrap_or(data.len());
+            let end = memchr::memchr(b'\n', &data[pos..])
+                .map(|x| pos + x)
+                .unwrap_or(data.len());
             let line = &data[pos..end];
             let t = line.strip_suffix(b"\r").unwrap_or(line);
             if t.is_empty() || t.starts_with(b"#") {
@@ -40,7 +42,9 @@ impl RawRequest {
             }
             break;
         }
-        let end = memchr::memchr(b'\n', &data[pos..]).map(|x| pos + x).unwrap_or(data.len());
+        let end = memchr::memchr(b'\n', &data[pos..])
+            .map(|x| pos + x)
+            .unwrap_or(data.len());
         let line = &data[pos..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         pos = (end + 1).min(data.len());
@@ -53,7 +57,9 @@ impl RawRequest {
         };
         let mut headers = Vec::new();
         while pos < data.len() {
-            let end = memchr::memchr(b'\n', &data[pos..]).map(|x| pos + x).unwrap_or(data.len());
+            let end = memchr::memchr(b'\n', &data[pos..])
+                .map(|x| pos + x)
+                .unwrap_or(data.len());
             let line = &data[pos..end];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             pos = (end + 1).min(data.len());
@@ -107,10 +113,11 @@ impl RawRequest {
     /// `Err` names the limit that was hit.
     pub fn decoded_body(&self, limits: moat_core::DecodeLimits) -> Result<Vec<u8>, String> {
         let mut body = self.body.clone();
-        if self
-            .header("transfer-encoding")
-            .is_some_and(|v| String::from_utf8_lossy(v).to_ascii_lowercase().contains("chunked"))
-        {
+        if self.header("transfer-encoding").is_some_and(|v| {
+            String::from_utf8_lossy(v)
+                .to_ascii_lowercase()
+                .contains("chunked")
+        }) {
             body = dechunk(&body);
         }
         match self.header("content-encoding") {

@@ -11,24 +11,145 @@ use super::{Attack, Hit};
 
 /// Commands that almost never appear as plain words in text.
 const STRONG: &[&str] = &[
-    "whoami", "uname", "ifconfig", "ipconfig", "nslookup", "wget", "curl", "ncat", "netcat",
-    "bash", "zsh", "ksh", "csh", "tcsh", "dash", "powershell", "pwsh", "cmd", "perl", "python",
-    "python2", "python3", "php", "ruby", "telnet", "chmod", "chown", "systeminfo", "tasklist",
-    "certutil", "bitsadmin", "base64", "xterm", "socat", "busybox", "tftp", "passwd", "netstat",
-    "nmap", "useradd", "crontab", "sudo", "wmic", "rundll32", "regsvr32", "mshta", "cscript",
-    "wscript", "hostname", "dig", "traceroute", "tracert", "getent", "lsof", "iptables", "xxd",
-    "nohup", "mkfifo", "sh", "nc", "uname", "id", "pwd",
+    "whoami",
+    "uname",
+    "ifconfig",
+    "ipconfig",
+    "nslookup",
+    "wget",
+    "curl",
+    "ncat",
+    "netcat",
+    "bash",
+    "zsh",
+    "ksh",
+    "csh",
+    "tcsh",
+    "dash",
+    "powershell",
+    "pwsh",
+    "cmd",
+    "perl",
+    "python",
+    "python2",
+    "python3",
+    "php",
+    "ruby",
+    "telnet",
+    "chmod",
+    "chown",
+    "systeminfo",
+    "tasklist",
+    "certutil",
+    "bitsadmin",
+    "base64",
+    "xterm",
+    "socat",
+    "busybox",
+    "tftp",
+    "passwd",
+    "netstat",
+    "nmap",
+    "useradd",
+    "crontab",
+    "sudo",
+    "wmic",
+    "rundll32",
+    "regsvr32",
+    "mshta",
+    "cscript",
+    "wscript",
+    "hostname",
+    "dig",
+    "traceroute",
+    "tracert",
+    "getent",
+    "lsof",
+    "iptables",
+    "xxd",
+    "nohup",
+    "mkfifo",
+    "sh",
+    "nc",
+    "uname",
+    "id",
+    "pwd",
 ];
 
 /// Commands that are also English words (or too short) and need shell-shaped arguments.
 const WEAK: &[&str] = &[
-    "cat", "ls", "echo", "ping", "type", "dir", "more", "less", "head", "tail", "find", "touch",
-    "kill", "ps", "env", "set", "sleep", "rm", "cp", "mv", "mkdir", "grep", "awk", "sed", "net",
-    "ver", "whoami", "printf", "expr", "timeout", "tac", "nl", "od", "strings", "sort", "uniq",
-    "wc", "cut", "tee", "file", "stat", "which", "who", "w", "last", "uptime", "ssh", "scp",
-    "ftp", "java", "node", "npm", "git", "tar", "zip", "unzip", "gzip", "eval", "exec", "source",
-    "export", "chmod", "start", "call", "copy", "del", "net1", "reg", "sc", "at", "schtasks",
-    "powershell.exe", "cmd.exe",
+    "cat",
+    "ls",
+    "echo",
+    "ping",
+    "type",
+    "dir",
+    "more",
+    "less",
+    "head",
+    "tail",
+    "find",
+    "touch",
+    "kill",
+    "ps",
+    "env",
+    "set",
+    "sleep",
+    "rm",
+    "cp",
+    "mv",
+    "mkdir",
+    "grep",
+    "awk",
+    "sed",
+    "net",
+    "ver",
+    "whoami",
+    "printf",
+    "expr",
+    "timeout",
+    "tac",
+    "nl",
+    "od",
+    "strings",
+    "sort",
+    "uniq",
+    "wc",
+    "cut",
+    "tee",
+    "file",
+    "stat",
+    "which",
+    "who",
+    "w",
+    "last",
+    "uptime",
+    "ssh",
+    "scp",
+    "ftp",
+    "java",
+    "node",
+    "npm",
+    "git",
+    "tar",
+    "zip",
+    "unzip",
+    "gzip",
+    "eval",
+    "exec",
+    "source",
+    "export",
+    "chmod",
+    "start",
+    "call",
+    "copy",
+    "del",
+    "net1",
+    "reg",
+    "sc",
+    "schtasks",
+    "powershell.exe",
+    "cmd.exe",
 ];
 
 /// Normalises a shell word: drops quotes, backslashes, `$@`/`$*`, empty
@@ -58,7 +179,19 @@ fn norm_word(w: &str) -> String {
 fn is_word_byte(c: u8) -> bool {
     !matches!(
         c,
-        b' ' | b'\t' | b'\n' | b'\r' | b';' | b'|' | b'&' | b'<' | b'>' | b'(' | b')' | b'{' | b'}' | b','
+        b' ' | b'\t'
+            | b'\n'
+            | b'\r'
+            | b';'
+            | b'|'
+            | b'&'
+            | b'<'
+            | b'>'
+            | b'('
+            | b')'
+            | b'{'
+            | b'}'
+            | b','
     ) && c != 0
 }
 
@@ -100,14 +233,38 @@ fn shellish_arg(arg: &str) -> bool {
         || a.starts_with("\\\\")
         || (b[0] == b'/' && b.len() > 1)
         || is_host_like(a)
-        || (b[0] == b'>' || b[0] == b'<')
+        || ((b[0] == b'>' || b[0] == b'<') && redirect_target(&a[1..]))
+}
+
+/// A redirection target a shell user writes: a path, a descriptor (`&1`), `/dev/...`.
+fn redirect_target(t: &str) -> bool {
+    let t = t.trim_start_matches(['>', '<', ' ']);
+    let end = t
+        .find(|c: char| {
+            c.is_whitespace() || matches!(c, ';' | '|' | '&' | ')' | '(' | '#' | '`' | '<' | '>')
+        })
+        .unwrap_or(t.len());
+    let t = if t.starts_with('&') { t } else { &t[..end] };
+    t.starts_with('/')
+        || t.starts_with('&')
+        || t.starts_with("./")
+        || t.starts_with('~')
+        || t.starts_with('$')
+        || (t.contains('.') && t.len() > 2)
 }
 
 fn is_host_like(a: &str) -> bool {
     // dotted address or name with a dot and no spaces: 127.0.0.1, evil.com, x.burpcollaborator.net
     let dots = a.bytes().filter(|&c| c == b'.').count();
     dots >= 1
-        && a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-' || c == b':' || c == b'`' || c == b'$')
+        && a.bytes().all(|c| {
+            c.is_ascii_alphanumeric()
+                || c == b'.'
+                || c == b'-'
+                || c == b':'
+                || c == b'`'
+                || c == b'$'
+        })
         && a.as_bytes()[0].is_ascii_alphanumeric()
         && !a.ends_with('.')
         && (a.bytes().filter(|c| c.is_ascii_digit()).count() >= 4 || dots >= 2 || a.contains('`'))
@@ -147,8 +304,12 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
         ae += 1;
     }
     let arg = &s[k..ae];
-    let at_end = k >= b.len() || matches!(b[k], b';' | b'|' | b'&' | b'\n' | b'\r' | b')' | b'`' | b'#');
-    let redirect = k < b.len() && (b[k] == b'>' || b[k] == b'<');
+    let at_end = k >= b.len()
+        || matches!(
+            b[k],
+            b';' | b'|' | b'&' | b'\n' | b'\r' | b')' | b'`' | b'#'
+        );
+    let redirect = k < b.len() && (b[k] == b'>' || b[k] == b'<') && redirect_target(&s[k..]);
     let shell_arg = shellish_arg(arg) || glued_ifs || redirect;
     let conf = if after_sep {
         if strong && (at_end || shell_arg || !arg.is_empty()) {
@@ -157,7 +318,33 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
             } else {
                 70
             }
-        } else if shell_arg || (at_end && cmd.len() >= 2 && !matches!(cmd.as_str(), "set" | "at" | "start" | "call" | "file" | "sort" | "last" | "type" | "more" | "less" | "w" | "who" | "export" | "source" | "exec" | "eval" | "copy" | "del" | "net" | "ver")) {
+        } else if shell_arg
+            || (at_end
+                && cmd.len() >= 2
+                && !matches!(
+                    cmd.as_str(),
+                    "set"
+                        | "at"
+                        | "start"
+                        | "call"
+                        | "file"
+                        | "sort"
+                        | "last"
+                        | "type"
+                        | "more"
+                        | "less"
+                        | "w"
+                        | "who"
+                        | "export"
+                        | "source"
+                        | "exec"
+                        | "eval"
+                        | "copy"
+                        | "del"
+                        | "net"
+                        | "ver"
+                ))
+        {
             85
         } else {
             0
@@ -175,7 +362,7 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
 }
 
 /// Runs the command-injection detector.
-pub fn detect(s: &str) -> Option<Hit> {
+pub fn detect(s: &str, body: bool) -> Option<Hit> {
     let b = s.as_bytes();
     let mut best: Option<Hit> = None;
     let consider = |pos: usize, after_sep: bool, best: &mut Option<Hit>| {
@@ -191,7 +378,20 @@ pub fn detect(s: &str) -> Option<Hit> {
     while i < b.len() && n < 256 {
         let c = b[i];
         let next = match c {
-            b';' | b'\n' | b'\r' => Some(i + 1),
+            b';' => Some(i + 1),
+            b'\n' | b'\r' => {
+                // in bodies a line break is text layout: the next line must look like a command line
+                if body {
+                    if let Some((c, e)) = command_at(s, i + 1, false) {
+                        if best.as_ref().is_none_or(|h| h.confidence < c) {
+                            best = Some(Hit::new(Attack::Cmdi, c, s, i, e));
+                        }
+                    }
+                    i += 1;
+                    continue;
+                }
+                Some(i + 1)
+            }
             b'|' | b'&' => {
                 let mut j = i + 1;
                 if j < b.len() && b[j] == c {
@@ -236,7 +436,7 @@ mod tests {
     use super::*;
 
     fn hit(s: &str) -> bool {
-        detect(s).is_some_and(|h| h.confidence >= 60)
+        detect(s, false).is_some_and(|h| h.confidence >= 60)
     }
 
     #[test]
@@ -274,7 +474,7 @@ mod tests {
             "Q&A | more info",
             "salt & pepper",
         ] {
-            assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
+            assert!(!hit(b), "false positive on {b}: {:?}", detect(b, false));
         }
     }
 }

@@ -44,7 +44,8 @@ fn up_steps(b: &[u8]) -> usize {
     let mut i = 0;
     while i + 1 < b.len() {
         if b[i] == b'.' && b[i + 1] == b'.' {
-            let before_ok = i == 0 || matches!(b[i - 1], b'/' | b'\\' | b'=' | b' ' | b':' | b'\'' | b'"');
+            let before_ok =
+                i == 0 || matches!(b[i - 1], b'/' | b'\\' | b'=' | b' ' | b':' | b'\'' | b'"');
             let after = b.get(i + 2).copied();
             let after_ok = matches!(after, Some(b'/' | b'\\') | None)
                 || (after == Some(b';') && matches!(b.get(i + 3), Some(b'/' | b'\\')));
@@ -67,11 +68,12 @@ pub fn traversal(s: &str) -> Option<Hit> {
     } else {
         0
     };
-    let sensitive = SENSITIVE.iter().find_map(|t| find_ci(b, t.as_bytes()).map(|p| (p, t.len())));
+    let sensitive = SENSITIVE
+        .iter()
+        .find_map(|t| find_ci(b, t.as_bytes()).map(|p| (p, t.len())));
     // wrappers
     for w in [
         &b"php://"[..],
-        b"file://",
         b"expect://",
         b"phar://",
         b"zip://",
@@ -80,7 +82,8 @@ pub fn traversal(s: &str) -> Option<Hit> {
         b"data://text",
     ] {
         if let Some(p) = find_ci(b, w) {
-            let at_start = s[..p].trim().is_empty() || matches!(b.get(p.wrapping_sub(1)), Some(b'=' | b'"' | b'\''));
+            let at_start = s[..p].trim().is_empty()
+                || matches!(b.get(p.wrapping_sub(1)), Some(b'=' | b'"' | b'\''));
             if at_start {
                 return Some(Hit::new(Attack::PathTraversal, 90, s, p, p + w.len() + 24));
             }
@@ -105,19 +108,29 @@ pub fn traversal(s: &str) -> Option<Hit> {
             || t == "/"
             || t.ends_with(":\\")
             || t.ends_with(":/")
+            || t.ends_with("://")
             || (t.starts_with('/') && t.len() <= 16 && !t.contains(' '))
             || t.ends_with("/./")
             || t.ends_with("\\");
-        let rest_ok = b.len() == p + l || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
+        let rest_ok = b.len() == p + l
+            || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
         if abs && (rest_ok || t.ends_with("/./")) {
-            return Some(Hit::new(Attack::PathTraversal, 80, s, p.saturating_sub(1), p + l));
+            return Some(Hit::new(
+                Attack::PathTraversal,
+                80,
+                s,
+                p.saturating_sub(1),
+                p + l,
+            ));
         }
     }
     None
 }
 
 fn host_of(url_rest: &str) -> &str {
-    let end = url_rest.find(['/', '?', '#', '\\']).unwrap_or(url_rest.len());
+    let end = url_rest
+        .find(['/', '?', '#', '\\'])
+        .unwrap_or(url_rest.len());
     let auth = &url_rest[..end];
     let host = auth.rsplit('@').next().unwrap_or(auth);
     if let Some(h) = host.strip_prefix('[') {
@@ -131,12 +144,20 @@ fn internal_host(h: &str) -> Option<u8> {
     let l = l.trim_end_matches('.');
     if matches!(
         l,
-        "169.254.169.254" | "metadata.google.internal" | "metadata" | "100.100.100.200"
-            | "fd00:ec2::254" | "169.254.170.2" | "instance-data"
+        "169.254.169.254"
+            | "metadata.google.internal"
+            | "metadata"
+            | "100.100.100.200"
+            | "fd00:ec2::254"
+            | "169.254.170.2"
+            | "instance-data"
     ) {
         return Some(90);
     }
-    if l == "localhost" || l.ends_with(".localhost") || l == "::1" || l == "::" || l == "0.0.0.0" || l == "0" {
+    if l == "localhost" || l.ends_with(".localhost") || l == "::1" || l == "::" || l == "0.0.0.0" {
+        return Some(55);
+    }
+    if l == "0" {
         return Some(80);
     }
     if l.starts_with("0x") || (l.len() >= 8 && l.bytes().all(|c| c.is_ascii_digit())) {
@@ -146,7 +167,7 @@ fn internal_host(h: &str) -> Option<u8> {
     if let Ok(ip) = l.parse::<std::net::Ipv4Addr>() {
         let o = ip.octets();
         if o[0] == 127 {
-            return Some(80);
+            return Some(if o == [127, 0, 0, 1] { 55 } else { 75 });
         }
         if o[0] == 169 && o[1] == 254 {
             return Some(85);
@@ -180,7 +201,13 @@ pub fn ssrf(s: &str) -> Option<Hit> {
     }
     let host = host_of(&s[p + 3..]);
     let conf = internal_host(host)?;
-    Some(Hit::new(Attack::Ssrf, conf, s, scheme_start, p + 3 + host.len()))
+    Some(Hit::new(
+        Attack::Ssrf,
+        conf,
+        s,
+        scheme_start,
+        p + 3 + host.len(),
+    ))
 }
 
 /// XML external entities and XInclude.
@@ -197,7 +224,9 @@ pub fn xxe(s: &str) -> Option<Hit> {
     }
     if let Some(p) = find_ci(b, b"<!doctype") {
         let tail = &b[p..b.len().min(p + 400)];
-        if contains_ci(tail, b"system") && (contains_ci(tail, b"://") || contains_ci(tail, b"file:")) {
+        if contains_ci(tail, b"system")
+            && (contains_ci(tail, b"://") || contains_ci(tail, b"file:"))
+        {
             return Some(Hit::new(Attack::Xxe, 85, s, p, p + 80));
         }
     }
@@ -230,18 +259,25 @@ const INJECTED_HEADERS: &[&str] = &[
 /// byte is CR/LF) followed by a header line.
 pub fn crlf(s: &str) -> Option<Hit> {
     for (i, ch) in s.char_indices() {
-        let brk = matches!(ch, '\r' | '\n')
-            || matches!(ch as u32, 0x560A | 0x560D | 0x010A | 0x010D);
+        let brk =
+            matches!(ch, '\r' | '\n') || matches!(ch as u32, 0x560A | 0x560D | 0x010A | 0x010D);
         if !brk {
             continue;
         }
-        let rest = s[i + ch.len_utf8()..].trim_start_matches(['\r', '\n', ' ', '\t', '\u{560A}', '\u{560D}']);
+        let rest = s[i + ch.len_utf8()..]
+            .trim_start_matches(['\r', '\n', ' ', '\t', '\u{560A}', '\u{560D}']);
         for h in INJECTED_HEADERS {
             if starts_with_ci(rest.as_bytes(), h.as_bytes()) {
                 let after = rest.as_bytes().get(h.len()).copied();
-                if h.starts_with('<') || h.starts_with("http/") || matches!(after, Some(b':') | Some(b' ')) {
+                if h.starts_with('<')
+                    || h.starts_with("http/")
+                    || matches!(after, Some(b':') | Some(b' '))
+                {
                     // cross-check the ':' within a short distance for header names
-                    if h.starts_with('<') || h.starts_with("http/") || rest[h.len()..].trim_start().starts_with(':') {
+                    if h.starts_with('<')
+                        || h.starts_with("http/")
+                        || rest[h.len()..].trim_start().starts_with(':')
+                    {
                         return Some(Hit::new(Attack::Crlf, 85, s, i, i + 40));
                     }
                 }
@@ -252,11 +288,35 @@ pub fn crlf(s: &str) -> Option<Hit> {
 }
 
 const PHP_FUNCS: &[&str] = &[
-    "system", "passthru", "shell_exec", "popen", "proc_open", "phpinfo", "base64_decode", "eval",
-    "assert", "file_get_contents", "file_put_contents", "fopen", "fwrite", "include", "require",
-    "include_once", "require_once", "call_user_func", "create_function", "str_rot13",
-    "gzinflate", "pcntl_exec", "highlight_file", "show_source", "unserialize", "preg_replace",
-    "array_map", "readfile", "exec",
+    "system",
+    "passthru",
+    "shell_exec",
+    "popen",
+    "proc_open",
+    "phpinfo",
+    "base64_decode",
+    "eval",
+    "assert",
+    "file_get_contents",
+    "file_put_contents",
+    "fopen",
+    "fwrite",
+    "include",
+    "require",
+    "include_once",
+    "require_once",
+    "call_user_func",
+    "create_function",
+    "str_rot13",
+    "gzinflate",
+    "pcntl_exec",
+    "highlight_file",
+    "show_source",
+    "unserialize",
+    "preg_replace",
+    "array_map",
+    "readfile",
+    "exec",
 ];
 
 const CODE_MARKERS: &[(&str, u8, Attack)] = &[
@@ -270,7 +330,11 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     ("class.forname(", 85, Attack::CodeInjection),
     ("getdeclaredmethods", 85, Attack::CodeInjection),
     ("class.module.classloader", 90, Attack::CodeInjection),
-    ("javax.script.scriptenginemanager", 90, Attack::CodeInjection),
+    (
+        "javax.script.scriptenginemanager",
+        90,
+        Attack::CodeInjection,
+    ),
     ("ognlcontext", 90, Attack::CodeInjection),
     ("#context[", 80, Attack::CodeInjection),
     ("t(java.lang", 90, Attack::Ssti),
@@ -359,7 +423,17 @@ fn template_expr(inner: &str) -> bool {
 
 fn ssti(s: &str) -> Option<Hit> {
     let b = s.as_bytes();
-    for (open, close) in [("{{", "}}"), ("${", "}"), ("#{", "}"), ("*{", "}"), ("<%=", "%>"), ("{%", "%}"), ("@(", ")"), ("[[", "]]"), ("{", "}")] {
+    for (open, close) in [
+        ("{{", "}}"),
+        ("${", "}"),
+        ("#{", "}"),
+        ("*{", "}"),
+        ("<%=", "%>"),
+        ("{%", "%}"),
+        ("@(", ")"),
+        ("[[", "]]"),
+        ("{", "}"),
+    ] {
         let mut from = 0;
         let mut n = 0;
         while let Some(p) = memchr::memmem::find(&b[from..], open.as_bytes()) {
@@ -375,11 +449,17 @@ fn ssti(s: &str) -> Option<Hit> {
             let ok = if open == "{" || open == "@(" || open == "[[" {
                 // bare braces only with arithmetic probes or dunder access (Smarty, Razor)
                 template_expr(inner)
-                    && (inner.contains("__") || inner.trim().starts_with(|c: char| c.is_ascii_digit()))
+                    && (inner.contains("__")
+                        || inner.trim().starts_with(|c: char| c.is_ascii_digit()))
                     && inner.len() < 40
             } else if open == "{%" {
                 let l = inner.to_ascii_lowercase();
-                l.contains("import") || l.contains("__") || l.contains("system") || l.contains("popen") || l.contains("include") || template_expr(inner)
+                l.contains("import")
+                    || l.contains("__")
+                    || l.contains("system")
+                    || l.contains("popen")
+                    || l.contains("include")
+                    || template_expr(inner)
             } else {
                 template_expr(inner)
             };
@@ -414,7 +494,10 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
             while let Some(p) = find_ci(&b[from..], f.as_bytes()) {
                 let at = from + p;
                 from = at + f.len();
-                let before_ok = at == 0 || !(b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'.');
+                let before_ok = at == 0
+                    || !(b[at - 1].is_ascii_alphanumeric()
+                        || b[at - 1] == b'_'
+                        || b[at - 1] == b'.');
                 let mut k = at + f.len();
                 while k < b.len() && b[k] == b' ' {
                     k += 1;
@@ -425,16 +508,32 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
                 let arg = &s[k + 1..];
                 let arg_t = arg.trim_start();
                 let strong_arg = arg_t.starts_with('$')
-                    || arg_t.starts_with(")")
-                        && (*f == "phpinfo")
-                    || ((arg_t.starts_with('\'') || arg_t.starts_with('"') || arg_t.starts_with('`'))
-                        && !matches!(*f, "include" | "require" | "exec" | "eval" | "assert" | "fopen" | "preg_replace" | "array_map" | "unserialize" | "readfile"))
+                    || arg_t.starts_with(")") && (*f == "phpinfo")
+                    || ((arg_t.starts_with('\'')
+                        || arg_t.starts_with('"')
+                        || arg_t.starts_with('`'))
+                        && !matches!(
+                            *f,
+                            "include"
+                                | "require"
+                                | "exec"
+                                | "eval"
+                                | "assert"
+                                | "fopen"
+                                | "preg_replace"
+                                | "array_map"
+                                | "unserialize"
+                                | "readfile"
+                        ))
                     || arg_t.starts_with("base64_decode")
                     || arg_t.starts_with("str_rot13")
                     || arg_t.starts_with("gzinflate")
                     || arg_t.starts_with("$_");
                 if strong_arg {
-                    let conf = if *f == "phpinfo" || arg_t.starts_with('$') || arg_t.starts_with("base64_decode") {
+                    let conf = if *f == "phpinfo"
+                        || arg_t.starts_with('$')
+                        || arg_t.starts_with("base64_decode")
+                    {
                         85
                     } else {
                         75
@@ -455,8 +554,16 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
     }
     // OGNL / EL expression blocks: %{...} ${...} with method calls
     if let Some(p) = memchr::memmem::find(b, b"%{") {
-        let inner = &s[p..];
-        if inner.contains('(') && (inner.contains('#') || inner.contains('@')) {
+        let inner = &b[p + 2..];
+        let end = memchr::memchr(b'}', inner).unwrap_or(inner.len()).min(400);
+        let inner = &inner[..end];
+        let starts = inner
+            .first()
+            .is_some_and(|c| matches!(c, b'(' | b'#' | b'@') || c.is_ascii_alphabetic());
+        let hash_ident = inner
+            .windows(2)
+            .any(|w| (w[0] == b'#' || w[0] == b'@') && w[1].is_ascii_alphabetic() || w[0] == b'_');
+        if starts && inner.contains(&b'(') && hash_ident && inner.is_ascii() {
             let h = Hit::new(Attack::CodeInjection, 85, s, p, p + 60);
             if best.as_ref().is_none_or(|x| x.confidence < 85) {
                 best = Some(h);
@@ -499,7 +606,10 @@ pub fn jndi(s: &str) -> Option<Hit> {
         }
         let repl: String = if let Some(p) = inner.rfind(":-") {
             inner[p + 2..].to_string()
-        } else if let Some(rest) = li.strip_prefix("lower:").or_else(|| li.strip_prefix("upper:")) {
+        } else if let Some(rest) = li
+            .strip_prefix("lower:")
+            .or_else(|| li.strip_prefix("upper:"))
+        {
             rest.to_string()
         } else {
             // unresolvable lookup (${env:X}, ${sys:y}): an opaque token
@@ -519,17 +629,24 @@ pub fn ldap(s: &str) -> Option<Hit> {
         let rest = &b[at + 2..];
         let op = matches!(rest.first(), Some(b'|' | b'&' | b'!'));
         let mut k = 0;
-        while k < rest.len() && (rest[k].is_ascii_alphanumeric() || rest[k] == b'-' || rest[k] == b'_') {
+        while k < rest.len()
+            && (rest[k].is_ascii_alphanumeric() || rest[k] == b'-' || rest[k] == b'_')
+        {
             k += 1;
         }
-        let attr = k > 0 && matches!(rest.get(k), Some(b'=' | b'~' | b'<' | b'>'));
+        let attr = k > 0
+            && (rest.get(k) == Some(&b'=')
+                || (matches!(rest.get(k), Some(b'~' | b'<' | b'>'))
+                    && rest.get(k + 1) == Some(&b'=')));
         if op || attr {
             return Some(Hit::new(Attack::Ldap, 80, s, at.saturating_sub(8), at + 16));
         }
         from = at + 2;
     }
     let t = s.trim_start();
-    if (t.starts_with("*)") || t.starts_with("(|(") || t.starts_with("(&(") || t.starts_with("*(|")) && t.contains('=') {
+    if (t.starts_with("*)") || t.starts_with("(|(") || t.starts_with("(&(") || t.starts_with("*(|"))
+        && t.contains('=')
+    {
         return Some(Hit::new(Attack::Ldap, 80, s, 0, 24));
     }
     None
@@ -550,7 +667,6 @@ pub fn xpath(s: &str) -> Option<Hit> {
         b"substring(name(",
         b"]|//",
         b"] | //",
-        b"//*[",
         b"or name()=",
         b"position()=",
     ] {
@@ -562,9 +678,32 @@ pub fn xpath(s: &str) -> Option<Hit> {
 }
 
 const NOSQL_OPS: &[&str] = &[
-    "ne", "gt", "gte", "lt", "lte", "in", "nin", "regex", "where", "exists", "expr", "function",
-    "accumulator", "elemmatch", "eq", "not", "nor", "or", "and", "type", "size", "mod", "all",
-    "text", "jsonschema", "lookup",
+    "ne",
+    "gt",
+    "gte",
+    "lt",
+    "lte",
+    "in",
+    "nin",
+    "regex",
+    "where",
+    "exists",
+    "expr",
+    "function",
+    "accumulator",
+    "elemmatch",
+    "eq",
+    "not",
+    "nor",
+    "or",
+    "and",
+    "type",
+    "size",
+    "mod",
+    "all",
+    "text",
+    "jsonschema",
+    "lookup",
 ];
 
 /// A parameter or JSON key naming a MongoDB query operator (`$ne`, `user[$regex]`).
@@ -578,7 +717,10 @@ pub fn nosql_name(name: &str) -> Option<Hit> {
         .collect();
     let before_ok = p == 0 || name.as_bytes()[p - 1] == b'[';
     if before_ok && NOSQL_OPS.contains(&op.as_str()) {
-        let conf = if matches!(op.as_str(), "or" | "and" | "not" | "eq" | "in" | "type" | "size" | "text" | "all") {
+        let conf = if matches!(
+            op.as_str(),
+            "or" | "and" | "not" | "eq" | "in" | "type" | "size" | "text" | "all"
+        ) {
             50
         } else {
             85
@@ -604,7 +746,11 @@ pub fn nosql_value(s: &str) -> Option<Hit> {
         }
         if let Some(h) = nosql_name(&s[at..]) {
             let after_name = &s[at + 1..];
-            let shaped = after_name.trim_start_matches(|c: char| c.is_ascii_alphabetic()).trim_start_matches(['"', '\'', ']']).trim_start().starts_with(':')
+            let shaped = after_name
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .trim_start_matches(['"', '\'', ']'])
+                .trim_start()
+                .starts_with(':')
                 || before == b'[';
             if shaped && h.confidence >= 85 {
                 return Some(Hit::new(Attack::Nosql, 80, s, at, at + 20));
@@ -615,11 +761,46 @@ pub fn nosql_value(s: &str) -> Option<Hit> {
 }
 
 const SCANNERS: &[&str] = &[
-    "sqlmap", "nikto", "nmap", "masscan", "nuclei", "acunetix", "wpscan", "dirbuster", "gobuster",
-    "ffuf", "zgrab", "w3af", "netsparker", "appscan", "openvas", "havij", "hydra", "jorgee",
-    "fimap", "zmeu", "nessus", "arachni", "whatweb", "feroxbuster", "commix", "xsstrike",
-    "dirsearch", "wfuzz", "burpcollaborator", "skipfish", "vega/", "paros", "webinspect",
-    "qualys", "struts-pwn", "log4j-scan", "interactsh", "morfeus", "fuzz faster", "go-http-client/1.1 nuclei",
+    "sqlmap",
+    "nikto",
+    "nmap",
+    "masscan",
+    "nuclei",
+    "acunetix",
+    "wpscan",
+    "dirbuster",
+    "gobuster",
+    "ffuf",
+    "zgrab",
+    "w3af",
+    "netsparker",
+    "appscan",
+    "openvas",
+    "havij",
+    "hydra",
+    "jorgee",
+    "fimap",
+    "zmeu",
+    "nessus",
+    "arachni",
+    "whatweb",
+    "feroxbuster",
+    "commix",
+    "xsstrike",
+    "dirsearch",
+    "wfuzz",
+    "burpcollaborator",
+    "skipfish",
+    "vega/",
+    "paros",
+    "webinspect",
+    "qualys",
+    "struts-pwn",
+    "log4j-scan",
+    "interactsh",
+    "morfeus",
+    "fuzz faster",
+    "go-http-client/1.1 nuclei",
 ];
 
 /// Scanner and exploit-tool User-Agents (monitor-level confidence).
@@ -635,8 +816,8 @@ pub fn scanner(ua: &str) -> Option<Hit> {
 
 const SCRIPT_EXT: &[&str] = &[
     "php", "php3", "php4", "php5", "php7", "php8", "phtml", "pht", "phar", "phps", "jsp", "jspx",
-    "jspf", "asp", "aspx", "ashx", "asmx", "asa", "cer", "cfm", "cgi", "pl", "sh", "war",
-    "shtml", "htaccess", "exe", "bat", "cmd", "ps1", "vbs", "hta", "py",
+    "jspf", "asp", "aspx", "ashx", "asmx", "asa", "cer", "cfm", "cgi", "pl", "sh", "war", "shtml",
+    "htaccess", "exe", "bat", "cmd", "ps1", "vbs", "hta", "py",
 ];
 
 /// Upload of a server-side script: by file name (`shell.php`, `a.php.jpg`,
@@ -653,14 +834,29 @@ pub fn upload(filename: &str, content: Option<&[u8]>) -> Option<Hit> {
         for (i, ext) in parts.iter().enumerate().skip(1) {
             let e = ext.trim_end_matches([' ', ':', ';', '$']);
             let e = e.split(';').next().unwrap_or(e);
-            if SCRIPT_EXT.contains(&e) && !(matches!(e, "py" | "sh" | "exe" | "bat" | "cmd" | "ps1" | "pl" | "cgi") && i + 1 < parts.len()) {
+            if SCRIPT_EXT.contains(&e)
+                && !(matches!(
+                    e,
+                    "py" | "sh" | "exe" | "bat" | "cmd" | "ps1" | "pl" | "cgi"
+                ) && i + 1 < parts.len())
+            {
                 return Some(Hit::new(Attack::Upload, 85, filename, 0, filename.len()));
             }
         }
     }
     if let Some(c) = content {
         let head = &c[..c.len().min(64 << 10)];
-        for m in [&b"<?php"[..], b"<?=", b"<%@", b"<jsp:", b"<% ", b"<%\n", b"<%\r", b"eval(base64_decode", b"<?\n"] {
+        for m in [
+            &b"<?php"[..],
+            b"<?=",
+            b"<%@",
+            b"<jsp:",
+            b"<% ",
+            b"<%\n",
+            b"<%\r",
+            b"eval(base64_decode",
+            b"<?\n",
+        ] {
             if let Some(p) = find_ci(head, m) {
                 let text = String::from_utf8_lossy(&head[p..head.len().min(p + 40)]).into_owned();
                 return Some(Hit {
@@ -683,7 +879,10 @@ pub fn double_extension(segment: &str) -> Option<Hit> {
         return None;
     }
     for ext in &parts[1..parts.len() - 1] {
-        if matches!(*ext, "php" | "php3" | "php4" | "php5" | "phtml" | "jsp" | "asp" | "aspx" | "cgi" | "pl") {
+        if matches!(
+            *ext,
+            "php" | "php3" | "php4" | "php5" | "phtml" | "jsp" | "asp" | "aspx" | "cgi" | "pl"
+        ) {
             return Some(Hit::new(Attack::Upload, 70, segment, 0, segment.len()));
         }
     }
@@ -708,7 +907,9 @@ mod tests {
 
     #[test]
     fn ssrf_cases() {
-        assert!(ssrf("http://169.254.169.254/latest/meta-data/").is_some_and(|h| h.confidence >= 85));
+        assert!(
+            ssrf("http://169.254.169.254/latest/meta-data/").is_some_and(|h| h.confidence >= 85)
+        );
         assert!(ssrf("http://127.0.0.1:8080/admin").is_some());
         assert!(ssrf("gopher://x:25/_HELO").is_some());
         assert!(ssrf("url=http://www.example.com/tan?usp=4#8").is_none());
@@ -732,11 +933,15 @@ mod tests {
         assert!(c("{{''.__class__.__mro__[1]}}"));
         assert!(c("<?php system($_GET['c']); ?>"));
         assert!(c("system('id')"));
-        assert!(c("%{(#_memberAccess=@ognl.OgnlContext@DEFAULT_MEMBER_ACCESS)}"));
+        assert!(c(
+            "%{(#_memberAccess=@ognl.OgnlContext@DEFAULT_MEMBER_ACCESS)}"
+        ));
         assert!(c("__import__('os').system('id')"));
         assert!(c("<!--#exec cmd=\"ls\" -->"));
         assert!(!c("Hello {{name}}, welcome"));
-        assert!(!c("}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"));
+        assert!(!c(
+            "}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"
+        ));
         assert!(!c("the system (as a whole) works"));
     }
 

@@ -230,6 +230,9 @@ pub enum Scope {
     Path,
     /// A header value: injections, no SSRF (URLs are normal there).
     Header,
+    /// A body value (form, JSON, XML, multipart): like `Value` but line breaks are
+    /// content, not header injection.
+    Body,
     /// A parameter or JSON key name.
     Name,
 }
@@ -254,20 +257,26 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
         }
         return;
     }
-    if c.any(q | p | Classes::COMMENT | Classes::EQ | Classes::SEP | Classes::MISC) || has_sql_word(b)
+    if c.any(q | p | Classes::COMMENT | Classes::EQ | Classes::SEP | Classes::MISC)
+        || has_sql_word(b)
     {
-        if let Some(h) = sqli::detect(s) {
+        if let Some(mut h) = sqli::detect(s) {
+            if scope == Scope::Header && h.confidence < 90 {
+                // whole statements in headers (searches about SQL in a Referer) are weaker evidence
+                h.confidence = h.confidence.saturating_sub(20);
+            }
             out(h);
         }
     }
-    if c.any(Classes::ANGLE | p | Classes::COLON | Classes::BRACKET | Classes::QUOTE | Classes::PLUS)
-    {
+    if c.any(
+        Classes::ANGLE | p | Classes::COLON | Classes::BRACKET | Classes::QUOTE | Classes::PLUS,
+    ) {
         if let Some(h) = xss::detect(s, c) {
             out(h);
         }
     }
     if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE) {
-        if let Some(h) = cmdi::detect(s) {
+        if let Some(h) = cmdi::detect(s, scope == Scope::Body) {
             out(h);
         }
     }
@@ -275,7 +284,7 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
         if let Some(h) = misc::traversal(s) {
             out(h);
         }
-        if scope == Scope::Value {
+        if matches!(scope, Scope::Value | Scope::Body) {
             if let Some(h) = misc::ssrf(s) {
                 out(h);
             }
@@ -286,7 +295,7 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
             out(h);
         }
     }
-    if c.any(Classes::CTRL | Classes::HIGH) {
+    if c.any(Classes::CTRL | Classes::HIGH) && scope != Scope::Body {
         if let Some(h) = misc::crlf(s) {
             out(h);
         }

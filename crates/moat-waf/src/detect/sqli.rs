@@ -76,11 +76,13 @@ fn keyword(w: &[u8]) -> Option<K> {
         b"where" | b"order" | b"group" | b"having" | b"limit" | b"procedure" | b"offset"
         | b"join" => K::Clause,
         b"insert" | b"update" | b"delete" | b"drop" | b"declare" | b"exec" | b"execute"
-        | b"create" | b"alter" | b"truncate" | b"shutdown" | b"waitfor" | b"grant"
-        | b"revoke" => K::Stmt,
+        | b"create" | b"alter" | b"truncate" | b"shutdown" | b"waitfor" | b"grant" | b"revoke" => {
+            K::Stmt
+        }
         b"case" | b"when" | b"then" | b"else" | b"end" => K::Case,
-        b"like" | b"rlike" | b"regexp" | b"between" | b"is" | b"in" | b"sounds"
-        | b"glob" => K::CmpWord,
+        b"like" | b"rlike" | b"regexp" | b"between" | b"is" | b"in" | b"sounds" | b"glob" => {
+            K::CmpWord
+        }
         b"null" | b"true" | b"false" => K::Literal,
         b"all" | b"distinct" => K::All,
         b"delay" | b"time" => K::Delay,
@@ -545,12 +547,46 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                     j += 1;
                 }
                 if v.t(j) == Some(T::Kw(K::Select)) {
-                    take(95, i, (j + 1).min(n), &mut best);
+                    // `union select` with nothing selected is a phrase, not a query
+                    let k = v.next_non_comment(j + 1);
+                    let listed = matches!(
+                        v.t(k),
+                        Some(
+                            T::Num
+                                | T::Str
+                                | T::Word
+                                | T::Var
+                                | T::LParen
+                                | T::Kw(K::Literal | K::All | K::Case | K::Table)
+                        )
+                    ) || (v.t(k) == Some(T::Arith) && v.word(k) == b"*");
+                    let c = if listed { 95 } else { 50 };
+                    take(c, i, (j + 1).min(n), &mut best);
                 }
             }
             T::Kw(K::Select) => {
                 if let Some(end) = select_shape(v, i) {
-                    take(85, i, end, &mut best);
+                    // Inside an expression or after another token it is injected; a
+                    // statement on its own needs attack evidence (system tables,
+                    // extraction functions, subqueries, CASE) - people search for SQL.
+                    let prev = if i > start { v.t(i - 1) } else { None };
+                    let in_expr = matches!(
+                        prev,
+                        Some(
+                            T::LParen
+                                | T::Semi
+                                | T::Kw(K::Union | K::All)
+                                | T::Bool
+                                | T::Concat
+                                | T::Comment
+                        )
+                    );
+                    let c = if in_expr || breakout || statement_evidence(v, i) {
+                        85
+                    } else {
+                        55
+                    };
+                    take(c, i, end, &mut best);
                 }
             }
             T::Kw(K::Stmt) if i == start || (i > 0 && v.t(i - 1) == Some(T::Semi)) => {
@@ -567,9 +603,7 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                                         || v.word(i + 1).eq_ignore_ascii_case(b"master"))))
                     }
                     b"waitfor" => nx == Some(T::Kw(K::Delay)),
-                    b"drop" | b"create" | b"truncate" | b"alter" => {
-                        nx == Some(T::Kw(K::Table))
-                    }
+                    b"drop" | b"create" | b"truncate" | b"alter" => nx == Some(T::Kw(K::Table)),
                     b"shutdown" => v.end_or_comment(i + 1),
                     b"insert" => nx == Some(T::Kw(K::Into)),
                     b"delete" => nx == Some(T::Kw(K::From)),
@@ -582,7 +616,12 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 };
                 let stacked = i > 0 && v.t(i - 1) == Some(T::Semi);
                 if strong {
-                    take(if stacked || breakout { 90 } else { 75 }, i, (i + 2).min(n), &mut best);
+                    take(
+                        if stacked || breakout { 90 } else { 75 },
+                        i,
+                        (i + 2).min(n),
+                        &mut best,
+                    );
                 }
             }
             T::Word | T::Kw(_) if v.is_call(i) && dangerous_function(v.word(i)) => {
@@ -604,7 +643,20 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                     );
                 // Require a plausible argument: number, string, expression.
                 let arg = v.t(i + 2);
-                if ctxok && matches!(arg, Some(T::Num | T::Str | T::Word | T::Kw(_) | T::LParen | T::Var | T::Arith | T::RParen))
+                if ctxok
+                    && matches!(
+                        arg,
+                        Some(
+                            T::Num
+                                | T::Str
+                                | T::Word
+                                | T::Kw(_)
+                                | T::LParen
+                                | T::Var
+                                | T::Arith
+                                | T::RParen
+                        )
+                    )
                 {
                     take(if breakout { 85 } else { 70 }, i, (i + 2).min(n), &mut best);
                 }
@@ -659,8 +711,8 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             }
             Some(T::Concat | T::Arith | T::Cmp) if ctx.is_some() || after_paren => {
                 let k = j + 1;
-                let is_fn = v.is_call(k)
-                    && (dangerous_function(v.word(k)) || sql_function(v.word(k)));
+                let is_fn =
+                    v.is_call(k) && (dangerous_function(v.word(k)) || sql_function(v.word(k)));
                 let sub = v.t(k) == Some(T::LParen) && v.t(k + 1) == Some(T::Kw(K::Select));
                 if is_fn || sub {
                     take(85, 0, (k + 2).min(n), &mut best);
@@ -669,9 +721,7 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 if let Some(a) = v.operand(k) {
                     if v.cmp_at(a) && v.operand(a + 1).is_some() && ctx.is_some() {
                         let tail = v.operand(a + 1).unwrap_or(n);
-                        if v.end_or_comment(tail)
-                            || matches!(v.t(tail), Some(T::Bool | T::Kw(_)))
-                        {
+                        if v.end_or_comment(tail) || matches!(v.t(tail), Some(T::Bool | T::Kw(_))) {
                             take(75, 0, tail.min(n), &mut best);
                         }
                     }
@@ -700,9 +750,10 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 // `1 order by 3--`, `') having 1=1`, `1) where ...`
                 let w = v.word(j);
                 let by = v.t(j + 1) == Some(T::Word) && v.word(j + 1).eq_ignore_ascii_case(b"by");
-                let tail_ok = if w.eq_ignore_ascii_case(b"order") || w.eq_ignore_ascii_case(b"group") {
-                    by && matches!(v.t(j + 2), Some(T::Num))
-                        && v.end_or_comment(j + 3)
+                let tail_ok = if w.eq_ignore_ascii_case(b"order")
+                    || w.eq_ignore_ascii_case(b"group")
+                {
+                    by && matches!(v.t(j + 2), Some(T::Num)) && v.end_or_comment(j + 3)
                 } else if w.eq_ignore_ascii_case(b"where") || w.eq_ignore_ascii_case(b"having") {
                     v.operand(j + 1).is_some_and(|a| v.cmp_at(a))
                 } else if w.eq_ignore_ascii_case(b"procedure") {
@@ -728,6 +779,30 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
     best
 }
 
+/// Attack evidence inside a stand-alone statement starting at `i`.
+fn statement_evidence(v: &View<'_>, i: usize) -> bool {
+    let n = v.toks.len();
+    for k in i + 1..n {
+        match v.t(k) {
+            Some(T::Kw(K::Select | K::Case | K::Union | K::Delay)) | Some(T::Var) => return true,
+            Some(T::Word | T::Kw(_)) => {
+                let w = v.word(k);
+                if suspicious_table(w)
+                    || w.eq_ignore_ascii_case(b"password")
+                    || w.eq_ignore_ascii_case(b"passwd")
+                {
+                    return true;
+                }
+                if v.is_call(k) && (dangerous_function(w) || sql_function(w)) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// `SELECT` followed by a select list that only SQL produces.
 fn select_shape(v: &View<'_>, i: usize) -> Option<usize> {
     let n = v.toks.len();
@@ -748,7 +823,7 @@ fn select_shape(v: &View<'_>, i: usize) -> Option<usize> {
         T::Str | T::Num | T::Kw(K::Literal) => {
             let k = j + 1;
             match v.t(k) {
-                None => Some(k),
+                None if i > 0 => Some(k),
                 Some(T::Comma | T::Kw(K::From) | T::Kw(K::Clause) | T::Comment | T::Semi) => {
                     Some(k)
                 }

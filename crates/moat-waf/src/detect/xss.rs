@@ -10,8 +10,8 @@ use crate::decode::html_decode;
 use crate::util::{contains_ci, starts_with_ci};
 
 const DANGEROUS_TAGS: &[&str] = &[
-    "script", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "meta",
-    "import", "portal",
+    "script", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "meta", "import",
+    "portal",
 ];
 
 const URL_ATTRS: &[&str] = &[
@@ -73,6 +73,7 @@ fn dangerous_url(v: &str) -> bool {
 
 struct Tag<'a> {
     name: &'a str,
+    closed: bool,
     start: usize,
     end: usize,
     attrs: Vec<(&'a str, Option<&'a str>)>,
@@ -89,7 +90,9 @@ fn parse_tag(s: &str, i: usize) -> Option<Tag<'_>> {
     if j >= b.len() || !b[j].is_ascii_alphabetic() {
         return None;
     }
-    while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b':' || b[j] == b'-' || b[j] == b'_') {
+    while j < b.len()
+        && (b[j].is_ascii_alphanumeric() || b[j] == b':' || b[j] == b'-' || b[j] == b'_')
+    {
         j += 1;
     }
     let name = &s[ns..j];
@@ -109,7 +112,11 @@ fn parse_tag(s: &str, i: usize) -> Option<Tag<'_>> {
             break;
         }
         let an = j;
-        while j < b.len() && !matches!(b[j], b' ' | b'\t' | b'\n' | b'\r' | 0x0c | b'/' | b'>' | b'=')
+        while j < b.len()
+            && !matches!(
+                b[j],
+                b' ' | b'\t' | b'\n' | b'\r' | 0x0c | b'/' | b'>' | b'='
+            )
         {
             j += 1;
         }
@@ -146,6 +153,7 @@ fn parse_tag(s: &str, i: usize) -> Option<Tag<'_>> {
     }
     Some(Tag {
         name,
+        closed: j < b.len() && b[j] == b'>',
         start: i,
         end: (j + 1).min(b.len()),
         attrs,
@@ -181,8 +189,10 @@ fn html_hit(s: &str) -> Option<Hit> {
                 } else {
                     80
                 }
-            } else {
+            } else if tag.closed {
                 90
+            } else {
+                50
             };
         }
         for (an, av) in &tag.attrs {
@@ -204,7 +214,11 @@ fn html_hit(s: &str) -> Option<Hit> {
                 if an_l == "style" {
                     let d = html_decode(v);
                     let n = scheme_norm(&d, 4096);
-                    if n.contains("expression(") || n.contains("javascript:") || n.contains("behavior:") || n.contains("-moz-binding") {
+                    if n.contains("expression(")
+                        || n.contains("javascript:")
+                        || n.contains("behavior:")
+                        || n.contains("-moz-binding")
+                    {
                         conf = conf.max(85);
                     }
                 }
@@ -274,20 +288,34 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         }
     };
     // javascript: URL as the whole value
-    let trimmed = s.trim_start_matches(|ch: char| ch.is_whitespace() || (ch as u32) < 0x20 || ch == '"' || ch == '\'');
+    let trimmed = s.trim_start_matches(|ch: char| {
+        ch.is_whitespace() || (ch as u32) < 0x20 || ch == '"' || ch == '\''
+    });
     if c.any(Classes::COLON) {
         let n = scheme_norm(trimmed, 16);
         if n.starts_with("javascript:") || n.starts_with("vbscript:") {
             let rest = trimmed.split_once(':').map(|x| x.1).unwrap_or("");
-            if rest.contains(['(', '`', '=']) || rest.starts_with(['/', '\\', '%', '\'', '"']) {
+            let r = rest.trim().trim_end_matches(';').trim();
+            let void = r.eq_ignore_ascii_case("void(0)")
+                || r.eq_ignore_ascii_case("void 0")
+                || r.is_empty();
+            if !void
+                && (rest.contains(['(', '`', '=']) || rest.starts_with(['/', '\\', '%', '\'', '"']))
+            {
                 put(85, 0, s.len().min(60), &mut best);
             }
         }
     }
     // JSFuck / bracket-heavy code
     if c.any(Classes::BRACKET) && b.len() >= 24 {
-        let sym = b.iter().filter(|&&x| matches!(x, b'[' | b']' | b'(' | b')' | b'!' | b'+')).count();
-        if sym >= 24 && sym * 10 >= b.len() * 7 {
+        let sym = b
+            .iter()
+            .filter(|&&x| matches!(x, b'[' | b']' | b'(' | b')' | b'!' | b'+'))
+            .count();
+        let jsfuck_shape = memchr::memmem::find(b, b"[]").is_some()
+            && memchr::memchr(b'!', b).is_some()
+            && memchr::memchr(b'(', b).is_some();
+        if jsfuck_shape && sym >= 24 && sym * 10 >= b.len() * 7 {
             put(90, 0, b.len(), &mut best);
         }
     }
@@ -311,31 +339,90 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                     let boundary = is == 0
                         || matches!(
                             before,
-                            b';' | b'=' | b'(' | b',' | b'+' | b'-' | b'!' | b'|' | b'&' | b':'
-                                | b'\'' | b'"' | b'{' | b'[' | b'.' | b'>' | b'*' | b'/' | b'?'
-                                | b'}' | b']' | b' ' | b'\n' | b'\t' | b'~' | b'^' | b'`'
+                            b';' | b'='
+                                | b'('
+                                | b','
+                                | b'+'
+                                | b'-'
+                                | b'!'
+                                | b'|'
+                                | b'&'
+                                | b':'
+                                | b'\''
+                                | b'"'
+                                | b'{'
+                                | b'['
+                                | b'.'
+                                | b'>'
+                                | b'*'
+                                | b'/'
+                                | b'?'
+                                | b'}'
+                                | b']'
+                                | b' '
+                                | b'\n'
+                                | b'\t'
+                                | b'~'
+                                | b'^'
+                                | b'`'
                         );
                     // The argument must look like JS: literal, identifier, quote, paren.
                     let arg = b.get(i + 1).copied().unwrap_or(b')');
                     let arg_ok = arg.is_ascii_alphanumeric()
-                        || matches!(arg, b'\'' | b'"' | b'`' | b'(' | b')' | b'/' | b'[' | b'{' | b'-' | b'_' | b'$' | b'.' | b'+' | b'!');
-                    let js_syntax = c.any(Classes::SEP | Classes::QUOTE | Classes::EQ | Classes::ANGLE | Classes::BRACKET | Classes::COMMENT | Classes::PLUS | Classes::SLASH)
-                        || is == 0;
+                        || matches!(
+                            arg,
+                            b'\''
+                                | b'"'
+                                | b'`'
+                                | b'('
+                                | b')'
+                                | b'/'
+                                | b'['
+                                | b'{'
+                                | b'-'
+                                | b'_'
+                                | b'$'
+                                | b'.'
+                                | b'+'
+                                | b'!'
+                        );
+                    let js_syntax = c.any(
+                        Classes::SEP
+                            | Classes::QUOTE
+                            | Classes::EQ
+                            | Classes::ANGLE
+                            | Classes::BRACKET
+                            | Classes::COMMENT
+                            | Classes::PLUS
+                            | Classes::SLASH,
+                    ) || is == 0;
                     let lname = name.to_ascii_lowercase();
                     let strong = matches!(
                         lname.as_str(),
-                        "alert" | "prompt" | "confirm" | "eval" | "atob" | "fromcharcode" | "execscript"
+                        "alert"
+                            | "prompt"
+                            | "confirm"
+                            | "eval"
+                            | "atob"
+                            | "fromcharcode"
+                            | "execscript"
                     );
                     let space_before_paren = k != i;
                     if boundary && arg_ok && js_syntax && !(space_before_paren && !strong) {
                         let conf = if strong {
-                            if before == b' ' && is > 0 && !c.any(Classes::SEP | Classes::QUOTE | Classes::EQ | Classes::ANGLE) {
+                            if before == b' '
+                                && is > 0
+                                && !c.any(
+                                    Classes::SEP | Classes::QUOTE | Classes::EQ | Classes::ANGLE,
+                                )
+                            {
                                 55
                             } else {
                                 85
                             }
                         } else if lname == "constructor" || lname == "function" {
-                            if before == b'.' || before == b'[' || before == b'\'' || before == b'"' {
+                            if before == b'.' || before == b'[' || before == b'\'' || before == b'"'
+                            {
                                 80
                             } else {
                                 0
@@ -347,7 +434,10 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                             } else {
                                 0
                             }
-                        } else if lname == "settimeout" || lname == "setinterval" || lname == "import" {
+                        } else if lname == "settimeout"
+                            || lname == "setinterval"
+                            || lname == "import"
+                        {
                             if arg == b'\'' || arg == b'"' || arg == b'`' {
                                 75
                             } else {
@@ -368,7 +458,8 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
             if ie > is && GLOBALS.iter().any(|g| g.eq_ignore_ascii_case(&s[is..ie])) {
                 let nx = b.get(i + 1).copied().unwrap_or(0);
                 let before_ok = is == 0 || !b[is - 1].is_ascii_alphanumeric() && b[is - 1] != b'.';
-                if before_ok && matches!(nx, b'\'' | b'"' | b'`' | b'/' | b'(' | b'[' | b'!' | b'+') {
+                if before_ok && matches!(nx, b'\'' | b'"' | b'`' | b'/' | b'(' | b'[' | b'!' | b'+')
+                {
                     // the bracket expression is called or assigned somewhere after
                     if memchr::memmem::find(&b[i..], b"](").is_some()
                         || memchr::memmem::find(&b[i..], b"]`").is_some()
@@ -385,7 +476,10 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         if let Some(p) = crate::util::find_ci(b, sink.as_bytes()) {
             let before = if p == 0 { b'=' } else { b[p - 1] };
             let after = b.get(p + sink.len()).copied().unwrap_or(b';');
-            if matches!(before, b'=' | b',' | b'(' | b':') && matches!(after, b';' | b',' | b')') && c.any(Classes::SEP | Classes::EQ) {
+            if matches!(before, b'=' | b',' | b'(' | b':')
+                && matches!(after, b';' | b',' | b')')
+                && c.any(Classes::SEP | Classes::EQ)
+            {
                 put(75, p, p + sink.len() + 1, &mut best);
             }
         }
@@ -395,7 +489,13 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         put(80, 0, b.len(), &mut best);
     }
     // document.cookie / document.domain / location assignments in JS syntax
-    for pat in [&b"document.cookie"[..], b"document.domain", b"document.location", b".innerhtml=", b"location.href="] {
+    for pat in [
+        &b"document.cookie"[..],
+        b"document.domain",
+        b"document.location",
+        b".innerhtml=",
+        b"location.href=",
+    ] {
         if let Some(p) = crate::util::find_ci(b, pat) {
             if c.any(Classes::SEP | Classes::QUOTE | Classes::PAREN) {
                 put(70, p, p + pat.len(), &mut best);
@@ -475,7 +575,11 @@ mod tests {
             "this[0] = value",
             "I'd like to print (two) copies",
         ] {
-            assert!(!hit(b), "false positive on {b}: {:?}", detect(b, Classes::of(b.as_bytes())));
+            assert!(
+                !hit(b),
+                "false positive on {b}: {:?}",
+                detect(b, Classes::of(b.as_bytes()))
+            );
         }
     }
 }

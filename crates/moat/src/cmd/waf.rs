@@ -220,7 +220,10 @@ fn test(a: TestArgs) -> ExitCode {
             );
         }
         for (what, loc) in &f.limits {
-            println!("  limit {what} at {loc} (on_limit: {:?})", engine.config().limits.on_limit);
+            println!(
+                "  limit {what} at {loc} (on_limit: {:?})",
+                engine.config().limits.on_limit
+            );
         }
         if f.findings.is_empty() && f.limits.is_empty() {
             println!("  no findings");
@@ -239,7 +242,10 @@ fn run_eval(a: EvalArgs) -> ExitCode {
         Err(c) => return c,
     };
     let dir = a.datasets.clone().unwrap_or_else(|| {
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/datasets"))
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/datasets"
+        ))
     });
     let mut out = serde_json::Map::new();
     if !a.gotestwaf_only {
@@ -247,12 +253,18 @@ fn run_eval(a: EvalArgs) -> ExitCode {
         match eval::blaze(&engine, &p) {
             Ok(r) => {
                 if a.json {
-                    out.insert("blazehttp".into(), serde_json::to_value(&r).unwrap_or_default());
+                    out.insert(
+                        "blazehttp".into(),
+                        serde_json::to_value(&r).unwrap_or_default(),
+                    );
                 } else {
                     println!("{}", eval::render_blaze(&r));
                     if a.mistakes {
                         for (id, cat, blocked, desc) in &r.mistakes {
-                            println!("{} {id} {cat} {desc}", if *blocked { "FP  " } else { "MISS" });
+                            println!(
+                                "{} {id} {cat} {desc}",
+                                if *blocked { "FP  " } else { "MISS" }
+                            );
                         }
                         println!();
                     }
@@ -269,7 +281,10 @@ fn run_eval(a: EvalArgs) -> ExitCode {
         match eval::gotestwaf(&engine, &p) {
             Ok(r) => {
                 if a.json {
-                    out.insert("gotestwaf".into(), serde_json::to_value(&r).unwrap_or_default());
+                    out.insert(
+                        "gotestwaf".into(),
+                        serde_json::to_value(&r).unwrap_or_default(),
+                    );
                 } else {
                     println!("{}", eval::render_gotestwaf(&r));
                     if a.mistakes {
