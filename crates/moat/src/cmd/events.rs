@@ -1,13 +1,79 @@
-//! `moat events` (placeholder until its engine lands).
+//! `moat events`: query the persistent event store.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use moat_events::{now_ms, EventQuery, EventStore};
 
 /// Arguments of `moat events`.
 #[derive(clap::Args)]
-pub struct EventsArgs {}
+pub struct EventsArgs {
+    /// Event database (the `events.store.path` of the config).
+    #[arg(long, default_value = "moat-events.db")]
+    pub db: PathBuf,
+    /// Only events since this time: a duration ago (`1h`, `30m`, `7d`), RFC 3339, or unix ms.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only events before this time (same forms as --since).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Record type (`access`, `security`, `tls`) or engine (`waf`, `authz`, `authn`, `secrets`, `limits`).
+    #[arg(long = "type")]
+    pub kind: Option<String>,
+    /// Route name.
+    #[arg(long)]
+    pub route: Option<String>,
+    /// Decision or action (`allow`, `block`, `monitor`, `error`, `redact`, `bypass`).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Maximum number of events, newest first (1..=10000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Print JSON (one object per line) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-/// Runs `moat events`.
-pub fn run(_args: EventsArgs) -> ExitCode {
-    eprintln!("moat events: not built yet");
-    ExitCode::from(2)
+/// Runs `moat events`: exit 0 on success, 1 on a store error, 2 on bad arguments.
+pub fn run(args: EventsArgs) -> ExitCode {
+    let now = now_ms();
+    let mut q = EventQuery::default();
+    let params = [
+        ("since", args.since),
+        ("until", args.until),
+        ("type", args.kind),
+        ("route", args.route),
+        ("action", args.action),
+        ("limit", Some(args.limit.to_string())),
+    ];
+    for (k, v) in params {
+        if let Some(v) = v {
+            if let Err(e) = q.set(k, &v, now) {
+                eprintln!("moat events: --{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let store = match EventStore::open_read_only(&args.db) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("moat events: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let events = match store.query(&q) {
+        Ok(ev) => ev,
+        Err(e) => {
+            eprintln!("moat events: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.json {
+        for e in &events {
+            println!("{e}");
+        }
+    } else {
+        print!("{}", moat_events::text::render_table(&events));
+    }
+    ExitCode::SUCCESS
 }
