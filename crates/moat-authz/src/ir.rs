@@ -224,9 +224,11 @@ impl PathPat {
             let seg = match *p {
                 "{*}" => Seg::One,
                 "{**}" => Seg::Many,
-                p if p.contains('{') || p.contains('}') || p.contains('*') => return Err(format!(
+                p if p.contains('{') || p.contains('}') || p.contains('*') => {
+                    return Err(format!(
                     "path template `{v}`: segment `{p}` must be `{{*}}`, `{{**}}` or literal text"
-                )),
+                ))
+                }
                 p => Seg::Lit(p.to_string()),
             };
             if seg == Seg::Many && parts[i + 1..].iter().any(|q| q.contains('{')) {
