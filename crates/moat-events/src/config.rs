@@ -25,9 +25,11 @@ pub const MAX_QUEUE_CAPACITY: usize = 1 << 24;
 ///
 /// Memory bound: at most `queue_capacity` records wait in the queue plus one
 /// batch (`store.batch_max`, default 16384, or 8192 without a store) in the
-/// writer. A record is a few hundred bytes (its strings are the request path,
-/// route and ids), so the default bound is roughly
-/// (65536 + 16384) x ~400 B, about 32 MiB at the very worst.
+/// writer, plus SQLite's page cache (32 MiB). A queued record costs about
+/// 1 KiB of heap (its strings and, for security records, the event details),
+/// so the default configuration stays near 110 MiB at the very worst; the
+/// overload benchmark measured a peak RSS of 104 MiB (docs/events.md).
+/// Lower `queue_capacity` to lower the bound.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EventsConfig {

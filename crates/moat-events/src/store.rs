@@ -200,7 +200,9 @@ impl EventStore {
             "PRAGMA auto_vacuum=INCREMENTAL;
              PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
-             PRAGMA journal_size_limit=67108864;",
+             PRAGMA journal_size_limit=67108864;
+             PRAGMA cache_size=-32768;
+             PRAGMA temp_store=MEMORY;",
         )
         .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
