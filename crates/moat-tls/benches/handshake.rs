@@ -58,6 +58,27 @@ fn handshakes(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // The audit work alone, on one completed connection: record + JSON + channel.
+    let mut s = ServerConnection::new(server.clone()).expect("server");
+    let mut cl = ClientConnection::new(client.clone(), name.clone()).expect("client");
+    let sig = handshake_in_memory(&mut cl, &mut s, &mut buf).expect("handshake");
+    c.bench_function("tls13_audit_record_only", |b| {
+        b.iter(|| {
+            let record = handshake_record(
+                &s,
+                Role::Server,
+                s.server_name(),
+                sig,
+                std::time::Duration::from_micros(200),
+                None,
+            );
+            let _ = tx.try_send(serde_json::to_vec(&record).expect("json"));
+            while let Ok(line) = rx.try_recv() {
+                std::hint::black_box(line);
+            }
+        })
+    });
 }
 
 criterion_group! {

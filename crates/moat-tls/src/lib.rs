@@ -18,6 +18,8 @@
 //!
 //! Only the `ring` crypto provider is used.
 
+#![deny(missing_docs)]
+
 mod acceptor;
 mod audit;
 mod config;
