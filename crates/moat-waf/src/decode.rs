@@ -40,7 +40,19 @@ pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
         if b == b'%' {
             if i + 2 < s.len() {
                 if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
-                    out.push((h * 16 + l) as u8);
+                    let v = (h * 16 + l) as u8;
+                    // overlong 2-byte UTF-8 (%C0%AE = '.', %C0%AF = '/'): the ASCII it hides
+                    if (v == 0xC0 || v == 0xC1) && i + 5 < s.len() + 0 && s[i + 3] == b'%' {
+                        if let (Some(h2), Some(l2)) = (hex(s[i + 4]), hex(s[i + 5])) {
+                            let c = (h2 * 16 + l2) as u8;
+                            if (0x80..0xC0).contains(&c) {
+                                out.push(((v & 0x1F) << 6) | (c & 0x3F));
+                                i += 6;
+                                continue;
+                            }
+                        }
+                    }
+                    out.push(v);
                     i += 3;
                     continue;
                 }

@@ -719,7 +719,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                     }
                     ins.name(Loc::Json(&ptr), key);
                     expect_key = false;
-                } else if !ins.count(Loc::Json(&ptr)) {
+                } else if nest == 0 && !ins.count(Loc::Json(&ptr)) {
                     return true;
                 } else {
                     ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);

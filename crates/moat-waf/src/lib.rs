@@ -372,6 +372,10 @@ impl WafEngine {
         }
         if ct.contains("xml") || (ct.is_empty() && first == Some(b'<')) {
             ins.xml(data);
+            if ct.is_empty() {
+                let s = String::from_utf8_lossy(data);
+                ins.value(Loc::Body, &s, detect::Scope::Body);
+            }
             return;
         }
         if ct.contains("x-www-form-urlencoded") {

@@ -198,7 +198,7 @@ fn is_word_byte(c: u8) -> bool {
 /// Skips blanks and `${IFS}` / `$IFS` / `%09`-style separators.
 fn skip_blanks(b: &[u8], mut i: usize) -> usize {
     loop {
-        while i < b.len() && matches!(b[i], b' ' | b'\t' | 0x0b | 0x0c) {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | 0x0b | 0x0c | b'+') {
             i += 1;
         }
         if b[i..].starts_with(b"${IFS}") {
@@ -273,13 +273,25 @@ fn is_host_like(a: &str) -> bool {
 /// Checks the command at `i` (a command position). Returns a confidence.
 fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
     let b = s.as_bytes();
+    let substitution =
+        i >= 1 && (b[i - 1] == b'`' || (i >= 2 && b[i - 1] == b'(' && b[i - 2] == b'$'));
     let start = skip_blanks(b, i);
     if start >= b.len() {
         return None;
     }
     let mut j = start;
     while j < b.len() && is_word_byte(b[j]) {
-        if b[j] == b'$' && b.get(j + 1) == Some(&b'{') {
+        if b[j] == b'$' && (b.get(j + 1) == Some(&b'{') || b[j + 1..].starts_with(b"IFS")) {
+            break;
+        }
+        if b[j] == b'`' {
+            if b.get(j + 1) == Some(&b'`') {
+                j += 2;
+                continue;
+            }
+            break;
+        }
+        if b[j] == b'+' && j > start {
             break;
         }
         j += 1;
@@ -311,12 +323,20 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
         );
     let redirect = k < b.len() && (b[k] == b'>' || b[k] == b'<') && redirect_target(&s[k..]);
     let shell_arg = shellish_arg(arg) || glued_ifs || redirect;
-    let conf = if after_sep {
+    let tick = i >= 1 && b[i - 1] == b'`';
+    let tight = !tick || (start == i && memchr::memchr(b'`', &b[j..]).is_some());
+    let conf = if substitution
+        && after_sep
+        && tight
+        && (strong || (weak && (!tick || shell_arg || at_end)))
+    {
+        85
+    } else if after_sep {
         if strong && (at_end || shell_arg || !arg.is_empty()) {
             if at_end || shell_arg {
                 90
             } else {
-                70
+                55
             }
         } else if shell_arg
             || (at_end

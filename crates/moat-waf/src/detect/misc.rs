@@ -34,6 +34,7 @@ const SENSITIVE: &[&str] = &[
     ".env",
     "/dev/tcp/",
     "bin/sh",
+    "ntuser.dat",
     "bin/bash",
     "cmd.exe",
 ];
@@ -62,7 +63,36 @@ fn up_steps(b: &[u8]) -> usize {
 
 /// Path traversal and local file inclusion.
 pub fn traversal(s: &str) -> Option<Hit> {
+    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") {
+        let mut n = s.replace("\\.\\", "\\");
+        while n.contains("/./") {
+            n = n.replace("/./", "/");
+        }
+        let n = n.replace("///", "/");
+        if n.len() != s.len() {
+            if let Some(h) = traversal_inner(&n) {
+                return Some(h);
+            }
+        }
+    }
+    traversal_inner(s)
+}
+
+fn traversal_inner(s: &str) -> Option<Hit> {
     let b = s.as_bytes();
+    // UNC path to an administrative share: \\host\c$\...
+    if let Some(p) = memchr::memmem::find(b, b"\\\\") {
+        let rest = &s[p + 2..];
+        if let Some(slash) = rest.find('\\') {
+            let share = rest[slash + 1..].split('\\').next().unwrap_or("");
+            if share.len() == 2 && share.ends_with('$')
+                || share.eq_ignore_ascii_case("admin$")
+                || share.eq_ignore_ascii_case("ipc$")
+            {
+                return Some(Hit::new(Attack::PathTraversal, 85, s, p, p + 2 + slash + 4));
+            }
+        }
+    }
     let ups = if memchr::memmem::find(b, b"..").is_some() {
         up_steps(b)
     } else {
@@ -224,8 +254,9 @@ pub fn xxe(s: &str) -> Option<Hit> {
     }
     if let Some(p) = find_ci(b, b"<!doctype") {
         let tail = &b[p..b.len().min(p + 400)];
-        if contains_ci(tail, b"system")
-            && (contains_ci(tail, b"://") || contains_ci(tail, b"file:"))
+        if contains_ci(tail, b" system ")
+            || contains_ci(tail, b" system\"")
+            || contains_ci(tail, b" public ")
         {
             return Some(Hit::new(Attack::Xxe, 85, s, p, p + 80));
         }
@@ -254,6 +285,70 @@ const INJECTED_HEADERS: &[&str] = &[
     "<script",
     "<html",
 ];
+
+const SMTP_IMAP: &[&str] = &[
+    "RCPT TO:",
+    "MAIL FROM:",
+    "HELO ",
+    "EHLO ",
+    "DATA",
+    "QUIT",
+    "RSET",
+    "VRFY ",
+    "EXPN ",
+];
+const IMAP_CMDS: &[&str] = &[
+    "CAPABILITY",
+    "FETCH",
+    "LOGIN",
+    "LOGOUT",
+    "SELECT",
+    "EXAMINE",
+    "LIST",
+    "STORE",
+    "APPEND",
+    "AUTHENTICATE",
+    "DELETE",
+    "RENAME",
+    "COPY",
+    "UID",
+];
+
+/// SMTP / IMAP command injection: a line break followed by a protocol command line.
+pub fn mail(s: &str) -> Option<Hit> {
+    let mut lines = s.split(['\r', '\n']);
+    lines.next()?;
+    for (n, line) in lines.enumerate() {
+        if n > 64 {
+            break;
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            continue;
+        }
+        let smtp = SMTP_IMAP.iter().any(|c| {
+            if c.ends_with(' ') || c.ends_with(':') {
+                l.starts_with(c)
+            } else {
+                l == *c
+            }
+        });
+        let imap = {
+            let mut it = l.splitn(3, ' ');
+            let tag = it.next().unwrap_or("");
+            let cmd = it.next().unwrap_or("");
+            !tag.is_empty()
+                && tag.len() <= 8
+                && tag.bytes().all(|c| c.is_ascii_alphanumeric())
+                && IMAP_CMDS.contains(&cmd)
+        };
+        if smtp || imap {
+            let p = s.find(l).unwrap_or(0);
+            return Some(Hit::new(Attack::Crlf, 80, s, p, p + l.len()));
+        }
+    }
+    None
+}
 
 /// CRLF / header injection: a line break (or a Unicode character whose low
 /// byte is CR/LF) followed by a header line.
@@ -360,6 +455,11 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     ("<!--#config", 80, Attack::CodeInjection),
     ("<!--#printenv", 80, Attack::CodeInjection),
     ("<?php", 90, Attack::CodeInjection),
+    ("!!python/", 90, Attack::CodeInjection),
+    ("!!javax.", 90, Attack::CodeInjection),
+    ("!!java.", 85, Attack::CodeInjection),
+    ("!ruby/object", 90, Attack::CodeInjection),
+    ("${@", 85, Attack::CodeInjection),
     ("$_get[", 80, Attack::CodeInjection),
     ("$_post[", 80, Attack::CodeInjection),
     ("$_request[", 80, Attack::CodeInjection),
@@ -643,6 +743,24 @@ pub fn ldap(s: &str) -> Option<Hit> {
         }
         from = at + 2;
     }
+    // extensible match: attr:1.2.3.4:=value / attr:dn:1.2.3:=value
+    if let Some(p) = memchr::memmem::find(b, b":=") {
+        let before = &s[..p];
+        if let Some(c) = before.rfind(':') {
+            let oid = &before[c + 1..];
+            let attr = &before[..c];
+            let attr_ok = !attr.is_empty()
+                && attr.rsplit(['(', ' ']).next().is_some_and(|a| {
+                    !a.is_empty()
+                        && a.bytes()
+                            .all(|x| x.is_ascii_alphanumeric() || x == b':' || x == b'-')
+                });
+            if attr_ok && oid.contains('.') && oid.bytes().all(|x| x.is_ascii_digit() || x == b'.')
+            {
+                return Some(Hit::new(Attack::Ldap, 80, s, 0, p + 2));
+            }
+        }
+    }
     let t = s.trim_start();
     if (t.starts_with("*)") || t.starts_with("(|(") || t.starts_with("(&(") || t.starts_with("*(|"))
         && t.contains('=')
@@ -730,6 +848,61 @@ pub fn nosql_name(name: &str) -> Option<Hit> {
     None
 }
 
+/// MongoDB shell calls (`db.users.find(`) and server-side JS sleep loops.
+pub fn nosql_js(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(p) = memchr::memmem::find(&b[from..], b"db.") {
+        let at = from + p;
+        from = at + 3;
+        if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'.') {
+            continue;
+        }
+        let rest = &s[at + 3..];
+        let coll_end = rest.find('.').unwrap_or(0);
+        if coll_end == 0
+            || !rest[..coll_end]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        {
+            continue;
+        }
+        let m = &rest[coll_end + 1..];
+        for op in [
+            "insert",
+            "find",
+            "drop",
+            "remove",
+            "update",
+            "delete",
+            "aggregate",
+            "mapreduce",
+            "getcollection",
+            "dropdatabase",
+            "save",
+            "replace",
+        ] {
+            if starts_with_ci(m.as_bytes(), op.as_bytes())
+                && m[op.len()..]
+                    .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                    .starts_with('(')
+            {
+                return Some(Hit::new(
+                    Attack::Nosql,
+                    85,
+                    s,
+                    at,
+                    at + 3 + coll_end + 1 + op.len() + 1,
+                ));
+            }
+        }
+    }
+    if contains_ci(b, b"new date") && (contains_ci(b, b"while(") || contains_ci(b, b"while (")) {
+        return Some(Hit::new(Attack::Nosql, 80, s, 0, 60));
+    }
+    None
+}
+
 /// NoSQL operators or `$where` JavaScript inside a value.
 pub fn nosql_value(s: &str) -> Option<Hit> {
     let b = s.as_bytes();
@@ -752,7 +925,13 @@ pub fn nosql_value(s: &str) -> Option<Hit> {
                 .trim_start()
                 .starts_with(':')
                 || before == b'[';
-            if shaped && h.confidence >= 85 {
+            let logic_array = after_name
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .trim_start_matches(['"', '\''])
+                .trim_start()
+                .strip_prefix(':')
+                .is_some_and(|r| r.trim_start().starts_with('['));
+            if shaped && (h.confidence >= 85 || logic_array) {
                 return Some(Hit::new(Attack::Nosql, 80, s, at, at + 20));
             }
         }

@@ -300,6 +300,11 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
             out(h);
         }
     }
+    if c.any(Classes::CTRL) {
+        if let Some(h) = misc::mail(s) {
+            out(h);
+        }
+    }
     if c.any(Classes::DOLLAR | Classes::BRACE | p | Classes::ANGLE | Classes::MISC | Classes::DOT) {
         if let Some(h) = misc::code(s, c) {
             out(h);
@@ -320,6 +325,11 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
     }
     if c.any(Classes::DOLLAR) {
         if let Some(h) = misc::nosql_value(s) {
+            out(h);
+        }
+    }
+    if c.any(p) && c.any(Classes::DOT) {
+        if let Some(h) = misc::nosql_js(s) {
             out(h);
         }
     }

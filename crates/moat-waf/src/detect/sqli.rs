@@ -548,7 +548,10 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 }
                 if v.t(j) == Some(T::Kw(K::Select)) {
                     // `union select` with nothing selected is a phrase, not a query
-                    let k = v.next_non_comment(j + 1);
+                    let mut k = v.next_non_comment(j + 1);
+                    while v.t(k) == Some(T::Arith) && matches!(v.word(k), b"+" | b"-") {
+                        k += 1;
+                    }
                     let listed = matches!(
                         v.t(k),
                         Some(

@@ -258,6 +258,67 @@ const SINKS: &[&str] = &[
     "print",
 ];
 
+const EVENTS: &[&str] = &[
+    "error",
+    "load",
+    "click",
+    "mouseover",
+    "mouseenter",
+    "mouseout",
+    "focus",
+    "blur",
+    "change",
+    "input",
+    "submit",
+    "keydown",
+    "keyup",
+    "keypress",
+    "toggle",
+    "animationstart",
+    "animationend",
+    "transitionend",
+    "pageshow",
+    "begin",
+    "end",
+    "afterscriptexecute",
+    "beforescriptexecute",
+    "pointerover",
+    "pointerenter",
+    "pointerdown",
+    "auxclick",
+    "dblclick",
+    "drag",
+    "dragstart",
+    "drop",
+    "wheel",
+    "scroll",
+    "resize",
+    "message",
+    "hashchange",
+    "popstate",
+    "copy",
+    "paste",
+    "cut",
+    "contextmenu",
+    "mousedown",
+    "mouseup",
+    "mousemove",
+    "select",
+    "search",
+    "show",
+    "start",
+    "finish",
+    "focusin",
+    "focusout",
+    "loadstart",
+    "durationchange",
+    "canplay",
+    "play",
+    "readystatechange",
+    "unload",
+    "beforeunload",
+];
+
 const GLOBALS: &[&str] = &[
     "window",
     "top",
@@ -328,6 +389,9 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         let ch = b[i];
         if ch == b'(' || ch == b'`' {
             let mut k = i;
+            if k >= 2 && b[k - 1] == b'.' && b[k - 2] == b'?' {
+                k -= 2;
+            }
             while k > 0 && (b[k - 1] == b' ' || b[k - 1] == b'\t') && k + 2 > i {
                 k -= 1;
             }
@@ -407,7 +471,8 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                             | "fromcharcode"
                             | "execscript"
                     );
-                    let space_before_paren = k != i;
+                    let space_before_paren =
+                        k != i && !(i >= 2 && b[i - 1] == b'.' && b[i - 2] == b'?');
                     if boundary && arg_ok && js_syntax && !(space_before_paren && !strong) {
                         let conf = if strong {
                             if before == b' '
@@ -481,6 +546,54 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                 && c.any(Classes::SEP | Classes::EQ)
             {
                 put(75, p, p + sink.len() + 1, &mut best);
+            }
+        }
+    }
+    // document['cookie'], window["location"]
+    for prop in ["cookie", "domain", "location"] {
+        for q in ["['", "[\""] {
+            let pat = format!("{q}{prop}");
+            if let Some(p) = crate::util::find_ci(b, pat.as_bytes()) {
+                let (is, ie) = ident_before(b, p);
+                if ie > is && GLOBALS.iter().any(|g| g.eq_ignore_ascii_case(&s[is..ie])) {
+                    put(80, is, p + pat.len() + 2, &mut best);
+                }
+            }
+        }
+    }
+    // an event-handler attribute injected into an existing tag: `" onerror=alert(1)`
+    let mut from = 0;
+    while let Some(p) = crate::util::find_ci(&b[from..], b"on") {
+        let at = from + p;
+        from = at + 2;
+        let before_ok = at == 0
+            || matches!(
+                b[at - 1],
+                b' ' | b'"' | b'\'' | b'/' | b'+' | b'\t' | b'\n' | b'\x0c'
+            );
+        if !before_ok {
+            continue;
+        }
+        let mut j = at + 2;
+        while j < b.len() && b[j].is_ascii_alphabetic() {
+            j += 1;
+        }
+        if j - at < 5 || j >= b.len() || b[j] != b'=' {
+            continue;
+        }
+        let name = &s[at..j];
+        let v = s[j + 1..].trim_start_matches(['"', '\'', ' ']);
+        let call = v.find(['(', '`']).is_some_and(|x| {
+            x < 40
+                && v[..x].bytes().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, b'.' | b'_' | b'$' | b'[' | b']' | b'\'' | b'"' | b'?')
+                })
+        });
+        if call || v.starts_with("javascript:") {
+            let known = EVENTS.iter().any(|e| e.eq_ignore_ascii_case(&name[2..]));
+            if known {
+                put(85, at, (j + 20).min(b.len()), &mut best);
             }
         }
     }
