@@ -22,6 +22,27 @@ pub const SERVER_NAMES: [&str; 2] = ["localhost", "api.moat.test"];
 /// SPIFFE URI SAN of the client certificate made by [`TestPki::generate`].
 pub const CLIENT_SPIFFE_URI: &str = "spiffe://cluster.local/ns/shop/sa/frontend";
 
+/// Key algorithm of a generated leaf certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlg {
+    /// ECDSA P-256 with SHA-256 (the default).
+    EcdsaP256,
+    /// ECDSA P-384 with SHA-384.
+    EcdsaP384,
+    /// Ed25519.
+    Ed25519,
+}
+
+impl KeyAlg {
+    fn rcgen(self) -> &'static rcgen::SignatureAlgorithm {
+        match self {
+            KeyAlg::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+            KeyAlg::EcdsaP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+            KeyAlg::Ed25519 => &rcgen::PKCS_ED25519,
+        }
+    }
+}
+
 /// A certificate authority (ECDSA P-256) that issues server and client certificates.
 pub struct TestCa {
     issuer: Issuer<'static, KeyPair>,
@@ -75,8 +96,13 @@ impl TestCa {
         roots
     }
 
-    /// A server certificate (EKU serverAuth) for these DNS names (or IP addresses).
+    /// A server certificate (EKU serverAuth, ECDSA P-256) for these DNS names (or IP addresses).
     pub fn server_cert(&self, dns_names: &[&str]) -> TestCert {
+        self.server_cert_with(dns_names, KeyAlg::EcdsaP256)
+    }
+
+    /// A server certificate like [`server_cert`](Self::server_cert) with a key of algorithm `alg`.
+    pub fn server_cert_with(&self, dns_names: &[&str], alg: KeyAlg) -> TestCert {
         let names: Vec<String> = dns_names.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(names).expect("server params");
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -86,7 +112,7 @@ impl TestCa {
         );
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        self.issue(params)
+        self.issue(params, alg)
     }
 
     /// A client certificate (EKU clientAuth) with this common name and, when
@@ -105,11 +131,11 @@ impl TestCa {
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        self.issue(params)
+        self.issue(params, KeyAlg::EcdsaP256)
     }
 
-    fn issue(&self, params: CertificateParams) -> TestCert {
-        let key = KeyPair::generate().expect("generate key");
+    fn issue(&self, params: CertificateParams, alg: KeyAlg) -> TestCert {
+        let key = KeyPair::generate_for(alg.rcgen()).expect("generate key");
         let cert = params.signed_by(&key, &self.issuer).expect("sign cert");
         TestCert {
             cert_pem: cert.pem(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use moat_core::{HandshakeRecord, TlsSession};
 use moat_tls::rustls::pki_types::ServerName;
 use moat_tls::rustls::{self, ClientConfig};
-use moat_tls::testing::{client_config, TestCa, TestPki, CLIENT_SPIFFE_URI};
+use moat_tls::testing::{client_config, KeyAlg, TestCa, TestPki, CLIENT_SPIFFE_URI};
 use moat_tls::{
     audit_labels, Accepted, CertificateConfig, ClientAuthMode, ServerTlsConfig, TlsAcceptor,
     TlsError, UpstreamConnector, UpstreamTlsConfig,
@@ -405,6 +405,63 @@ async fn handshake_records_for_tls12_and_tls13() {
             .peer
             .is_some_and(|p| p.namespace.as_deref() == Some("shop")));
     }
+}
+
+#[tokio::test]
+async fn signature_scheme_follows_the_server_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::generate(dir.path()).unwrap();
+    let cases = [
+        (KeyAlg::Ed25519, &rustls::version::TLS13, "ed25519"),
+        (KeyAlg::Ed25519, &rustls::version::TLS12, "ed25519"),
+        (
+            KeyAlg::EcdsaP384,
+            &rustls::version::TLS13,
+            "ecdsa_secp384r1_sha384",
+        ),
+        (
+            KeyAlg::EcdsaP384,
+            &rustls::version::TLS12,
+            "ecdsa_secp384r1_sha384",
+        ),
+    ];
+    for (alg, version, scheme) in cases {
+        let cert = pki.ca.server_cert_with(&["localhost"], alg);
+        cert.write(dir.path(), "alt").unwrap();
+        let mut config = pki.server_tls_config(ClientAuthMode::Disable);
+        config.certificates[0].cert = "alt.crt".into();
+        config.certificates[0].key = "alt.key".into();
+        let acc = TlsAcceptor::new(&config, dir.path()).unwrap();
+        let cc = client_config(&pki.ca, None, &[], &[version]);
+        let (_, record) = roundtrip(&acc, cc, "localhost").await.unwrap();
+        assert_eq!(
+            record.signature_algorithm.as_deref(),
+            Some(scheme),
+            "{alg:?} {version:?}"
+        );
+        assert_eq!(
+            moat_tls::signature_scheme_code(scheme),
+            Some(match scheme {
+                "ed25519" => 0x0807,
+                _ => 0x0503,
+            })
+        );
+    }
+}
+
+#[tokio::test]
+async fn min_version_13_rejects_a_tls12_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::generate(dir.path()).unwrap();
+    let mut config = pki.server_tls_config(ClientAuthMode::Disable);
+    config.min_version = moat_tls::TlsVersion::V1_3;
+    let acc = TlsAcceptor::new(&config, dir.path()).unwrap();
+    let tls12 = client_config(&pki.ca, None, &[], &[&rustls::version::TLS12]);
+    let err = roundtrip(&acc, tls12, "localhost").await.unwrap_err();
+    assert!(matches!(err, TlsError::Handshake(_)), "{err}");
+    let tls13 = client_config(&pki.ca, None, &[], &[&rustls::version::TLS13]);
+    let (session, _) = roundtrip(&acc, tls13, "localhost").await.unwrap();
+    assert_eq!(session.version, "TLSv1.3");
 }
 
 fn config_error(config: &ServerTlsConfig, base: &Path) -> String {
