@@ -199,6 +199,11 @@ async fn alpn_h2_is_negotiated() {
         .await
         .unwrap();
     assert_eq!(session.alpn, None);
+    // ALPN offered without overlap: the handshake fails (RFC 7301 no_application_protocol).
+    let err = roundtrip(&acc, pki.client_config(false, &["spdy/3"]), "localhost")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("protocol"), "{err}");
 }
 
 #[tokio::test]
