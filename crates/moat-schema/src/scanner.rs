@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use regex::Regex;
+use regex::{Regex, RegexSet};
 
 /// Tags of a matched scanner, e.g. `{"category":"pii","type":"email"}`.
 pub type Tags = BTreeMap<String, String>;
@@ -26,6 +26,8 @@ type Check = fn(&str) -> Option<usize>;
 pub struct Scanner {
     id: String,
     key: Option<Regex>,
+    key_src: Option<String>,
+    prefilter: Option<fn(&str) -> bool>,
     value: Option<Regex>,
     check: Option<Check>,
     /// Tag sets; `check` chooses one (card brands), otherwise the first applies.
@@ -54,9 +56,12 @@ impl Scanner {
         value: Option<&str>,
         tag_pairs: &[(&str, &str)],
     ) -> Result<Scanner, regex::Error> {
+        let key_src = key.map(|k| format!("(?i){k}"));
         Ok(Scanner {
             id: id.to_string(),
-            key: key.map(|k| Regex::new(&format!("(?i){k}"))).transpose()?,
+            key: key_src.as_deref().map(Regex::new).transpose()?,
+            key_src,
+            prefilter: None,
             value: value.map(Regex::new).transpose()?,
             check: None,
             tags: vec![tags(tag_pairs)],
@@ -66,6 +71,12 @@ impl Scanner {
     fn with_check(mut self, check: Check, tag_sets: Vec<Tags>) -> Scanner {
         self.check = Some(check);
         self.tags = tag_sets;
+        self
+    }
+
+    /// A cheap test every value must pass before the value regex runs.
+    fn with_prefilter(mut self, f: fn(&str) -> bool) -> Scanner {
+        self.prefilter = Some(f);
         self
     }
 
@@ -82,6 +93,16 @@ impl Scanner {
                 _ => return None,
             }
         }
+        self.eval_value(value)
+    }
+
+    /// The tags when `value` matches (the key was checked by the caller).
+    fn eval_value(&self, value: &str) -> Option<&Tags> {
+        if let Some(p) = self.prefilter {
+            if !p(value) {
+                return None;
+            }
+        }
         if let Some(v) = &self.value {
             if !v.is_match(value) {
                 return None;
@@ -96,9 +117,16 @@ impl Scanner {
 }
 
 /// An ordered list of scanners.
+///
+/// The key matchers are also compiled into one [`RegexSet`], so a key is read
+/// once for all key-gated scanners.
 #[derive(Debug, Default)]
 pub struct Scanners {
     list: Vec<Scanner>,
+    /// Key regexes of the scanners that have one.
+    key_set: Option<RegexSet>,
+    /// Per scanner: its index in `key_set`.
+    key_index: Vec<Option<usize>>,
 }
 
 /// Card brands, in the order of the tag sets of the card scanner.
@@ -115,12 +143,29 @@ const CARD_BRANDS: [&str; 7] = [
 impl Scanners {
     /// No scanners (schemas without tags).
     pub fn none() -> Scanners {
-        Scanners { list: Vec::new() }
+        Scanners::from_list(Vec::new())
     }
 
     /// These scanners, tried in order.
     pub fn from_list(list: Vec<Scanner>) -> Scanners {
-        Scanners { list }
+        let mut patterns = Vec::new();
+        let key_index = list
+            .iter()
+            .map(|s| {
+                s.key_src.as_ref().map(|k| {
+                    patterns.push(k.clone());
+                    patterns.len() - 1
+                })
+            })
+            .collect();
+        // Each pattern compiled on its own already; if the set is refused (size
+        // limit), keys are matched one regex at a time.
+        let key_set = RegexSet::new(&patterns).ok();
+        Scanners {
+            list,
+            key_set,
+            key_index,
+        }
     }
 
     /// The built-in scanners (credentials, payment, PII), see the module docs and docs/discovery.md.
@@ -139,19 +184,19 @@ impl Scanners {
         let list = vec![
             s(
                 "bearer_token",
-                Some(r"\bauthorization\b"),
+                Some(r"(?-u:\b)authorization(?-u:\b)"),
                 Some(r"(?i)^\s*bearer\s+\S+"),
                 &cred("bearer_token"),
             ),
             s(
                 "basic_auth",
-                Some(r"\bauthorization\b"),
+                Some(r"(?-u:\b)authorization(?-u:\b)"),
                 Some(r"(?i)^\s*basic\s+[A-Za-z0-9+/=]+\s*$"),
                 &cred("basic_auth"),
             ),
             s(
                 "digest_auth",
-                Some(r"\bauthorization\b"),
+                Some(r"(?-u:\b)authorization(?-u:\b)"),
                 Some(r"(?i)^\s*digest\s+\S+"),
                 &cred("digest_auth"),
             ),
@@ -161,10 +206,11 @@ impl Scanners {
                 Some(r"^eyJ[A-Za-z0-9_-]{2,}\.eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*$"),
                 &cred("json_web_token"),
             )
-            .with_check(check_jwt, vec![tags(&cred("json_web_token"))]),
+            .with_check(check_jwt, vec![tags(&cred("json_web_token"))])
+            .with_prefilter(|v| v.starts_with("eyJ")),
             s(
                 "card",
-                Some(r"\b(?:card|cc|ccnum|ccnumber|cardnumber|creditcard|credit[- ]card|pan)\b"),
+                Some(r"(?-u:\b)(?:card|cc|ccnum|ccnumber|cardnumber|creditcard|credit[- ]card|pan)(?-u:\b)"),
                 Some(r"^\d(?:[ -]?\d){11,18}$"),
                 &[],
             )
@@ -184,49 +230,57 @@ impl Scanners {
             .with_check(
                 check_iban,
                 vec![tags(&[("category", "payment"), ("type", "iban")])],
-            ),
+            )
+            .with_prefilter(|v| {
+                let b = v.as_bytes();
+                b.len() >= 15
+                    && b[0].is_ascii_alphabetic()
+                    && b[1].is_ascii_alphabetic()
+                    && b[2].is_ascii_digit()
+                    && b[3].is_ascii_digit()
+            }),
             s(
                 "email",
-                Some(r"\b(?:e[-_]?mail(?:[-_]?address)?|mail|sender|recipient|reply[-_]?to)\b"),
+                Some(r"(?-u:\b)(?:e[-_]?mail(?:[-_]?address)?|mail|sender|recipient|reply[-_]?to)(?-u:\b)"),
                 Some(r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}$"),
                 &pii("email"),
             ),
             s(
                 "us_ssn",
-                Some(&format!(r"\b(?:ssn|social[-_ ]?security{NUM})\b")),
+                Some(&format!(r"(?-u:\b)(?:ssn|social[-_ ]?security{NUM})(?-u:\b)")),
                 Some(r"^\d{3}-?\d{2}-?\d{4}$"),
                 &[],
             )
             .with_check(check_ssn, vec![tags(&pii("us_ssn"))]),
             s(
                 "canadian_sin",
-                Some(&format!(r"\b(?:sin|social[-_ ]?insurance{NUM})\b")),
+                Some(&format!(r"(?-u:\b)(?:sin|social[-_ ]?insurance{NUM})(?-u:\b)")),
                 Some(r"^\d{3}[- ]?\d{3}[- ]?\d{3}$"),
                 &[],
             )
             .with_check(check_sin, vec![tags(&pii("canadian_sin"))]),
             s(
                 "uk_nin",
-                Some(&format!(r"\b(?:nin|nino|national[-_ ]?insurance{NUM})\b")),
+                Some(&format!(r"(?-u:\b)(?:nin|nino|national[-_ ]?insurance{NUM})(?-u:\b)")),
                 Some(r"(?i)^[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]$"),
                 &pii("uk_nin"),
             ),
             s(
                 "passport_number",
-                Some(&format!(r"\bpassport{NUM}\b")),
+                Some(&format!(r"(?-u:\b)passport{NUM}(?-u:\b)")),
                 Some(r"(?i)^[A-Z0-9]{6,9}$"),
                 &pii("passport_number"),
             ),
             s(
                 "vin",
-                Some(r"\b(?:vin|vehicle[-_ ]?identification[-_ ]?number)\b"),
+                Some(r"(?-u:\b)(?:vin|vehicle[-_ ]?identification[-_ ]?number)(?-u:\b)"),
                 Some(r"(?i)^[A-HJ-NPR-Z0-9]{17}$"),
                 &pii("vin"),
             ),
             s(
                 "phone",
                 Some(&format!(
-                    r"\b(?:phone|tel|telephone|mobile|cell|fax|msisdn){NUM}\b"
+                    r"(?-u:\b)(?:phone|tel|telephone|mobile|cell|fax|msisdn){NUM}(?-u:\b)"
                 )),
                 Some(r"^\+?[0-9 ().-]{7,24}$"),
                 &[],
@@ -234,12 +288,27 @@ impl Scanners {
             .with_check(check_phone, vec![tags(&pii("phone"))]),
             s("ip_address", None, None, &[]).with_check(check_ip, vec![tags(&pii("ip_address"))]),
         ];
-        Scanners { list }
+        Scanners::from_list(list)
     }
 
     /// Tags of the first scanner matching `key`/`value`.
     pub fn scan(&self, key: Option<&str>, value: &str) -> Option<&Tags> {
-        self.list.iter().find_map(|s| s.eval(key, value))
+        let key = key.filter(|k| !k.is_empty());
+        let Some(set) = &self.key_set else {
+            return self.list.iter().find_map(|s| s.eval(key, value));
+        };
+        let matched = key.map(|k| set.matches(k));
+        for (s, ki) in self.list.iter().zip(&self.key_index) {
+            if let Some(ki) = ki {
+                if !matched.as_ref().is_some_and(|m| m.matched(*ki)) {
+                    continue;
+                }
+            }
+            if let Some(t) = s.eval_value(value) {
+                return Some(t);
+            }
+        }
+        None
     }
 
     /// Number of scanners.
@@ -585,6 +654,40 @@ mod tests {
         // Root values have no key: value-only scanners still apply.
         assert!(Scanners::builtin().scan(None, jwt).is_some());
         assert!(Scanners::builtin().scan(None, "jane@example.com").is_none());
+    }
+
+    #[test]
+    fn key_set_agrees_with_single_scanners() {
+        let sc = Scanners::builtin();
+        assert!(sc.key_set.is_some());
+        let keys = [
+            None,
+            Some(""),
+            Some("email"),
+            Some("card"),
+            Some("authorization"),
+            Some("ssn"),
+            Some("phone_number"),
+            Some("vin"),
+            Some("other"),
+        ];
+        let values = [
+            "a@b.io",
+            "4111111111111111",
+            "Bearer x",
+            "123-45-6789",
+            "+1 415 555 0100",
+            "1HGCM82633A004352",
+            "10.0.0.1",
+            "DE89370400440532013000",
+            "plain",
+        ];
+        for k in keys {
+            for v in values {
+                let single = sc.list.iter().find_map(|s| s.eval(k, v));
+                assert_eq!(sc.scan(k, v), single, "{k:?} {v}");
+            }
+        }
     }
 
     #[test]
