@@ -163,7 +163,8 @@ pub trait ConnectionPhase: Send + Sync {
 /// Crypto parameters of one completed TLS handshake, in the crypto-auditing vocabulary.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct HandshakeRecord {
-    /// `client` (we accepted) or `server` (we connected upstream).
+    /// `tls::role` in crypto-auditing terms, i.e. our own side: `server` for a
+    /// connection we accepted, `client` for one we opened to an upstream.
     pub role: &'static str,
     /// `tls::protocol_version`, e.g. 0x0304.
     pub protocol_version: u16,
