@@ -10,10 +10,19 @@
 //! - [`stats`], [`report`], [`compare`]: statistics, Markdown/HTML/JSON reports,
 //!   baseline-vs-candidate verdicts.
 
+pub mod compare;
+pub mod generate;
 pub mod http1;
 pub mod loadgen;
+pub mod report;
+pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod sys;
 pub mod tls;
 pub mod upstream;
+
+/// Parses a human duration such as `500ms`, `10s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration `{s}`: {e}"))
+}

@@ -254,6 +254,10 @@ pub struct LoadResult {
     pub bytes: u64,
     /// Connections opened (including warm-up and reconnects).
     pub connections_opened: u64,
+    /// Responses including warm-up (to divide the gateway's CPU time by).
+    pub total_responses: u64,
+    /// CPU seconds the generator thread used (warm-up included).
+    pub generator_cpu_s: f64,
 }
 
 impl LoadResult {
@@ -261,6 +265,15 @@ impl LoadResult {
     pub fn rps(&self) -> f64 {
         if self.elapsed_s > 0.0 {
             self.responses as f64 / self.elapsed_s
+        } else {
+            0.0
+        }
+    }
+    /// Responses per CPU-second of the generator thread: its capacity when it has
+    /// a whole core, whatever else the machine is doing.
+    pub fn responses_per_generator_cpu_s(&self) -> f64 {
+        if self.generator_cpu_s > 0.0 {
+            self.total_responses as f64 / self.generator_cpu_s
         } else {
             0.0
         }
@@ -286,7 +299,10 @@ pub fn run(spec: &LoadSpec, cpu: Option<usize>) -> anyhow::Result<LoadResult> {
                 .enable_all()
                 .build()?;
             let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, run_local(spec))
+            let cpu0 = crate::sys::thread_cpu_seconds();
+            let mut res = local.block_on(&rt, run_local(spec))?;
+            res.generator_cpu_s = crate::sys::thread_cpu_seconds() - cpu0;
+            Ok(res)
         })?;
     handle
         .join()
@@ -331,6 +347,7 @@ struct Shared {
     max_requests: Option<u64>,
     in_flight_measured: Cell<u64>,
     last_done: Cell<Option<Instant>>,
+    total: Cell<u64>,
 }
 
 impl Shared {
@@ -408,6 +425,7 @@ async fn run_local(spec: LoadSpec) -> anyhow::Result<LoadResult> {
         max_requests: spec.max_requests,
         in_flight_measured: Cell::new(0),
         last_done: Cell::new(None),
+        total: Cell::new(0),
     });
 
     // Connect everything first so connection set-up is not in the measurement.
@@ -492,6 +510,8 @@ async fn run_local(spec: LoadSpec) -> anyhow::Result<LoadResult> {
         elapsed_s,
         bytes: shared.bytes.get(),
         connections_opened: shared.opened.get(),
+        total_responses: shared.total.get(),
+        generator_cpu_s: 0.0,
     })
 }
 
@@ -573,6 +593,9 @@ async fn one(
         Conn::H2(c) => c.send(template, shared).await,
     };
     let done = Instant::now();
+    if res.is_ok() {
+        shared.total.set(shared.total.get() + 1);
+    }
     if !measured {
         return done;
     }

@@ -1,0 +1,558 @@
+//! Runs a scenario: starts the built-in upstream, then for every repetition and
+//! every variant spawns `moat serve` with a generated config (pinned to a CPU),
+//! sends every load, and measures the gateway process from `/proc`.
+//!
+//! Repetitions are the outer loop, so slow drifts of the machine (other work
+//! starting or stopping) spread over all variants instead of biasing one.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+
+use crate::generate::{self, Jwt};
+use crate::loadgen::{self, LoadSpec, Mode, RequestTemplate, Target};
+use crate::report::{Cell, LoadInfo, Machine, Report, RunMetrics, VariantInfo, SCHEMA_VERSION};
+use crate::scenario::{Cpus, LoadDef, RequestDef, Scenario, VariantDef, VariantKind};
+use crate::stats;
+use crate::upstream::{Upstream, UpstreamConfig};
+
+/// Options of a scenario run (command-line overrides).
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Scenario file.
+    pub scenario: PathBuf,
+    /// Output directory (configs, logs, report.{json,md,html}).
+    pub out_dir: PathBuf,
+    /// The moat executable to spawn.
+    pub moat_bin: PathBuf,
+    /// Only these variants.
+    pub variants: Option<Vec<String>>,
+    /// Only these loads.
+    pub loads: Option<Vec<String>>,
+    /// Extra external targets `(name, url)`.
+    pub targets: Vec<(String, String)>,
+    /// Override repetitions.
+    pub repetitions: Option<u32>,
+    /// Override measured duration of every load.
+    pub duration: Option<Duration>,
+    /// Override warm-up of every load.
+    pub warmup: Option<Duration>,
+    /// Override CPU pinning.
+    pub cpus: Option<Cpus>,
+    /// Command line recorded in the report.
+    pub command: String,
+}
+
+/// Loads the scenario and applies the overrides.
+pub fn prepare(opts: &RunOptions) -> anyhow::Result<Scenario> {
+    let mut s = Scenario::load(&opts.scenario).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(r) = opts.repetitions {
+        anyhow::ensure!(
+            (1..=crate::scenario::MAX_REPETITIONS).contains(&r),
+            "--repetitions must be within 1..={}",
+            crate::scenario::MAX_REPETITIONS
+        );
+        s.repetitions = r;
+    }
+    if let Some(c) = opts.cpus {
+        s.cpus = c;
+    }
+    for l in &mut s.loads {
+        if let Some(d) = opts.duration {
+            l.duration = d;
+        }
+        if let Some(w) = opts.warmup {
+            l.warmup = w;
+        }
+    }
+    for (name, url) in &opts.targets {
+        Target::parse(url).map_err(|e| anyhow::anyhow!("--target {name}: {e}"))?;
+        anyhow::ensure!(
+            !s.variants.iter().any(|v| &v.name == name),
+            "--target {name}: a variant of that name exists"
+        );
+        s.variants.push(VariantDef {
+            name: name.clone(),
+            engines: None,
+            url: Some(url.clone()),
+            authz: None,
+            config: None,
+        });
+    }
+    if let Some(keep) = &opts.variants {
+        for k in keep {
+            anyhow::ensure!(
+                s.variants.iter().any(|v| &v.name == k),
+                "--variants: no variant `{k}` in {}",
+                opts.scenario.display()
+            );
+        }
+        s.variants
+            .retain(|v| keep.contains(&v.name) || opts.targets.iter().any(|t| t.0 == v.name));
+    }
+    if let Some(keep) = &opts.loads {
+        for k in keep {
+            anyhow::ensure!(
+                s.loads.iter().any(|l| &l.name == k),
+                "--loads: no load `{k}` in {}",
+                opts.scenario.display()
+            );
+        }
+        s.loads.retain(|l| keep.contains(&l.name));
+    }
+    Ok(s)
+}
+
+/// Builds the request templates of a load.
+pub fn templates(
+    scenario_path: &Path,
+    defs: &[RequestDef],
+    jwt: &Jwt,
+) -> anyhow::Result<Vec<RequestTemplate>> {
+    defs.iter()
+        .map(|d| {
+            let mut body = match (&d.body, &d.body_file) {
+                (Some(b), None) => b.clone().into_bytes(),
+                (None, Some(f)) => {
+                    crate::scenario::read_body_file(&Scenario::resolve(scenario_path, f))?
+                }
+                (None, None) => Vec::new(),
+                (Some(_), Some(_)) => anyhow::bail!("a request has both `body` and `body_file`"),
+            };
+            let mut headers: Vec<(String, String)> = d
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if d.gzip {
+                let mut enc =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                enc.write_all(&body)?;
+                body = enc.finish()?;
+                headers.push(("Content-Encoding".into(), "gzip".into()));
+            }
+            if d.jwt {
+                headers.push(("Authorization".into(), format!("Bearer {}", jwt.token)));
+            }
+            Ok(RequestTemplate {
+                method: d.method.clone(),
+                path: d.path.clone(),
+                headers,
+                body: Bytes::from(body),
+            })
+        })
+        .collect()
+}
+
+/// Human description of a load.
+pub fn describe_load(l: &LoadDef) -> String {
+    let mode = match l.rate {
+        Some(r) => format!("open loop {r} req/s"),
+        None => "closed loop".into(),
+    };
+    let proto = match l.protocol {
+        loadgen::Protocol::Http1 => "HTTP/1.1",
+        loadgen::Protocol::H2 => "h2",
+    };
+    let conns = if l.new_connection_per_request {
+        format!(
+            "{} connections, a new connection per request",
+            l.connections
+        )
+    } else {
+        format!("{} connections", l.connections)
+    };
+    format!(
+        "{mode}, {conns}, {proto}, {} measured after {} warm-up",
+        humantime::format_duration(l.duration),
+        humantime::format_duration(l.warmup)
+    )
+}
+
+fn describe_variant(v: &VariantDef) -> String {
+    match v.kind() {
+        VariantKind::Direct => "straight to the upstream (no gateway)".into(),
+        VariantKind::External(u) => format!("external target {u}"),
+        VariantKind::Moat(e) if e.is_empty() => "moat, every engine off".into(),
+        VariantKind::Moat(e) => {
+            let names: Vec<&str> = e.iter().map(|e| e.key()).collect();
+            let mut d = format!("moat with {}", names.join(", "));
+            if let Some(a) = &v.authz {
+                d.push_str(&format!(
+                    "; {} rule(s) of each of {:?}, {} JWT rule(s), layout {:?}",
+                    a.rules, a.kinds, a.jwt_rules, a.layout
+                ));
+            }
+            d
+        }
+    }
+}
+
+/// A spawned `moat serve`.
+pub struct MoatProcess {
+    child: Child,
+    /// Its pid.
+    pub pid: u32,
+    /// Where it listens.
+    pub listener: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+impl MoatProcess {
+    /// Spawns `bin serve --config CONFIG --threads N` pinned to `cpu`, and waits until it accepts connections.
+    pub fn spawn(
+        bin: &Path,
+        layout: &generate::MoatLayout,
+        threads: usize,
+        cpu: usize,
+        dir: &Path,
+        timeout: Duration,
+    ) -> anyhow::Result<MoatProcess> {
+        use std::os::unix::process::CommandExt;
+        let log = dir.join("moat.log");
+        let logf = std::fs::File::create(&log)?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(&layout.config_path)
+            .arg("--threads")
+            .arg(threads.to_string())
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf);
+        // SAFETY: the closure only calls sched_setaffinity (a system call, safe after fork).
+        unsafe {
+            cmd.pre_exec(move || crate::sys::pin_pid(0, cpu));
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("spawning {}: {e}", bin.display()))?;
+        let mut p = MoatProcess {
+            pid: child.id(),
+            child,
+            listener: layout.listener,
+            log,
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = p.child.try_wait()? {
+                anyhow::bail!(
+                    "moat serve exited during start-up ({status}); log {}:\n{}",
+                    p.log.display(),
+                    tail(&p.log)
+                );
+            }
+            if std::net::TcpStream::connect_timeout(&p.listener, Duration::from_millis(200)).is_ok()
+            {
+                return Ok(p);
+            }
+            if Instant::now() > deadline {
+                p.stop();
+                anyhow::bail!(
+                    "moat serve did not listen on {} within {:?}; log {}:\n{}",
+                    p.listener,
+                    timeout,
+                    p.log.display(),
+                    tail(&p.log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Is it still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s.
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Ok(pid) = i32::try_from(self.pid) {
+            // SAFETY: kill on our own child's pid.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MoatProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn tail(path: &Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// Runs the scenario and writes `report.json`, `report.md` and `report.html` into the output directory.
+pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Report> {
+    let s = prepare(opts)?;
+    std::fs::create_dir_all(&opts.out_dir)?;
+    let mut machine = Machine::probe();
+    let cpus_avail = crate::sys::available_cpus();
+    for c in [s.cpus.load, s.cpus.upstream, s.cpus.moat] {
+        anyhow::ensure!(
+            c < cpus_avail,
+            "cpu {c} is not available (this machine has {cpus_avail}); set cpus: in the scenario or --cpus"
+        );
+    }
+    let jwt = generate::jwt(generate::TOKEN_ISSUER)?;
+    let mut load_templates = Vec::new();
+    for l in &s.loads {
+        let defs = if l.requests.is_empty() {
+            &s.requests
+        } else {
+            &l.requests
+        };
+        load_templates.push(templates(&opts.scenario, defs, &jwt)?);
+    }
+    // The upstream.
+    let mut up = UpstreamConfig {
+        cpu: Some(s.cpus.upstream),
+        ..Default::default()
+    };
+    if let Some(st) = s.upstream.status {
+        up.status = st;
+    }
+    match (&s.upstream.body, &s.upstream.body_file) {
+        (Some(b), _) => up.body = Bytes::from(b.clone()),
+        (None, Some(f)) => {
+            let p = Scenario::resolve(&opts.scenario, f);
+            if p.extension().is_some_and(|e| e == "json") {
+                up.content_type = "application/json".into();
+            }
+            up.body = Bytes::from(crate::scenario::read_body_file(&p)?);
+        }
+        (None, None) => {}
+    }
+    if let Some(ct) = &s.upstream.content_type {
+        up.content_type = ct.clone();
+    }
+    up.gzip = s.upstream.gzip;
+    let upstream = Upstream::start(up)?;
+    log(&format!("upstream listening on {}", upstream.addr()));
+
+    let mut runs: HashMap<(usize, usize), Vec<RunMetrics>> = HashMap::new();
+    let mut hists: HashMap<(usize, usize), Histogram<u64>> = HashMap::new();
+    let mut failures: HashMap<(usize, usize), String> = HashMap::new();
+
+    for rep in 0..s.repetitions {
+        for (vi, v) in s.variants.iter().enumerate() {
+            let vdir = opts.out_dir.join("variants").join(&v.name);
+            // Reach the variant.
+            let mut proc_: Option<MoatProcess> = None;
+            let target = match v.kind() {
+                VariantKind::Direct => {
+                    if s.moat.tls {
+                        for li in 0..s.loads.len() {
+                            failures.insert((li, vi), "the built-in upstream speaks no TLS".into());
+                        }
+                        continue;
+                    }
+                    Target::parse(&format!("http://{}", upstream.addr()))
+                        .map_err(|e| anyhow::anyhow!(e))?
+                }
+                VariantKind::External(u) => Target::parse(&u).map_err(|e| anyhow::anyhow!(e))?,
+                VariantKind::Moat(engines) => {
+                    let policies = v.authz.as_ref().map(|a| generate::istio_policies(a, &jwt));
+                    let overrides: Vec<&serde_json::Value> =
+                        s.moat.config.iter().chain(v.config.iter()).collect();
+                    let layout = generate::moat_config(&generate::MoatConfigInput {
+                        dir: &vdir,
+                        upstream: upstream.addr(),
+                        engines: &engines,
+                        threads: s.moat.threads,
+                        tls: s.moat.tls,
+                        policies: policies.as_deref(),
+                        overrides: &overrides,
+                    })?;
+                    match MoatProcess::spawn(
+                        &opts.moat_bin,
+                        &layout,
+                        s.moat.threads,
+                        s.cpus.moat,
+                        &vdir,
+                        s.moat.startup_timeout,
+                    ) {
+                        Ok(p) => {
+                            let scheme = if s.moat.tls { "https" } else { "http" };
+                            let t = Target::parse(&format!("{scheme}://{}", p.listener))
+                                .map_err(|e| anyhow::anyhow!(e))?;
+                            proc_ = Some(p);
+                            t
+                        }
+                        Err(e) => {
+                            log(&format!("variant {}: {e}", v.name));
+                            for li in 0..s.loads.len() {
+                                failures.insert((li, vi), first_line(&e.to_string()));
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            for (li, l) in s.loads.iter().enumerate() {
+                if let Some(p) = proc_.as_mut() {
+                    if !p.alive() {
+                        failures.insert((li, vi), "moat exited during the run".into());
+                        continue;
+                    }
+                    // Measure this load's peak only (needs permission; otherwise peak since start).
+                    let _ = crate::sys::reset_peak_rss(p.pid);
+                }
+                let spec = LoadSpec {
+                    target: target.clone(),
+                    protocol: l.protocol,
+                    requests: load_templates[li].clone(),
+                    connections: l.connections,
+                    streams: l.streams,
+                    mode: l.rate.map_or(Mode::Closed, |rate| Mode::Open { rate }),
+                    warmup: l.warmup,
+                    duration: l.duration,
+                    max_requests: l.requests_limit,
+                    new_connection_per_request: l.new_connection_per_request,
+                    grace: Duration::from_secs(2),
+                };
+                let pid = proc_.as_ref().map(|p| p.pid);
+                let cpu0 = pid.and_then(|p| crate::sys::cpu_seconds(p).ok());
+                let res = match loadgen::run(&spec, Some(s.cpus.load)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.insert((li, vi), first_line(&e.to_string()));
+                        continue;
+                    }
+                };
+                let cpu1 = pid.and_then(|p| crate::sys::cpu_seconds(p).ok());
+                let rss = pid.and_then(|p| crate::sys::peak_rss_kib(p).ok());
+                let cpu_ms_per_1k = match (cpu0, cpu1) {
+                    (Some(a), Some(b)) if res.total_responses > 0 => {
+                        Some((b - a) * 1000.0 / res.total_responses as f64 * 1000.0)
+                    }
+                    _ => None,
+                };
+                let m = RunMetrics {
+                    rps: res.rps(),
+                    responses: res.responses,
+                    errors: res.errors,
+                    latency: res.summary(),
+                    cpu_ms_per_1k,
+                    peak_rss_kib: rss,
+                };
+                log(&format!(
+                    "[{}/{}] {:<12} {:<14} {:>9.0} req/s  err {:>5}  p50 {:>8.1}µs  p99 {:>9.1}µs  {}",
+                    rep + 1,
+                    s.repetitions,
+                    v.name,
+                    l.name,
+                    m.rps,
+                    m.errors.total(),
+                    m.latency.p50_us,
+                    m.latency.p99_us,
+                    m.cpu_ms_per_1k
+                        .map_or(String::new(), |c| format!("cpu {c:.1} ms/1k")),
+                ));
+                let h = hists.entry((li, vi)).or_insert_with(stats::new_histogram);
+                let _ = h.add(&res.histogram);
+                runs.entry((li, vi)).or_default().push(m);
+            }
+            if let Some(mut p) = proc_ {
+                p.stop();
+            }
+        }
+    }
+    drop(upstream);
+    machine.loadavg_end = crate::report::loadavg();
+
+    let mut cells = Vec::new();
+    for (li, l) in s.loads.iter().enumerate() {
+        for (vi, v) in s.variants.iter().enumerate() {
+            let r = runs.remove(&(li, vi)).unwrap_or_default();
+            let failure = failures.remove(&(li, vi));
+            if r.is_empty() && failure.is_none() {
+                continue;
+            }
+            cells.push(Cell {
+                load: l.name.clone(),
+                variant: v.name.clone(),
+                curve: hists
+                    .get(&(li, vi))
+                    .map(stats::percentile_curve)
+                    .unwrap_or_default(),
+                runs: r,
+                comparisons: Vec::new(),
+                failure,
+            });
+        }
+    }
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        scenario: s.name.clone(),
+        description: s.description.clone(),
+        command: opts.command.clone(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        machine,
+        repetitions: s.repetitions,
+        confidence: s.confidence,
+        cpus: s.cpus,
+        loads: s
+            .loads
+            .iter()
+            .map(|l| LoadInfo {
+                name: l.name.clone(),
+                description: describe_load(l),
+                handshakes: l.new_connection_per_request,
+            })
+            .collect(),
+        variants: s
+            .variants
+            .iter()
+            .map(|v| VariantInfo {
+                name: v.name.clone(),
+                description: describe_variant(v),
+            })
+            .collect(),
+        cells,
+    };
+    report.compute_comparisons();
+    write_outputs(&report, &opts.out_dir)?;
+    Ok(report)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}
+
+/// Writes `report.json`, `report.md`, `report.html` into `dir`.
+pub fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    std::fs::write(dir.join("report.md"), crate::report::markdown(report))?;
+    std::fs::write(dir.join("report.html"), crate::report::html(report))?;
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Behaviour of the load generator against the built-in upstream on loopback:
+//! open-loop rate accuracy, and coordinated-omission correction.
+
+use std::time::Duration;
+
+use moat_bench::loadgen::{self, LoadSpec, Mode, Protocol, RequestTemplate, Target};
+use moat_bench::upstream::{Upstream, UpstreamConfig};
+
+fn target(up: &Upstream) -> Target {
+    Target::parse(&format!("http://{}", up.addr())).unwrap()
+}
+
+#[test]
+fn open_loop_rate_is_within_two_percent_at_1000_rps() {
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 8);
+    spec.mode = Mode::Open { rate: 1000.0 };
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(3);
+    let before = up.requests();
+    let res = loadgen::run(&spec, None).unwrap();
+    let received = up.requests() - before;
+    // 3 s at 1000 req/s: 3000 requests, counted by the server.
+    let expected = 3000.0;
+    let err = (received as f64 - expected).abs() / expected;
+    assert!(
+        err <= 0.02,
+        "server received {received}, expected {expected}"
+    );
+    assert_eq!(res.errors.total(), 0, "{:?}", res.errors);
+    assert_eq!(res.responses, received);
+    assert!((res.rps() - 1000.0).abs() / 1000.0 <= 0.02, "{}", res.rps());
+}
+
+#[test]
+fn open_loop_p99_reflects_a_stall_and_closed_loop_p99_does_not() {
+    let stall = Duration::from_millis(200);
+    // Open loop: 1000 req/s for 3 s; the server blocks 200 ms at request 500.
+    // About 200 requests (6.7%) should have been sent during the stall.
+    let up = Upstream::start(UpstreamConfig {
+        stall: Some((500, stall)),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 4);
+    spec.mode = Mode::Open { rate: 1000.0 };
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(3);
+    let open = loadgen::run(&spec, None).unwrap().summary();
+    drop(up);
+
+    // Closed loop: same stall, 4 connections as fast as possible; only the 4
+    // requests in flight during the stall see it.
+    let up = Upstream::start(UpstreamConfig {
+        stall: Some((2000, stall)),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 4);
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(3);
+    let closed_res = loadgen::run(&spec, None).unwrap();
+    let closed = closed_res.summary();
+    assert!(up.requests() > 2000, "the stall must have happened");
+
+    assert!(open.p99_us >= 100_000.0, "open loop p99 {open:?}");
+    assert!(open.max_us >= 150_000.0, "open loop max {open:?}");
+    assert!(
+        closed.max_us >= 150_000.0,
+        "closed loop saw the stall: {closed:?}"
+    );
+    assert!(closed.p99_us < 100_000.0, "closed loop p99 {closed:?}");
+}
+
+#[test]
+fn h2_and_keep_alive_and_reconnects_work() {
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 2);
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(10);
+    spec.max_requests = Some(200);
+    spec.protocol = Protocol::H2;
+    spec.streams = 4;
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 200);
+    assert_eq!(res.errors.total(), 0);
+    assert_eq!(res.connections_opened, 2);
+
+    spec.protocol = Protocol::Http1;
+    spec.streams = 1;
+    spec.new_connection_per_request = true;
+    let mut post = RequestTemplate::get("/upload");
+    post.method = "POST".into();
+    post.body = vec![b'x'; 50_000].into();
+    spec.requests = vec![post];
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 200);
+    assert_eq!(res.errors.total(), 0);
+    assert!(res.connections_opened >= 200);
+}
+
+#[test]
+fn refused_connections_are_counted_as_errors() {
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let t = Target::parse(&format!("http://{addr}")).unwrap();
+    let mut spec = LoadSpec::closed(t, vec![RequestTemplate::get("/")], 1);
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_millis(300);
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 0);
+    assert!(res.errors.io > 0);
+}
