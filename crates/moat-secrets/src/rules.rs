@@ -481,18 +481,16 @@ fn parse_hir(pat: &str) -> Option<regex_syntax::hir::Hir> {
         .ok()
 }
 
-fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
-    let condition = match a.condition.trim().to_ascii_uppercase().as_str() {
-        "" | "OR" | "||" => Condition::Or,
-        "AND" | "&&" => Condition::And,
+/// Checks what gitleaks refuses outright in an allowlist (the whole file is invalid).
+fn validate_allowlist(a: &RawAllowlist) -> Result<(), String> {
+    match a.condition.trim().to_ascii_uppercase().as_str() {
+        "" | "OR" | "||" | "AND" | "&&" => {}
         other => return Err(format!("unknown allowlist condition `{other}`")),
-    };
-    let target = match a.regex_target.as_str() {
-        "" | "secret" => RegexTarget::Secret,
-        "match" => RegexTarget::Match,
-        "line" => RegexTarget::Line,
+    }
+    match a.regex_target.as_str() {
+        "" | "secret" | "match" | "line" => {}
         other => return Err(format!("unknown allowlist regexTarget `{other}`")),
-    };
+    }
     if a.commits.is_empty() && a.paths.is_empty() && a.regexes.is_empty() && a.stopwords.is_empty()
     {
         return Err(
@@ -500,6 +498,20 @@ fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// Compiles a validated allowlist; errors are regexes moat cannot run.
+fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
+    let condition = match a.condition.trim().to_ascii_uppercase().as_str() {
+        "AND" | "&&" => Condition::And,
+        _ => Condition::Or,
+    };
+    let target = match a.regex_target.as_str() {
+        "match" => RegexTarget::Match,
+        "line" => RegexTarget::Line,
+        _ => RegexTarget::Secret,
+    };
     let join = |pats: &[String], what: &str| -> Result<Option<Regex>, String> {
         if pats.is_empty() {
             return Ok(None);
@@ -566,10 +578,14 @@ impl RuleSet {
         let mut global = Vec::new();
         let mut targeted: HashMap<String, Vec<RawAllowlist>> = HashMap::new();
         for a in &global_raw {
+            validate_allowlist(a).map_err(|e| invalid(format!("[[allowlists]] {e}")))?;
             if a.target_rules.is_empty() {
                 match compile_allowlist(a) {
                     Ok(al) => global.push(al),
-                    Err(e) => return Err(invalid(format!("[[allowlists]] {e}"))),
+                    Err(e) => skipped.push(SkippedRule {
+                        rule_id: "<global allowlist>".into(),
+                        reason: format!("{e}; this allowlist is not applied"),
+                    }),
                 }
             } else {
                 for id in &a.target_rules {
@@ -599,6 +615,10 @@ impl RuleSet {
                     "{}: both |regex| and |path| are empty, this rule will have no effect",
                     r.id
                 )));
+            }
+            for a in r.allowlists.iter().chain(r.allowlist.iter()) {
+                validate_allowlist(a)
+                    .map_err(|e| invalid(format!("{}: [[rules.allowlists]] {e}", r.id)))?;
             }
             if !by_id.contains_key(&r.id) {
                 order.push(r.id.clone());

@@ -183,6 +183,23 @@ impl Scanner {
         path: Option<&str>,
         deadline: Option<Instant>,
     ) -> ScanOutcome {
+        self.scan_impl(data, path, deadline, true)
+    }
+
+    /// Reference scan: every rule whose keywords occur runs over the whole
+    /// payload, as gitleaks does. Same results as [`Scanner::scan`], slower; kept
+    /// to check the windowed matcher against.
+    pub fn scan_reference(&self, data: &[u8], path: Option<&str>) -> Vec<Finding> {
+        self.scan_impl(data, path, None, false).findings
+    }
+
+    fn scan_impl(
+        &self,
+        data: &[u8],
+        path: Option<&str>,
+        deadline: Option<Instant>,
+        use_windows: bool,
+    ) -> ScanOutcome {
         let mut out = ScanOutcome::default();
         let path = path.filter(|p| !p.is_empty());
         if self.set.global.iter().any(|a| a.path_allows(path)) {
@@ -197,7 +214,7 @@ impl Scanner {
         if let Some(ac) = &self.prefilter {
             for m in ac.find_overlapping_iter(data) {
                 for &r in &self.kw_rules[m.pattern().as_usize()] {
-                    match self.set.rules[r as usize].window {
+                    match self.set.rules[r as usize].window.filter(|_| use_windows) {
                         Some(l) => regions.push(Region {
                             rule: r,
                             lo: m.end().saturating_sub(l),
@@ -236,7 +253,7 @@ impl Scanner {
             let Some(re) = &rule.regex else {
                 continue;
             };
-            if full[idx] || rule.window.is_none() {
+            if full[idx] || rule.window.is_none() || !use_windows {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             } else if let Some(l) = rule.window {
                 windowed(re, data, windows, l, &mut matches);
