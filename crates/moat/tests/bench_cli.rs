@@ -1,0 +1,229 @@
+//! `moat bench` end to end: scenario validation errors point at file:line:field,
+//! the shipped scenarios are valid, a scenario runs against the built-in upstream
+//! and an external target, and `compare` gates on regressions.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use moat_bench::report::{Cell, LoadInfo, Machine, Report, RunMetrics, VariantInfo};
+use moat_bench::stats::LatencySummary;
+
+fn moat() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_moat"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn shipped_scenarios_are_valid() {
+    let dir = repo().join("bench/scenarios");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "yaml") {
+            let out = moat().args(["bench", "check"]).arg(&p).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "expected the five scenarios, found {n}");
+}
+
+#[test]
+fn scenario_error_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.yaml");
+    std::fs::write(
+        &p,
+        "name: bad\nrequests:\n  - path: /\nloads:\n  - name: a\n    connections: 8\n    rate: -5\nvariants:\n  - name: direct\n",
+    )
+    .unwrap();
+    let out = moat().args(["bench", "check"]).arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{}:7:", p.display());
+    assert!(err.starts_with(&want), "{err}");
+    assert!(err.contains("field `loads[0].rate`"), "{err}");
+
+    std::fs::write(
+        &p,
+        "name: bad\nloads:\n  - name: a\n    connections: 8\nvariants:\n  - name: direct\n    engins: [waf]\n",
+    )
+    .unwrap();
+    let out = moat().args(["bench", "check"]).arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("{}:7:", p.display())), "{err}");
+    assert!(
+        err.contains("variants[0]") && err.contains("engins"),
+        "{err}"
+    );
+}
+
+#[test]
+fn runs_a_scenario_with_direct_and_an_external_target() {
+    let dir = tempfile::tempdir().unwrap();
+    // The "external gateway" is a second built-in upstream in another process.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut ext = moat()
+        .args([
+            "bench",
+            "upstream",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            "60s",
+        ])
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let sc = dir.path().join("s.yaml");
+    std::fs::write(
+        &sc,
+        "name: smoke\nrepetitions: 2\ncpus: {load: 0, upstream: 0, moat: 0}\nrequests:\n  - {method: POST, path: /x, body: '{\"a\":1}', gzip: true}\nloads:\n  - {name: open, rate: 200, connections: 2, duration: 500ms, warmup: 100ms}\n  - {name: closed, connections: 2, duration: 500ms, warmup: 0s}\nvariants:\n  - name: direct\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = moat()
+        .args(["bench", "run"])
+        .arg(&sc)
+        .arg("--out")
+        .arg(&out_dir)
+        .args(["--target", &format!("other=http://127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let _ = ext.kill();
+    let _ = ext.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report.cells.len(), 4);
+    for c in &report.cells {
+        assert_eq!(c.runs.len(), 2, "{c:?}");
+        assert!(c.failure.is_none());
+        for r in &c.runs {
+            assert!(r.responses > 0);
+            assert_eq!(r.errors.total(), 0);
+        }
+    }
+    let open = report.cell("open", "other").unwrap();
+    assert!(
+        (open.runs[0].rps - 200.0).abs() < 20.0,
+        "{:?}",
+        open.runs[0]
+    );
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("| other |"), "{md}");
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg"));
+}
+
+fn report(p50s: &[f64]) -> Report {
+    Report {
+        schema_version: moat_bench::report::SCHEMA_VERSION,
+        scenario: "t".into(),
+        description: String::new(),
+        command: String::new(),
+        started_unix: 0,
+        machine: Machine::default(),
+        repetitions: p50s.len() as u32,
+        confidence: 0.99,
+        cpus: Default::default(),
+        loads: vec![LoadInfo {
+            name: "l".into(),
+            description: String::new(),
+            handshakes: false,
+        }],
+        variants: vec![VariantInfo {
+            name: "proxy".into(),
+            description: String::new(),
+        }],
+        cells: vec![Cell {
+            load: "l".into(),
+            variant: "proxy".into(),
+            runs: p50s
+                .iter()
+                .map(|&p| RunMetrics {
+                    rps: 1000.0,
+                    responses: 10_000,
+                    latency: LatencySummary {
+                        p50_us: p,
+                        p99_us: 2.0 * p,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            curve: vec![],
+            comparisons: vec![],
+            failure: None,
+        }],
+    }
+}
+
+#[test]
+fn compare_exits_1_on_a_regression_beyond_the_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, r: &Report| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_string(r).unwrap()).unwrap();
+        p
+    };
+    let base = write("base.json", &report(&[100.0, 101.0, 99.0, 100.0]));
+    let same = write("same.json", &report(&[100.5, 99.5, 100.0, 100.2]));
+    let worse = write("worse.json", &report(&[130.0, 131.0, 129.0, 130.0]));
+
+    let out = moat()
+        .args(["bench", "compare"])
+        .arg(&base)
+        .arg(&same)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let out = moat()
+        .args(["bench", "compare", "--threshold", "5%"])
+        .arg(&base)
+        .arg(&worse)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("| l | proxy | p50 µs |") && text.contains("**regressed**"),
+        "{text}"
+    );
+
+    // A 30% regression passes a 50% threshold.
+    let out = moat()
+        .args(["bench", "compare", "--threshold", "50%"])
+        .arg(&base)
+        .arg(&worse)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
