@@ -1,0 +1,173 @@
+//! `moat scan` run as a real binary: exit codes, formats, directories, path rules.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const GH: &str = "ghp_N5N1aE6PwZPf1Qh6yYTWmE4lBYOvfZ8UzDzV";
+
+fn moat(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .arg("scan")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn moat");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).expect("write stdin");
+        }
+    }
+    child.wait_with_output().expect("moat output")
+}
+
+fn write(dir: &Path, rel: &str, content: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+#[test]
+fn exit_codes() {
+    let clean = moat(&["-"], Some("nothing here\n"));
+    assert_eq!(clean.status.code(), Some(0));
+    assert!(clean.stdout.is_empty());
+    let found = moat(&["-"], Some(&format!("token: {GH}\n")));
+    assert_eq!(found.status.code(), Some(1));
+    let text = String::from_utf8(found.stdout).unwrap();
+    assert!(text.starts_with("-:1:8: github-token:"), "{text}");
+    assert!(!text.contains(GH), "secret printed: {text}");
+    let missing = moat(&["/nonexistent/moat-scan-path"], None);
+    assert_eq!(missing.status.code(), Some(2));
+    let bad_rules = moat(&["--rules", "/nonexistent/rules.toml", "-"], Some(""));
+    assert_eq!(bad_rules.status.code(), Some(2));
+    let usage = moat(&[], None);
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+#[test]
+fn json_over_a_directory_with_path_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        "app/config.yaml",
+        &format!("github:\n  token: {GH}\n"),
+    );
+    write(root, "app/readme.txt", "no secrets\n");
+    write(root, "certs/client.p12", "binary");
+    write(root, "infra/main.tf", "password = \"Zx81Qv72Lm40Pw\"\n");
+    write(root, "infra/notes.txt", "password = \"Zx81Qv72Lm40Pw\"\n");
+    write(root, ".git/config", &format!("token={GH}\n"));
+    let rules = root.join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            r#"[[rules]]
+id = "p12"
+description = "PKCS#12 file"
+path = '''\.p12$'''
+[[rules]]
+id = "tf-password"
+description = "Terraform password"
+regex = '''password\s*=\s*"([^"]+)"'''
+path = '''\.tf$'''
+keywords = ["password"]
+[[rules]]
+id = "gh"
+description = "GitHub token"
+regex = '''ghp_[0-9a-zA-Z]{{36}}'''
+keywords = ["ghp_"]
+"#
+        ),
+    )
+    .unwrap();
+    let out = moat(
+        &[
+            "--rules",
+            rules.to_str().unwrap(),
+            "--format",
+            "json",
+            root.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON array");
+    let arr = v.as_array().unwrap();
+    let got: Vec<(String, String)> = arr
+        .iter()
+        .map(|f| {
+            let p = f["path"].as_str().unwrap();
+            let rel = p
+                .strip_prefix(root.to_str().unwrap())
+                .unwrap()
+                .trim_start_matches('/');
+            (rel.to_string(), f["rule_id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("app/config.yaml".to_string(), "gh".to_string()),
+            ("certs/client.p12".to_string(), "p12".to_string()),
+            ("infra/main.tf".to_string(), "tf-password".to_string()),
+        ]
+    );
+    let gh = &arr[0];
+    for key in ["description", "line", "column", "start", "end", "redacted"] {
+        assert!(gh.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(gh["line"], 2);
+    assert_eq!(gh["column"], 10);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(GH));
+}
+
+#[test]
+fn gitleaks_config_and_sarif() {
+    let gitleaks = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/datasets/gitleaks/gitleaks.toml"
+    );
+    let out = moat(
+        &["--rules", gitleaks, "--format", "sarif", "-"],
+        Some(&format!("export GITHUB_TOKEN={GH}\n")),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("SARIF is JSON");
+    assert_eq!(v["version"], "2.1.0");
+    assert_eq!(v["runs"][0]["results"][0]["ruleId"], "github-pat");
+    let region = &v["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"];
+    assert_eq!(region["startLine"], 1);
+}
+
+#[test]
+fn unsupported_rules_are_reported_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\nid = \"ahead\"\nregex = '''key(?=[0-9])'''\n[[rules]]\nid = \"ok\"\nregex = '''KEY-[0-9]{4}'''\n",
+    )
+    .unwrap();
+    let out = moat(&["--rules", rules.to_str().unwrap(), "-"], Some("KEY-1234"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("`ahead`") && err.contains("lookahead"),
+        "{err}"
+    );
+}
