@@ -141,8 +141,8 @@ pub fn parse_threshold(s: &str) -> Result<f64, String> {
 
 /// Renders the comparison as Markdown.
 pub fn markdown(lines: &[Line], threshold: f64) -> String {
-    let mut o = format!(
-        "| load | variant | metric | baseline | candidate | change | interval | verdict |\n|---|---|---|---:|---:|---:|---|---|\n"
+    let mut o = String::from(
+        "| load | variant | metric | baseline | candidate | change | interval | verdict |\n|---|---|---|---:|---:|---:|---|---|\n",
     );
     for l in lines {
         let rel = l

@@ -546,13 +546,10 @@ async fn worker(mut conn: Conn, plan: Plan, shared: Rc<Shared>) {
             let offset = Duration::from_secs_f64(plan.worker as f64 / rate);
             let mut prev_done = plan.start;
             let mut i: u32 = 0;
-            loop {
-                let Some(intended) = interval
-                    .checked_mul(i)
-                    .and_then(|d| plan.start.checked_add(offset + d))
-                else {
-                    break;
-                };
+            while let Some(intended) = interval
+                .checked_mul(i)
+                .and_then(|d| plan.start.checked_add(offset + d))
+            {
                 i = i.saturating_add(1);
                 if intended >= plan.end {
                     break;
