@@ -5,13 +5,17 @@
 //! - `extract/json_1k`: schema (with the built-in scanners) of a ~1 KB JSON body;
 //! - `extract/json_1k_no_scanners`: the same without scanners;
 //! - `template/path`: templating one path;
-//! - `exchange/full`: every schema of one exchange (query, headers, 1 KB request and response bodies).
+//! - `exchange/full`: every schema of one exchange (query, headers, 1 KB request and response bodies);
+//! - `phase/wants_bodies`, `phase/after_response`: what the request thread pays per request
+//!   (after_response: an `Arc` clone and a `try_send`, into a queue the worker drains or
+//!   that is full and drops).
 
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use moat_core::AfterResponsePhase;
 use moat_schema::discovery::extract;
-use moat_schema::{from_json, template, Scanners};
+use moat_schema::{from_json, template, Discovery, DiscoveryConfig, Scanners};
 
 fn body_1k() -> String {
     let items: Vec<String> = (0..6)
@@ -70,6 +74,32 @@ fn bench(c: &mut Criterion) {
         duration_us: 100,
     });
     c.bench_function("exchange/full", |b| b.iter(|| extract(&ex, &sc, 64 << 10)));
+
+    // Request-thread cost of the phase: what the proxy pays per request.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = Discovery::start(
+        &DiscoveryConfig {
+            enabled: true,
+            ..DiscoveryConfig::default()
+        },
+        dir.path(),
+    )
+    .expect("discovery");
+    let ctx = moat_core::RequestCtx::for_test("api");
+    let (parts, ()) = http::Request::builder()
+        .uri("/api/v1/users/12345/orders/9f1c2a7e-1b2c-4d5e-8f90-123456789abc")
+        .body(())
+        .expect("request")
+        .into_parts();
+    // The first call samples the template; the measured calls take the common path.
+    let _ = d.wants_bodies(&ctx, &parts);
+    c.bench_function("phase/wants_bodies", |b| {
+        b.iter(|| d.wants_bodies(&ctx, &parts))
+    });
+    c.bench_function("phase/after_response", |b| {
+        b.iter(|| d.after_response(ex.clone()))
+    });
+    d.shutdown();
 }
 
 criterion_group!(benches, bench);
