@@ -420,6 +420,13 @@ pub(crate) fn flush_dirty(
     if dirty.is_empty() {
         return Ok(0);
     }
-    store.save(&dirty)?;
+    if let Err(e) = store.save(&dirty) {
+        // Written again at the next flush.
+        let mut inv = inv.lock().unwrap_or_else(|p| p.into_inner());
+        for ep in &dirty {
+            inv.dirty.insert((ep.method.clone(), ep.path.clone()));
+        }
+        return Err(e);
+    }
     Ok(dirty.len())
 }
