@@ -53,6 +53,10 @@ pub struct DiscoveryConfig {
     pub max_endpoints: usize,
     /// Maximum keys of each sampler map (default 4096).
     pub max_sampler_keys: usize,
+    /// Total weight of the inventory's schemas (one per node plus one per 64 bytes
+    /// of keys, about 100 bytes of memory each); merges past it are refused and
+    /// counted (default 1000000; one schema is further capped at 10000).
+    pub max_schema_weight: usize,
     /// How often changed endpoints are written to the inventory database (default 5s).
     #[serde(with = "moat_config::duration")]
     pub flush_interval: Duration,
@@ -69,6 +73,7 @@ impl Default for DiscoveryConfig {
             inventory: PathBuf::from("moat-apis.db"),
             max_endpoints: 10_000,
             max_sampler_keys: 4096,
+            max_schema_weight: 1_000_000,
             flush_interval: Duration::from_secs(5),
         }
     }
@@ -103,6 +108,9 @@ impl DiscoveryConfig {
         }
         if self.max_sampler_keys < 16 || self.max_sampler_keys > 1 << 20 {
             return err("max_sampler_keys must be between 16 and 1048576");
+        }
+        if self.max_schema_weight == 0 || self.max_schema_weight > 100_000_000 {
+            return err("max_schema_weight must be between 1 and 100000000");
         }
         if self.flush_interval < Duration::from_millis(10)
             || self.flush_interval > Duration::from_secs(3600)
@@ -186,6 +194,8 @@ pub struct DiscoveryStats {
     pub endpoints_dropped: u64,
     /// Inventory write failures.
     pub store_errors: u64,
+    /// Schemas not merged because of the weight limits.
+    pub schemas_dropped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -198,6 +208,7 @@ struct Counters {
     rate_limited: AtomicU64,
     endpoints_dropped: AtomicU64,
     store_errors: AtomicU64,
+    schemas_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -212,6 +223,7 @@ impl Counters {
             rate_limited: l(&self.rate_limited),
             endpoints_dropped: l(&self.endpoints_dropped),
             store_errors: l(&self.store_errors),
+            schemas_dropped: l(&self.schemas_dropped),
         }
     }
 }
@@ -246,7 +258,7 @@ impl Discovery {
         cfg.validate()?;
         let inventory_path = base_dir.join(&cfg.inventory);
         let store = InventoryStore::open(&inventory_path)?;
-        let mut inv = Inventory::new(cfg.max_endpoints);
+        let mut inv = Inventory::new(cfg.max_endpoints, cfg.max_schema_weight);
         load_into(&mut inv, &store)?;
         let inventory = Arc::new(Mutex::new(inv));
         let counters = Arc::new(Counters::default());
@@ -298,6 +310,14 @@ impl Discovery {
     /// Exchanges waiting for the worker.
     pub fn queue_depth(&self) -> usize {
         self.tx.len()
+    }
+
+    /// Total weight of the inventory's schemas (see `max_schema_weight`).
+    pub fn schema_weight(&self) -> usize {
+        self.inventory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .weight()
     }
 
     /// A copy of every endpoint, sorted by path then method.
@@ -490,15 +510,22 @@ impl Worker {
             now_ms: now_ms(),
             auth: &kinds[..n],
         };
-        let ok = self
+        let res = self
             .inventory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .observe(obs, sample);
-        if !ok {
-            self.counters
-                .endpoints_dropped
-                .fetch_add(1, Ordering::Relaxed);
+        match res {
+            None => {
+                self.counters
+                    .endpoints_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Some(refused) => {
+                self.counters
+                    .schemas_dropped
+                    .fetch_add(refused as u64, Ordering::Relaxed);
+            }
         }
     }
 }

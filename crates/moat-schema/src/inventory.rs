@@ -15,6 +15,8 @@ use crate::DiscoveryError;
 pub const MAX_STATUSES: usize = 64;
 /// Distinct content types kept per message.
 pub const MAX_CONTENT_TYPES: usize = 8;
+/// Largest weight ([`Node::weight`]) of one merged schema; a merge past it is refused.
+pub const MAX_SCHEMA_WEIGHT: usize = 10_000;
 
 impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
@@ -154,13 +156,43 @@ pub struct Sample {
     pub response_body: Option<Node>,
 }
 
-fn merge_opt(into: &mut Option<Node>, new: Option<Node>) {
-    if let Some(n) = new {
-        *into = Some(match into.take() {
-            Some(cur) => merge(&cur, &n),
-            None => n,
-        });
+/// Total schema weight allowed in the inventory, and what was refused.
+#[derive(Debug)]
+struct Budget {
+    used: usize,
+    max: usize,
+}
+
+/// Merges `new` into `into` unless the result would pass the per-schema cap or
+/// the inventory budget; returns false when refused (the old schema stays).
+fn merge_opt(into: &mut Option<Node>, new: Option<Node>, budget: &mut Budget) -> bool {
+    let Some(n) = new else {
+        return true;
+    };
+    let old_w = into.as_ref().map_or(0, Node::weight);
+    let merged = match into.as_ref() {
+        Some(cur) => merge(cur, &n),
+        None => n,
+    };
+    let new_w = merged.weight();
+    let used = budget.used - old_w.min(budget.used) + new_w;
+    if new_w > MAX_SCHEMA_WEIGHT || (new_w > old_w && used > budget.max) {
+        return false;
     }
+    budget.used = used;
+    *into = Some(merged);
+    true
+}
+
+fn endpoint_weight(ep: &Endpoint) -> usize {
+    let w = |n: &Option<Node>| n.as_ref().map_or(0, Node::weight);
+    w(&ep.request.query)
+        + w(&ep.request.headers)
+        + w(&ep.request.body)
+        + ep.responses
+            .values()
+            .map(|r| w(&r.headers) + w(&r.body))
+            .sum::<usize>()
 }
 
 fn add_type(set: &mut BTreeSet<String>, t: Option<String>) {
@@ -177,6 +209,7 @@ pub struct Inventory {
     endpoints: HashMap<(String, String), Endpoint>,
     dirty: HashSet<(String, String)>,
     max_endpoints: usize,
+    budget: Budget,
 }
 
 /// One observed request, as the inventory needs it.
@@ -197,22 +230,35 @@ pub struct Observation<'a> {
 }
 
 impl Inventory {
-    /// An empty inventory holding at most `max_endpoints` endpoints.
-    pub fn new(max_endpoints: usize) -> Inventory {
+    /// An empty inventory holding at most `max_endpoints` endpoints and schemas
+    /// of total weight `max_weight` ([`Node::weight`]).
+    pub fn new(max_endpoints: usize, max_weight: usize) -> Inventory {
         Inventory {
             endpoints: HashMap::new(),
             dirty: HashSet::new(),
             max_endpoints,
+            budget: Budget {
+                used: 0,
+                max: max_weight,
+            },
         }
     }
 
-    /// Counts one request and merges its sample, if any. Returns false when the
-    /// endpoint is new and the inventory is full (nothing recorded).
-    pub fn observe(&mut self, o: Observation<'_>, sample: Option<Sample>) -> bool {
+    /// Total weight of the stored schemas.
+    pub fn weight(&self) -> usize {
+        self.budget.used
+    }
+
+    /// Counts one request and merges its sample, if any. Returns `None` when the
+    /// endpoint is new and the inventory is full (nothing recorded), otherwise
+    /// the number of schemas of the sample refused by the weight limits.
+    pub fn observe(&mut self, o: Observation<'_>, sample: Option<Sample>) -> Option<usize> {
         let key = (o.method.to_string(), o.path.to_string());
         if !self.endpoints.contains_key(&key) && self.endpoints.len() >= self.max_endpoints {
-            return false;
+            return None;
         }
+        let budget = &mut self.budget;
+        let mut refused = 0usize;
         let ep = self
             .endpoints
             .entry(key.clone())
@@ -249,19 +295,24 @@ impl Inventory {
             None
         };
         if let Some(s) = sample {
+            let mut m = |into: &mut Option<Node>, new: Option<Node>| {
+                if !merge_opt(into, new, budget) {
+                    refused += 1;
+                }
+            };
             if let Some(r) = resp {
                 add_type(&mut r.content_types, s.response_content_type);
-                merge_opt(&mut r.headers, s.response_headers);
-                merge_opt(&mut r.body, s.response_body);
+                m(&mut r.headers, s.response_headers);
+                m(&mut r.body, s.response_body);
             }
             ep.samples += 1;
             add_type(&mut ep.request.content_types, s.request_content_type);
-            merge_opt(&mut ep.request.query, s.query);
-            merge_opt(&mut ep.request.headers, s.request_headers);
-            merge_opt(&mut ep.request.body, s.request_body);
+            m(&mut ep.request.query, s.query);
+            m(&mut ep.request.headers, s.request_headers);
+            m(&mut ep.request.body, s.request_body);
         }
         self.dirty.insert(key);
-        true
+        Some(refused)
     }
 
     /// Number of endpoints.
@@ -295,6 +346,7 @@ impl Inventory {
 
     fn insert_loaded(&mut self, ep: Endpoint) {
         if self.endpoints.len() < self.max_endpoints {
+            self.budget.used += endpoint_weight(&ep);
             self.endpoints
                 .insert((ep.method.clone(), ep.path.clone()), ep);
         }

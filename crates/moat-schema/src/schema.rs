@@ -131,6 +131,21 @@ impl Node {
         }
     }
 
+    /// Memory weight of the schema: one per node plus one per 64 bytes of record keys.
+    /// The inventory budgets schemas by it.
+    pub fn weight(&self) -> usize {
+        match self {
+            Node::Scalar { .. } => 1,
+            Node::Array { children, .. } => 1 + children.iter().map(Node::weight).sum::<usize>(),
+            Node::Record { entries, .. } => {
+                1 + entries
+                    .iter()
+                    .map(|(k, v)| k.len() / 64 + v.weight())
+                    .sum::<usize>()
+            }
+        }
+    }
+
     /// Calls `f(path, tags)` for every tagged scalar; `path` is a JSON-pointer-like
     /// path where array elements appear as `[]`.
     pub fn visit_tagged(&self, path: &mut String, f: &mut dyn FnMut(&str, &Tags)) {

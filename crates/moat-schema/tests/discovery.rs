@@ -398,6 +398,54 @@ fn inventory_is_bounded() {
 }
 
 #[test]
+fn schema_weight_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Discovery::start(
+        &DiscoveryConfig {
+            max_schema_weight: 60,
+            ..cfg(Duration::from_secs(3600))
+        },
+        dir.path(),
+    )
+    .unwrap();
+    // Each response body has 21 nodes; with headers, three endpoints exceed 60.
+    let body: &'static [u8] = Box::leak(
+        format!(
+            "{{{}}}",
+            (0..20)
+                .map(|i| format!(r#""k{i}":{i}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    for p in ["/a", "/b", "/c", "/d", "/e"] {
+        let mut ex = Ex::get(p, 200);
+        ex.resp_headers = vec![("content-type", "application/json")];
+        ex.resp_body = Some(Bytes::from(body.clone()));
+        d.after_response(ex.build());
+    }
+    d.shutdown();
+    assert!(d.schema_weight() <= 60, "{}", d.schema_weight());
+    assert!(d.stats().schemas_dropped > 0);
+    // Every request is still counted.
+    assert_eq!(d.endpoints().iter().map(|e| e.count).sum::<u64>(), 5);
+    // The weight is restored from the database at restart.
+    let w = d.schema_weight();
+    drop(d);
+    let d = Discovery::start(
+        &DiscoveryConfig {
+            max_schema_weight: 60,
+            ..cfg(Duration::from_secs(3600))
+        },
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(d.schema_weight(), w);
+}
+
+#[test]
 fn openapi_export() {
     let dir = tempfile::tempdir().unwrap();
     let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
