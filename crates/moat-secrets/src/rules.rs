@@ -456,13 +456,11 @@ pub fn compile(pat: &str) -> Result<Regex, String> {
                     .hybrid_cache_capacity(DFA_CACHE_LIMIT),
             )
             .build(pat)
+            .map_err(|e| e.to_string().replace('\n', " "))
     };
     match build(false) {
         Ok(re) => Ok(re),
-        Err(e) => match build(true) {
-            Ok(re) => Ok(re),
-            Err(_) => Err(e.to_string().replace('\n', " ")),
-        },
+        Err(e) => build(true).map_err(|_| e),
     }
 }
 
