@@ -54,18 +54,42 @@ impl Kind {
     }
 
     fn rule(self, i: usize) -> Rule {
-        let c = |pred| Clause { pred, negated: false };
-        let from = |pred| Rule { from: vec![vec![c(pred)]], ..Default::default() };
-        let to = |pred| Rule { to: vec![vec![c(pred)]], ..Default::default() };
+        let c = |pred| Clause {
+            pred,
+            negated: false,
+        };
+        let from = |pred| Rule {
+            from: vec![vec![c(pred)]],
+            ..Default::default()
+        };
+        let to = |pred| Rule {
+            to: vec![vec![c(pred)]],
+            ..Default::default()
+        };
         match self {
-            Kind::ExactPath => to(Pred::Path(vec![PathPat::Str(StrPat::Exact(format!("/api/v1/item-{i}")))])),
-            Kind::PrefixPath => to(Pred::Path(vec![PathPat::Str(StrPat::Prefix(format!("/api/v1/item-{i}/")))])),
-            Kind::SuffixPath => to(Pred::Path(vec![PathPat::Str(StrPat::Suffix(format!(".ext{i}")))])),
-            Kind::IpBlocks => from(Pred::SourceIp(vec![format!("{}/32", Self::ip(i)).parse().unwrap()])),
-            Kind::Principals => from(Pred::Principal(vec![StrPat::Exact(format!("cluster.local/ns/bench/sa/sa-{i}"))])),
-            Kind::RequestPrincipals => from(Pred::RequestPrincipal(vec![ReqPrinPat::parse(&format!("{ISS}/user-{i}"))])),
+            Kind::ExactPath => to(Pred::Path(vec![PathPat::Str(StrPat::Exact(format!(
+                "/api/v1/item-{i}"
+            )))])),
+            Kind::PrefixPath => to(Pred::Path(vec![PathPat::Str(StrPat::Prefix(format!(
+                "/api/v1/item-{i}/"
+            )))])),
+            Kind::SuffixPath => to(Pred::Path(vec![PathPat::Str(StrPat::Suffix(format!(
+                ".ext{i}"
+            )))])),
+            Kind::IpBlocks => from(Pred::SourceIp(vec![format!("{}/32", Self::ip(i))
+                .parse()
+                .unwrap()])),
+            Kind::Principals => from(Pred::Principal(vec![StrPat::Exact(format!(
+                "cluster.local/ns/bench/sa/sa-{i}"
+            ))])),
+            Kind::RequestPrincipals => from(Pred::RequestPrincipal(vec![ReqPrinPat::parse(
+                &format!("{ISS}/user-{i}"),
+            )])),
             Kind::Header => Rule {
-                when: vec![c(Pred::Header("x-token".into(), vec![StrPat::Exact(format!("token-{i}"))]))],
+                when: vec![c(Pred::Header(
+                    "x-token".into(),
+                    vec![StrPat::Exact(format!("token-{i}"))],
+                ))],
                 ..Default::default()
             },
         }
@@ -94,17 +118,40 @@ fn bench_req(kind: Kind, hit: Option<usize>) -> BenchReq {
         Kind::IpBlocks if !miss => Kind::ip(i).parse().unwrap(),
         _ => "192.168.7.7".parse().unwrap(),
     };
-    let sa = if matches!(kind, Kind::Principals) && !miss { format!("sa-{i}") } else { "nobody".into() };
+    let sa = if matches!(kind, Kind::Principals) && !miss {
+        format!("sa-{i}")
+    } else {
+        "nobody".into()
+    };
     let uri = format!("spiffe://cluster.local/ns/bench/sa/{sa}");
     let (principal, namespace) = PeerIdentity::from_spiffe_uri(&uri);
-    let peer = PeerIdentity { principal, namespace, uri_sans: vec![uri], ..Default::default() };
+    let peer = PeerIdentity {
+        principal,
+        namespace,
+        uri_sans: vec![uri],
+        ..Default::default()
+    };
     let mut headers = HeaderMap::new();
-    let tok = if matches!(kind, Kind::Header) && !miss { format!("token-{i}") } else { "token-none".into() };
+    let tok = if matches!(kind, Kind::Header) && !miss {
+        format!("token-{i}")
+    } else {
+        "token-none".into()
+    };
     headers.insert("x-token", tok.parse().unwrap());
     headers.insert("user-agent", "bench/1.0".parse().unwrap());
     headers.insert("accept", "*/*".parse().unwrap());
-    let sub = if matches!(kind, Kind::RequestPrincipals) && !miss { format!("user-{i}") } else { "user-none".into() };
-    BenchReq { path, src, peer, headers, sub }
+    let sub = if matches!(kind, Kind::RequestPrincipals) && !miss {
+        format!("user-{i}")
+    } else {
+        "user-none".into()
+    };
+    BenchReq {
+        path,
+        src,
+        peer,
+        headers,
+        sub,
+    }
 }
 
 fn meta(name: String) -> Meta {
@@ -180,7 +227,13 @@ fn decisions(c: &mut Criterion) {
                 };
                 let mut h = headers.clone();
                 let d = e.evaluate(&input, &mut h);
-                assert_eq!(d.allowed, hit.is_some() || n == 0, "{} {n} {case}: {}", kind.name(), d.reason);
+                assert_eq!(
+                    d.allowed,
+                    hit.is_some() || n == 0,
+                    "{} {n} {case}: {}",
+                    kind.name(),
+                    d.reason
+                );
                 g.bench_with_input(BenchmarkId::new(case, n), &n, |b, _| {
                     b.iter(|| {
                         // The engine may rewrite headers (JWT outputs): evaluate on the same map,
@@ -260,7 +313,11 @@ fn jwt(c: &mut Criterion) {
         let cache = TokenCache::new(1000);
         moat_authz::jwt::verify_cached(&t, &p, &cache, now, 60).unwrap();
         g.bench_function(format!("cached/{name}"), |b| {
-            b.iter(|| black_box(moat_authz::jwt::verify_cached(black_box(&t), &p, &cache, now, 60).unwrap()))
+            b.iter(|| {
+                black_box(
+                    moat_authz::jwt::verify_cached(black_box(&t), &p, &cache, now, 60).unwrap(),
+                )
+            })
         });
     }
     g.finish();

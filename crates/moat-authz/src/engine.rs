@@ -511,19 +511,17 @@ impl AuthzEngine {
                     return d;
                 }
             };
-        let uris: Vec<String>;
+        let fallback: Vec<String>;
         let peer_view = match peer {
-            Some(p) => {
-                uris = if p.uri_sans.is_empty() {
-                    p.principal
-                        .iter()
-                        .map(|x| format!("spiffe://{x}"))
-                        .collect()
-                } else {
-                    p.uri_sans.clone()
-                };
-                Some(PeerView { uris: &uris })
+            Some(p) if p.uri_sans.is_empty() => {
+                fallback = p
+                    .principal
+                    .iter()
+                    .map(|x| format!("spiffe://{x}"))
+                    .collect();
+                Some(PeerView { uris: &fallback })
             }
+            Some(p) => Some(PeerView { uris: &p.uri_sans }),
             None => None,
         };
         let attrs = Attrs {

@@ -748,7 +748,7 @@ impl<'de> Deserialize<'de> for DurationY {
 fn humantime_parse(s: &str) -> Result<Duration, String> {
     if let Some(num) = s.strip_suffix('s') {
         if let Ok(f) = num.parse::<f64>() {
-            if f.is_finite() && f >= 0.0 && f < 1e9 {
+            if f.is_finite() && (0.0..1e9).contains(&f) {
                 return Ok(Duration::from_secs_f64(f));
             }
         }

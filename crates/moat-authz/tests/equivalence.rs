@@ -128,6 +128,15 @@ fn rule() -> impl Strategy<Value = Rule> {
         .prop_map(|(from, to, when)| Rule { from, to, when })
 }
 
+/// iss, sub, aud, azp, claims.
+type JwtParts = (
+    String,
+    String,
+    Vec<String>,
+    Option<String>,
+    serde_json::Value,
+);
+
 #[derive(Debug, Clone)]
 struct R {
     host: String,
@@ -139,13 +148,7 @@ struct R {
     remote: Option<IpAddr>,
     sni: Option<String>,
     peer: Option<String>,
-    jwt: Option<(
-        String,
-        String,
-        Vec<String>,
-        Option<String>,
-        serde_json::Value,
-    )>,
+    jwt: Option<JwtParts>,
 }
 
 fn request() -> impl Strategy<Value = R> {
