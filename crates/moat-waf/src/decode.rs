@@ -29,13 +29,42 @@ fn push_char(out: &mut Vec<u8>, c: u32) {
 
 /// One round of URL decoding: `%XX`, `%uXXXX`, and `+` as space when `plus`.
 pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
-    let needs = s.iter().any(|&b| b == b'%' || (plus && b == b'+'));
+    let needs = if plus {
+        memchr::memchr2(b'%', b'+', s).is_some()
+    } else {
+        memchr::memchr(b'%', s).is_some()
+    };
     if !needs {
         return Cow::Borrowed(s);
     }
     let mut out = Vec::with_capacity(s.len());
+    url_decode_into(s, plus, &mut out);
+    Cow::Owned(out)
+}
+
+/// [`url_decode_once`] into a caller-owned buffer (cleared first), so a loop over
+/// many parameters reuses one allocation.
+pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
+    out.clear();
     let mut i = 0;
     while i < s.len() {
+        // copy the run up to the next escape in one go
+        let next = if plus {
+            memchr::memchr2(b'%', b'+', &s[i..])
+        } else {
+            memchr::memchr(b'%', &s[i..])
+        };
+        match next {
+            Some(0) => {}
+            Some(n) => {
+                out.extend_from_slice(&s[i..i + n]);
+                i += n;
+            }
+            None => {
+                out.extend_from_slice(&s[i..]);
+                break;
+            }
+        }
         let b = s[i];
         if b == b'%' {
             if i + 2 < s.len() {
@@ -67,7 +96,7 @@ pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
                     }
                 }
                 if ok {
-                    push_char(&mut out, v);
+                    push_char(out, v);
                     i += 6;
                     continue;
                 }
@@ -80,7 +109,6 @@ pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
         }
         i += 1;
     }
-    Cow::Owned(out)
 }
 
 /// URL-decodes until the value stops changing, at most [`MAX_URL_ROUNDS`] times.

@@ -212,6 +212,9 @@ impl<'e> Inspector<'e> {
         let c = Classes::of(raw.as_bytes());
         let inert = !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC))
             || raw.len() < 3;
+        if inert && raw.len() < 12 {
+            return;
+        }
         if !inert {
             // decode: URL (repeated), HTML entities, JS escapes
             let u: Cow<'_, str> = if c.any(Classes::PERCENT) {
@@ -244,7 +247,10 @@ impl<'e> Inspector<'e> {
             {
                 self.json(t.as_bytes(), loc, nest + 1);
             }
-        } else if raw.contains("select") || raw.contains("SELECT") {
+        } else if raw.len() >= 10
+            && memchr::memchr(b' ', raw.as_bytes()).is_some()
+            && crate::util::contains_ci(raw.as_bytes(), b"select")
+        {
             detect::run_all(raw, scope, &mut |h| self.report(loc, h));
         }
         if nest < MAX_NEST
@@ -252,6 +258,7 @@ impl<'e> Inspector<'e> {
             && !c.any(
                 !(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT | Classes::MISC),
             )
+            && memchr::memchr(b' ', raw.as_bytes()).is_none()
         {
             if let Some(text) = decode::base64_text(raw) {
                 let t = text.trim();
@@ -291,9 +298,18 @@ impl<'e> Inspector<'e> {
         }
     }
 
-    /// Inspects a `?a=b&c=d` query string or urlencoded form.
+    /// Inspects a `?a=b&c=d` query string or urlencoded form. Names and values
+    /// are decoded into two buffers reused across pairs (no per-pair allocation).
     pub fn urlencoded(&mut self, q: &[u8], form: bool) {
-        for pair in q.split(|&b| b == b'&') {
+        let mut nbuf: Vec<u8> = Vec::new();
+        let mut vbuf: Vec<u8> = Vec::new();
+        let mut start = 0;
+        while start <= q.len() {
+            let end = memchr::memchr(b'&', &q[start..])
+                .map(|x| start + x)
+                .unwrap_or(q.len());
+            let pair = &q[start..end];
+            start = end + 1;
             if pair.is_empty() {
                 continue;
             }
@@ -304,10 +320,10 @@ impl<'e> Inspector<'e> {
                 Some(p) => (&pair[..p], &pair[p + 1..]),
                 None => (&pair[..0], pair),
             };
-            let n = decode::url_decode_once(n, true);
-            let n = String::from_utf8_lossy(&n);
-            let v = decode::url_decode_once(v, true);
-            let v = String::from_utf8_lossy(&v);
+            let n = decode_into(n, &mut nbuf);
+            let v = decode_into(v, &mut vbuf);
+            let n = lossy(n);
+            let v = lossy(v);
             if form {
                 self.name(Loc::FormName(&n), &n);
                 self.value(Loc::Form(&n), &v, Scope::Body);
@@ -577,6 +593,23 @@ impl<'e> Inspector<'e> {
                 }
             }
         }
+    }
+}
+
+/// URL-decodes (`+` as space) into `buf` when needed; borrows `raw` otherwise.
+fn decode_into<'a>(raw: &'a [u8], buf: &'a mut Vec<u8>) -> &'a [u8] {
+    if memchr::memchr2(b'%', b'+', raw).is_none() {
+        return raw;
+    }
+    decode::url_decode_into(raw, true, buf);
+    buf
+}
+
+/// Borrowed UTF-8 when valid, lossy otherwise.
+fn lossy(b: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(b) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(String::from_utf8_lossy(b).into_owned()),
     }
 }
 

@@ -2,8 +2,45 @@
 //! and template injection, JNDI lookups, LDAP, XPath, NoSQL operators,
 //! dangerous uploads and scanner User-Agents.
 
+use std::sync::LazyLock;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+
 use super::{Attack, Classes, Hit};
 use crate::util::{contains_ci, find_ci, starts_with_ci};
+
+/// A case-insensitive multi-pattern matcher built once; `None` only if the
+/// automaton could not be built (then callers fall back to per-pattern search).
+fn matcher<'a>(pats: impl IntoIterator<Item = &'a str>) -> Option<AhoCorasick> {
+    AhoCorasickBuilder::new()
+        .ascii_case_insensitive(true)
+        .match_kind(MatchKind::LeftmostFirst)
+        .build(pats)
+        .ok()
+}
+
+static SENSITIVE_AC: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| matcher(SENSITIVE.iter().copied()));
+static CODE_AC: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| matcher(CODE_MARKERS.iter().map(|m| m.0)));
+static PHP_AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| matcher(PHP_FUNCS.iter().copied()));
+static SCANNER_AC: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| matcher(SCANNERS.iter().copied()));
+static XPATH_AC: LazyLock<Option<AhoCorasick>> =
+    LazyLock::new(|| matcher(XPATH_MARKERS.iter().copied()));
+
+/// First match of any pattern: (pattern index, start, end).
+fn first_match(ac: &Option<AhoCorasick>, pats: &[&str], b: &[u8]) -> Option<(usize, usize, usize)> {
+    match ac {
+        Some(ac) => ac
+            .find(b)
+            .map(|m| (m.pattern().as_usize(), m.start(), m.end())),
+        None => pats
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| find_ci(b, t.as_bytes()).map(|p| (i, p, p + t.len()))),
+    }
+}
 
 const SENSITIVE: &[&str] = &[
     "etc/passwd",
@@ -98,9 +135,7 @@ fn traversal_inner(s: &str) -> Option<Hit> {
     } else {
         0
     };
-    let sensitive = SENSITIVE
-        .iter()
-        .find_map(|t| find_ci(b, t.as_bytes()).map(|p| (p, t.len())));
+    let sensitive = first_match(&SENSITIVE_AC, SENSITIVE, b).map(|(_, p, e)| (p, e - p));
     // wrappers
     for w in [
         &b"php://"[..],
@@ -577,10 +612,22 @@ fn ssti(s: &str) -> Option<Hit> {
 pub fn code(s: &str, c: Classes) -> Option<Hit> {
     let b = s.as_bytes();
     let mut best: Option<Hit> = None;
-    for (m, conf, kind) in CODE_MARKERS {
-        if let Some(p) = find_ci(b, m.as_bytes()) {
-            if best.as_ref().is_none_or(|h| h.confidence < *conf) {
-                best = Some(Hit::new(*kind, *conf, s, p, p + m.len() + 20));
+    match &*CODE_AC {
+        Some(ac) => {
+            for m in ac.find_iter(b) {
+                let (_, conf, kind) = CODE_MARKERS[m.pattern().as_usize()];
+                if best.as_ref().is_none_or(|h| h.confidence < conf) {
+                    best = Some(Hit::new(kind, conf, s, m.start(), m.end() + 20));
+                }
+            }
+        }
+        None => {
+            for (m, conf, kind) in CODE_MARKERS {
+                if let Some(p) = find_ci(b, m.as_bytes()) {
+                    if best.as_ref().is_none_or(|h| h.confidence < *conf) {
+                        best = Some(Hit::new(*kind, *conf, s, p, p + m.len() + 20));
+                    }
+                }
             }
         }
     }
@@ -589,11 +636,23 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
     }
     if c.any(Classes::PAREN) {
         // PHP function call with a code-shaped argument: system('id'), eval($_POST[x]), phpinfo()
-        for f in PHP_FUNCS {
-            let mut from = 0;
-            while let Some(p) = find_ci(&b[from..], f.as_bytes()) {
-                let at = from + p;
-                from = at + f.len();
+        let hits: Vec<(usize, usize)> = match &*PHP_AC {
+            Some(ac) => ac
+                .find_iter(b)
+                .take(16)
+                .map(|m| (m.pattern().as_usize(), m.start()))
+                .collect(),
+            None => PHP_FUNCS
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| find_ci(b, f.as_bytes()).map(|p| (i, p)))
+                .collect(),
+        };
+        for (fi, at) in hits {
+            let f = &PHP_FUNCS[fi];
+            {
+                let at = at;
+
                 let before_ok = at == 0
                     || !(b[at - 1].is_ascii_alphanumeric()
                         || b[at - 1] == b'_'
@@ -772,28 +831,25 @@ pub fn ldap(s: &str) -> Option<Hit> {
 
 /// XPath injection.
 pub fn xpath(s: &str) -> Option<Hit> {
-    let b = s.as_bytes();
-    for m in [
-        &b"::node()"[..],
-        b"child::",
-        b"descendant::",
-        b"ancestor::",
-        b"following-sibling::",
-        b"name(/",
-        b"count(/",
-        b"string-length(name(",
-        b"substring(name(",
-        b"]|//",
-        b"] | //",
-        b"or name()=",
-        b"position()=",
-    ] {
-        if let Some(p) = find_ci(b, m) {
-            return Some(Hit::new(Attack::Xpath, 80, s, p, p + 30));
-        }
-    }
-    None
+    first_match(&XPATH_AC, XPATH_MARKERS, s.as_bytes())
+        .map(|(_, p, _)| Hit::new(Attack::Xpath, 80, s, p, p + 30))
 }
+
+const XPATH_MARKERS: &[&str] = &[
+    "::node()",
+    "child::",
+    "descendant::",
+    "ancestor::",
+    "following-sibling::",
+    "name(/",
+    "count(/",
+    "string-length(name(",
+    "substring(name(",
+    "]|//",
+    "] | //",
+    "or name()=",
+    "position()=",
+];
 
 const NOSQL_OPS: &[&str] = &[
     "ne",
@@ -984,13 +1040,8 @@ const SCANNERS: &[&str] = &[
 
 /// Scanner and exploit-tool User-Agents (monitor-level confidence).
 pub fn scanner(ua: &str) -> Option<Hit> {
-    let b = ua.as_bytes();
-    for s in SCANNERS {
-        if let Some(p) = find_ci(b, s.as_bytes()) {
-            return Some(Hit::new(Attack::Scanner, 40, ua, p, p + s.len()));
-        }
-    }
-    None
+    first_match(&SCANNER_AC, SCANNERS, ua.as_bytes())
+        .map(|(_, p, e)| Hit::new(Attack::Scanner, 40, ua, p, e))
 }
 
 const SCRIPT_EXT: &[&str] = &[
