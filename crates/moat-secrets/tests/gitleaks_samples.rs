@@ -136,3 +136,31 @@ fn full_ruleset_agreement_with_gitleaks() {
         disagree.join("\n")
     );
 }
+
+/// The prefilter reports every (keyword, position) a plain case-insensitive
+/// search finds, and nothing else.
+#[test]
+fn prefilter_finds_every_keyword_occurrence() {
+    let (toml, samples) = load();
+    let sc = Scanner::from_toml(&toml, "gitleaks.toml").expect("rules");
+    let mut keywords: Vec<String> = sc
+        .rules()
+        .iter()
+        .flat_map(|r| r.keywords.iter().cloned())
+        .collect();
+    keywords.sort();
+    keywords.dedup();
+    let texts: Vec<&str> = samples.iter().map(|s| s.text.as_str()).collect();
+    for chunk in texts.chunks(40) {
+        let payload = chunk.join("\n").to_uppercase() + &chunk.join(" ");
+        let lower = payload.as_bytes().to_ascii_lowercase();
+        let mut want = Vec::new();
+        for k in &keywords {
+            for p in memchr::memmem::find_iter(&lower, k.as_bytes()) {
+                want.push((k.clone(), p));
+            }
+        }
+        want.sort();
+        assert_eq!(sc.keyword_hits(payload.as_bytes()), want);
+    }
+}
