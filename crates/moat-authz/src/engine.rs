@@ -1,6 +1,7 @@
 //! The engine: per-workload compiled views, the decision algorithm, the request-headers
 //! phase and background JWKS refresh.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
@@ -114,7 +115,7 @@ impl Group {
 struct PeerPolicy {
     mode: MtlsMode,
     policy: Option<String>,
-    ports: HashMap<u16, (MtlsMode, String)>,
+    ports: Vec<(u16, MtlsMode, String)>,
 }
 
 /// Everything that applies to one (namespace, labels) workload.
@@ -144,7 +145,7 @@ pub struct Decision {
     /// Rule index within that policy.
     pub rule: Option<u32>,
     /// Why.
-    pub reason: String,
+    pub reason: Cow<'static, str>,
     /// AUDIT policies that matched (`namespace/name[rule i]`).
     pub audit: Vec<String>,
     /// What dry-run (`istio.io/dry-run`) policies would have done, when they would deny.
@@ -164,7 +165,12 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn new(status: u16, allowed: bool, reason: impl Into<String>, engine: &'static str) -> Self {
+    fn new(
+        status: u16,
+        allowed: bool,
+        reason: impl Into<Cow<'static, str>>,
+        engine: &'static str,
+    ) -> Self {
         Decision {
             status,
             allowed,
@@ -472,7 +478,7 @@ impl AuthzEngine {
                 "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
                 "peer",
             );
-            d.policy = pa_policy;
+            d.policy = pa_policy.map(str::to_string);
             d.mtls_mode = mode;
             return d;
         }
@@ -490,27 +496,31 @@ impl AuthzEngine {
             }
         };
         let query = req.path_and_query.split_once('?').map(|(_, q)| q);
-        let now = jwt::now_secs();
         let skew = self.cfg.jwt_clock_skew.as_secs() as i64;
-        let verified =
-            match jwt::authenticate(&view.providers, headers, query, &self.cache, now, skew) {
-                Authn::NoToken => None,
-                Authn::Verified { jwt, provider } => {
-                    jwt::apply_outputs(&view.providers[provider], &jwt, headers);
-                    Some(jwt)
-                }
-                Authn::Failed { error, policy } => {
-                    let mut d = Decision::new(error.status(), false, error.message(), "authn");
-                    d.policy = policy;
-                    d.mtls_mode = mode;
-                    let realm = format!("{}://{}{}", req.scheme, req.host, path);
-                    d.www_authenticate = Some(format!(
-                        "Bearer realm=\"{}\", error=\"invalid_token\"",
-                        realm.replace('"', "%22")
-                    ));
-                    return d;
-                }
-            };
+        let authn = if jwt::any_token(&view.providers, headers, query) {
+            let now = jwt::now_secs();
+            jwt::authenticate(&view.providers, headers, query, &self.cache, now, skew)
+        } else {
+            Authn::NoToken
+        };
+        let verified = match authn {
+            Authn::NoToken => None,
+            Authn::Verified { jwt, provider } => {
+                jwt::apply_outputs(&view.providers[provider], &jwt, headers);
+                Some(jwt)
+            }
+            Authn::Failed { error, policy } => {
+                let mut d = Decision::new(error.status(), false, error.message(), "authn");
+                d.policy = policy;
+                d.mtls_mode = mode;
+                let realm = format!("{}://{}{}", req.scheme, req.host, path);
+                d.www_authenticate = Some(format!(
+                    "Bearer realm=\"{}\", error=\"invalid_token\"",
+                    realm.replace('"', "%22")
+                ));
+                return d;
+            }
+        };
         let fallback: Vec<String>;
         let peer_view = match peer {
             Some(p) if p.uri_sans.is_empty() => {
@@ -562,7 +572,7 @@ impl Decision {
     fn reason_with_rule(&self) -> String {
         match &self.policy {
             Some(_) => format!("{} ({})", self.rule_id(), self.reason),
-            None => self.reason.clone(),
+            None => self.reason.to_string(),
         }
     }
 }
@@ -599,10 +609,10 @@ fn decide(audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) -> Decision
 }
 
 impl View {
-    fn peer_mode(&self, port: u16) -> (MtlsMode, Option<String>) {
-        match self.peer.ports.get(&port) {
-            Some((m, p)) => (*m, Some(p.clone())),
-            None => (self.peer.mode, self.peer.policy.clone()),
+    fn peer_mode(&self, port: u16) -> (MtlsMode, Option<&str>) {
+        match self.peer.ports.iter().find(|(p, _, _)| *p == port) {
+            Some((_, m, p)) => (*m, Some(p.as_str())),
+            None => (self.peer.mode, self.peer.policy.as_deref()),
         }
     }
 }
@@ -638,7 +648,7 @@ fn compose_peer(
     let mut out = PeerPolicy {
         mode: MtlsMode::Permissive,
         policy: None,
-        ports: HashMap::new(),
+        ports: Vec::new(),
     };
     for level in [mesh, nsl, wl].into_iter().flatten() {
         if level.mode != MtlsMode::Unset {
@@ -649,7 +659,7 @@ fn compose_peer(
     if let Some(w) = wl {
         for (port, m) in &w.ports {
             if *m != MtlsMode::Unset {
-                out.ports.insert(*port, (*m, w.meta.id()));
+                out.ports.push((*port, *m, w.meta.id()));
             }
         }
     }
@@ -692,7 +702,7 @@ fn reply_for(d: &Decision) -> Reply {
     let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::FORBIDDEN);
     match d.status {
         401 | 403 if d.engine == "authn" => {
-            let mut r = Reply::text(status, d.reason.clone());
+            let mut r = Reply::text(status, d.reason.to_string());
             if let Some(w) = d
                 .www_authenticate
                 .as_deref()
@@ -790,7 +800,7 @@ impl RequestHeadersPhase for AuthzEngine {
             EventAction::Block
         };
         ctx.events.push(
-            SecurityEvent::new(engine, d.rule_id(), action, d.reason.clone())
+            SecurityEvent::new(engine, d.rule_id(), action, d.reason.to_string())
                 .with_details(serde_json::json!({ "status": d.status, "mtls_mode": d.mtls_mode })),
         );
         if monitor {

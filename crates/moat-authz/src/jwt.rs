@@ -372,6 +372,17 @@ pub fn default_locations() -> Vec<Location> {
     ]
 }
 
+/// Whether any configured location could hold a token (cheap pre-check, no allocation).
+pub fn any_token(providers: &[Arc<Provider>], headers: &HeaderMap, query: Option<&str>) -> bool {
+    providers.iter().any(|p| {
+        p.locations.iter().any(|l| match l {
+            Location::Header { name, .. } => headers.contains_key(name),
+            Location::Param(name) => query.is_some_and(|q| q.contains(name.as_str())),
+            Location::Cookie(_) => headers.contains_key(http::header::COOKIE),
+        })
+    })
+}
+
 /// Tokens found at one location.
 pub fn extract(loc: &Location, headers: &HeaderMap, query: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();

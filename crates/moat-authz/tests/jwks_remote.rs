@@ -227,7 +227,7 @@ fn server_down_at_start_then_recovers() {
     let t = sign(&a, &claims(ISS, "alice"));
     let d = req("/").jwt(&t).eval(&e);
     assert_eq!(
-        (d.status, d.reason.as_str()),
+        (d.status, d.reason.as_ref()),
         (401, "Jwks remote fetch is failed")
     );
     assert_eq!(req("/").status(&e), 200, "no token still passes");
