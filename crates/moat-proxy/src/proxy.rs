@@ -48,13 +48,14 @@ pub(crate) async fn handle(
     let (mut parts, body) = req.into_parts();
 
     let request_id = request_id(&mut parts.headers);
-    let fmt = ReplyFormat::from_accept(parts.headers.get(ACCEPT));
+    // Parsed only when moat answers itself.
+    let accept = parts.headers.get(ACCEPT).cloned();
 
     // Request head limits (hyper enforces a hard cap on the raw head before this).
     if parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes {
         let reply = error_page(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            fmt,
+            accept.as_ref(),
             "request header fields too large",
             &request_id,
         );
@@ -64,7 +65,12 @@ pub(crate) async fn handle(
 
     let Some(route) = snap.match_route(request_host(&parts), parts.uri.path()) else {
         snap.no_route.record(Decision::Error, 404);
-        let reply = error_page(StatusCode::NOT_FOUND, fmt, "no route", &request_id);
+        let reply = error_page(
+            StatusCode::NOT_FOUND,
+            accept.as_ref(),
+            "no route",
+            &request_id,
+        );
         return Ok(reply_response(reply, &request_id));
     };
 
@@ -87,7 +93,7 @@ pub(crate) async fn handle(
         monitor_only: route.monitor_only,
     };
     let mut state = ReqState {
-        fmt,
+        accept,
         user_agent: parts.headers.get(USER_AGENT).cloned(),
         shared: &shared,
         snap: &snap,
@@ -110,7 +116,7 @@ pub(crate) async fn handle(
 
 /// Per-request state that outlives the phases (for records).
 struct ReqState<'a> {
-    fmt: ReplyFormat,
+    accept: Option<HeaderValue>,
     user_agent: Option<HeaderValue>,
     shared: &'a Arc<Shared>,
     snap: &'a Snapshot,
@@ -163,7 +169,7 @@ async fn proxy(
         return Err((
             error_page(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                st.fmt,
+                st.accept.as_ref(),
                 "request body too large",
                 &ctx.request_id,
             ),
@@ -196,7 +202,7 @@ async fn proxy(
                         return Err((
                             error_page(
                                 StatusCode::BAD_REQUEST,
-                                st.fmt,
+                                st.accept.as_ref(),
                                 "request body could not be read",
                                 &ctx.request_id,
                             ),
@@ -210,7 +216,7 @@ async fn proxy(
                         return Err((
                             error_page(
                                 StatusCode::PAYLOAD_TOO_LARGE,
-                                st.fmt,
+                                st.accept.as_ref(),
                                 "request body too large",
                                 &ctx.request_id,
                             ),
@@ -250,7 +256,8 @@ async fn proxy(
                     }
                     metrics.phase(Phase::RequestBody).observe(t.elapsed());
                 }
-                if b.modified() {
+                let modified = b.modified();
+                if modified {
                     parts.headers.remove(CONTENT_ENCODING);
                 }
                 let data = b.into_raw();
@@ -263,7 +270,7 @@ async fn proxy(
                     prefix.extend_from_slice(&buffered.overflow);
                     let prefix = prefix.freeze();
                     let consumed = prefix.len() as u64;
-                    if content_length.is_none() || data.len() != cap {
+                    if content_length.is_none() || modified {
                         parts.headers.remove(CONTENT_LENGTH);
                     }
                     let rest = if route.on_limit == OnLimit::Reject && !over_limit {
@@ -333,7 +340,7 @@ async fn proxy(
             return Err((
                 error_page(
                     StatusCode::BAD_REQUEST,
-                    st.fmt,
+                    st.accept.as_ref(),
                     "invalid request target",
                     &ctx.request_id,
                 ),
@@ -358,7 +365,7 @@ async fn proxy(
             return Err((
                 error_page(
                     StatusCode::GATEWAY_TIMEOUT,
-                    st.fmt,
+                    st.accept.as_ref(),
                     "upstream timeout",
                     &ctx.request_id,
                 ),
@@ -371,7 +378,7 @@ async fn proxy(
                 return Err((
                     error_page(
                         StatusCode::PAYLOAD_TOO_LARGE,
-                        st.fmt,
+                        st.accept.as_ref(),
                         "request body too large",
                         &ctx.request_id,
                     ),
@@ -397,7 +404,7 @@ async fn proxy(
             };
             tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
             return Err((
-                error_page(status, st.fmt, title, &ctx.request_id),
+                error_page(status, st.accept.as_ref(), title, &ctx.request_id),
                 Decision::Error,
             ));
         }
@@ -458,7 +465,7 @@ async fn proxy(
                     return Err((
                         error_page(
                             StatusCode::BAD_GATEWAY,
-                            st.fmt,
+                            st.accept.as_ref(),
                             "upstream error",
                             &ctx.request_id,
                         ),
@@ -502,7 +509,8 @@ async fn proxy(
                 }
                 metrics.phase(Phase::ResponseBody).observe(t.elapsed());
             }
-            if b.modified() {
+            let modified = b.modified();
+            if modified {
                 rparts.headers.remove(CONTENT_ENCODING);
             }
             let data = b.into_raw();
@@ -513,7 +521,7 @@ async fn proxy(
                 let mut prefix = BytesMut::with_capacity(data.len() + buffered.overflow.len());
                 prefix.extend_from_slice(&data);
                 prefix.extend_from_slice(&buffered.overflow);
-                if rparts.headers.get(CONTENT_LENGTH).is_none() || data.len() != cap {
+                if modified {
                     rparts.headers.remove(CONTENT_LENGTH);
                 }
                 ProxyBody::Prefixed(Some(prefix.freeze()), Box::new(ProxyBody::Stream(rbody)))
@@ -802,11 +810,17 @@ fn client_ip(ci: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
 /// moat's own error page, format chosen by `Accept`.
 pub(crate) fn error_page(
     status: StatusCode,
-    fmt: ReplyFormat,
+    accept: Option<&HeaderValue>,
     title: &str,
     request_id: &str,
 ) -> Reply {
-    Reply::page(status, fmt, title, request_id, None)
+    Reply::page(
+        status,
+        ReplyFormat::from_accept(accept),
+        title,
+        request_id,
+        None,
+    )
 }
 
 /// Turns a [`Reply`] into a response carrying `x-request-id`.

@@ -177,6 +177,9 @@ impl Cluster {
         base_dir: &Path,
         metrics: &Metrics,
     ) -> Result<Cluster, String> {
+        if cfg.endpoints.is_empty() {
+            return Err("a cluster needs at least one endpoint".into());
+        }
         let mut endpoints = Vec::with_capacity(cfg.endpoints.len());
         for e in &cfg.endpoints {
             let authority: Authority = e
