@@ -71,7 +71,7 @@ pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
                 if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
                     let v = (h * 16 + l) as u8;
                     // overlong 2-byte UTF-8 (%C0%AE = '.', %C0%AF = '/'): the ASCII it hides
-                    if (v == 0xC0 || v == 0xC1) && i + 5 < s.len() + 0 && s[i + 3] == b'%' {
+                    if (v == 0xC0 || v == 0xC1) && i + 5 < s.len() && s[i + 3] == b'%' {
                         if let (Some(h2), Some(l2)) = (hex(s[i + 4]), hex(s[i + 5])) {
                             let c = (h2 * 16 + l2) as u8;
                             if (0x80..0xC0).contains(&c) {

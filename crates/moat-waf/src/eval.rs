@@ -210,7 +210,7 @@ pub fn blaze(engine: &WafEngine, path: &Path) -> std::io::Result<BlazeReport> {
         let (blocked, desc) = judge_raw(engine, &req);
         let cat = category(attack, &req);
         rep.total.add(attack, blocked);
-        if fnv(&l.id) % 2 == 0 {
+        if fnv(&l.id).is_multiple_of(2) {
             rep.half_a.add(attack, blocked);
         } else {
             rep.half_b.add(attack, blocked);

@@ -17,6 +17,8 @@
 //! [`moat_core::RequestBodyPhase`] (parsed body types are buffered up to
 //! `limits.max_body_bytes`).
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod decode;
 pub mod detect;
@@ -403,7 +405,7 @@ impl WafEngine {
 
     fn finish(&self, ins: Inspector<'_>) -> Findings {
         let mut findings = ins.findings;
-        findings.sort_by(|a, b| b.confidence.cmp(&a.confidence));
+        findings.sort_by_key(|f| std::cmp::Reverse(f.confidence));
         Findings {
             findings,
             limits: ins.limits,
@@ -665,19 +667,25 @@ mod tests {
 
     #[test]
     fn build_validates() {
-        let mut c = WafConfig::default();
-        c.allowed_ips = vec!["10.0.0.0/8".into(), "::1".into()];
+        let mut c = WafConfig {
+            allowed_ips: vec!["10.0.0.0/8".into(), "::1".into()],
+            ..Default::default()
+        };
         assert!(WafEngine::build(&c).is_ok());
         c.allowed_ips = vec!["nope".into()];
         assert!(WafEngine::build(&c).is_err());
-        let mut c = WafConfig::default();
-        c.status = 42;
-        assert!(WafEngine::build(&c).is_err());
-        let mut c = WafConfig::default();
-        c.exclusions = vec![WafExclusion {
-            detector: Some("sqlx".into()),
+        let c = WafConfig {
+            status: 42,
             ..Default::default()
-        }];
+        };
+        assert!(WafEngine::build(&c).is_err());
+        let c = WafConfig {
+            exclusions: vec![WafExclusion {
+                detector: Some("sqlx".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
         assert!(WafEngine::build(&c).is_err());
     }
 }

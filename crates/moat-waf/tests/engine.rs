@@ -28,11 +28,19 @@ fn parts(method: &str, uri: &str, headers: &[(&str, &str)]) -> http::request::Pa
 }
 
 fn body(data: Vec<u8>, enc: Option<&str>, truncated: bool) -> Body {
-    Body::new(Bytes::from(data), enc.map(String::from), truncated, DecodeLimits::default())
+    Body::new(
+        Bytes::from(data),
+        enc.map(String::from),
+        truncated,
+        DecodeLimits::default(),
+    )
 }
 
 fn attacks(f: &moat_waf::Findings) -> Vec<(Attack, String)> {
-    f.findings.iter().map(|x| (x.attack, x.location.clone())).collect()
+    f.findings
+        .iter()
+        .map(|x| (x.attack, x.location.clone()))
+        .collect()
 }
 
 #[test]
@@ -49,7 +57,14 @@ fn locations_are_named() {
     );
     let v = RequestView::from_parts(&p);
     let b = br#"{"user":{"name":"x' UNION SELECT password FROM users--","age":3},"tags":["a","../../../etc/passwd"]}"#;
-    let f = e.inspect("r", &v, Some(BodyView { data: b, truncated: false }));
+    let f = e.inspect(
+        "r",
+        &v,
+        Some(BodyView {
+            data: b,
+            truncated: false,
+        }),
+    );
     let got = attacks(&f);
     for want in [
         (Attack::Sqli, "query:id"),
@@ -72,21 +87,59 @@ fn locations_are_named() {
 fn multipart_xml_and_form_bodies() {
     let e = engine(&WafConfig::default());
     let mp = b"--XyZ\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\n<img src=x onerror=alert(1)>\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"shell.php\"\r\nContent-Type: application/octet-stream\r\n\r\n<?php system($_GET['c']); ?>\r\n--XyZ--\r\n";
-    let p = parts("POST", "/up", &[("content-type", "multipart/form-data; boundary=XyZ")]);
-    let f = e.inspect("r", &RequestView::from_parts(&p), Some(BodyView { data: mp, truncated: false }));
+    let p = parts(
+        "POST",
+        "/up",
+        &[("content-type", "multipart/form-data; boundary=XyZ")],
+    );
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: mp,
+            truncated: false,
+        }),
+    );
     let got = attacks(&f);
-    assert!(got.contains(&(Attack::Xss, "multipart:title".into())), "{got:?}");
-    assert!(got.contains(&(Attack::Upload, "filename:file".into())), "{got:?}");
+    assert!(
+        got.contains(&(Attack::Xss, "multipart:title".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(Attack::Upload, "filename:file".into())),
+        "{got:?}"
+    );
 
     let xml = b"<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><r><q>1</q></r>";
     let p = parts("POST", "/x", &[("content-type", "application/xml")]);
-    let f = e.inspect("r", &RequestView::from_parts(&p), Some(BodyView { data: xml, truncated: false }));
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: xml,
+            truncated: false,
+        }),
+    );
     assert!(attacks(&f).iter().any(|(a, _)| *a == Attack::Xxe), "{f:?}");
 
     let form = b"q=hello&cmd=127.0.0.1%3Bcat%20%2Fetc%2Fpasswd";
-    let p = parts("POST", "/f", &[("content-type", "application/x-www-form-urlencoded")]);
-    let f = e.inspect("r", &RequestView::from_parts(&p), Some(BodyView { data: form, truncated: false }));
-    assert!(attacks(&f).contains(&(Attack::Cmdi, "form:cmd".into())), "{f:?}");
+    let p = parts(
+        "POST",
+        "/f",
+        &[("content-type", "application/x-www-form-urlencoded")],
+    );
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: form,
+            truncated: false,
+        }),
+    );
+    assert!(
+        attacks(&f).contains(&(Attack::Cmdi, "form:cmd".into())),
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -97,12 +150,25 @@ fn benign_requests_pass() {
         "/api/search?q=O%27Reilly+books&sort=price&page=2",
         &[
             ("content-type", "application/json"),
-            ("referer", "https://shop.example.com/search?q=union+was+a+great+select"),
-            ("user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36"),
+            (
+                "referer",
+                "https://shop.example.com/search?q=union+was+a+great+select",
+            ),
+            (
+                "user-agent",
+                "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36",
+            ),
         ],
     );
     let b = br#"{"comment":"I'd like to select one from the list, please; it's 5 o'clock","html":"<p>Hello <b>world</b></p>","n":[1,2,3]}"#;
-    let f = e.inspect("r", &RequestView::from_parts(&p), Some(BodyView { data: b, truncated: false }));
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: b,
+            truncated: false,
+        }),
+    );
     assert!(!e.would_block(&f), "{f:?}");
 }
 
@@ -110,14 +176,22 @@ fn benign_requests_pass() {
 fn header_phase_blocks_with_page_and_event() {
     let e = engine(&WafConfig::default());
     let mut ctx = RequestCtx::for_test("shop");
-    let mut p = parts("GET", "/p?id=1%20UNION%20SELECT%20password%20FROM%20users", &[("accept", "application/json")]);
+    let mut p = parts(
+        "GET",
+        "/p?id=1%20UNION%20SELECT%20password%20FROM%20users",
+        &[("accept", "application/json")],
+    );
     let v = e.on_request_headers(&mut ctx, &mut p);
     let Verdict::Respond(reply) = v else {
         panic!("expected a block");
     };
     assert_eq!(reply.status, http::StatusCode::FORBIDDEN);
     let page: serde_json::Value = serde_json::from_slice(&reply.body).expect("json page");
-    let ev = ctx.events.iter().find(|e| e.action == EventAction::Block).expect("block event");
+    let ev = ctx
+        .events
+        .iter()
+        .find(|e| e.action == EventAction::Block)
+        .expect("block event");
     assert_eq!(page["event_id"], ev.id.as_str());
     assert_eq!(ev.engine, "waf");
     assert_eq!(ev.rule, "sqli");
@@ -130,13 +204,17 @@ fn header_phase_blocks_with_page_and_event() {
     let Verdict::Respond(reply) = e.on_request_headers(&mut ctx, &mut p) else {
         panic!("expected a block");
     };
-    assert!(std::str::from_utf8(&reply.body).unwrap_or("").contains(&ctx.events[0].id));
+    assert!(std::str::from_utf8(&reply.body)
+        .unwrap_or("")
+        .contains(&ctx.events[0].id));
 }
 
 #[test]
 fn monitor_mode_routes_status_allowed_ips_and_exclusions() {
-    let mut cfg = WafConfig::default();
-    cfg.status = 406;
+    let mut cfg = WafConfig {
+        status: 406,
+        ..Default::default()
+    };
     cfg.routes.insert(
         "audit".into(),
         WafRoute {
@@ -165,30 +243,48 @@ fn monitor_mode_routes_status_allowed_ips_and_exclusions() {
     assert!(matches!(v, Verdict::Respond(ref r) if r.status.as_u16() == 406));
 
     let mut ctx = RequestCtx::for_test("audit");
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])), Verdict::Continue));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])),
+        Verdict::Continue
+    ));
     assert_eq!(ctx.events.len(), 1);
     assert_eq!(ctx.events[0].action, EventAction::Monitor);
 
     let mut ctx = RequestCtx::for_test("off");
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])), Verdict::Continue));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])),
+        Verdict::Continue
+    ));
     assert!(ctx.events.is_empty());
 
     let mut ctx = RequestCtx::for_test("shop");
     ctx.client_ip = "10.1.2.3".parse().expect("ip");
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])), Verdict::Continue));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])),
+        Verdict::Continue
+    ));
     assert!(ctx.events.is_empty());
 
     let mut ctx = RequestCtx::for_test("cms");
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])), Verdict::Continue));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])),
+        Verdict::Continue
+    ));
     // the same payload in another parameter is still blocked on that route
     let mut ctx = RequestCtx::for_test("cms");
     let other = "/p?x=%3Cscript%3Ealert(1)%3C/script%3E";
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", other, &[])), Verdict::Respond(_)));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", other, &[])),
+        Verdict::Respond(_)
+    ));
 
     // ctx.monitor_only forces monitor
     let mut ctx = RequestCtx::for_test("shop");
     ctx.monitor_only = true;
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])), Verdict::Continue));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut parts("GET", uri, &[])),
+        Verdict::Continue
+    ));
     assert_eq!(ctx.events[0].action, EventAction::Monitor);
 }
 
@@ -196,8 +292,15 @@ fn monitor_mode_routes_status_allowed_ips_and_exclusions() {
 fn scanner_user_agent_is_monitored_not_blocked() {
     let e = engine(&WafConfig::default());
     let mut ctx = RequestCtx::for_test("r");
-    let mut p = parts("GET", "/", &[("user-agent", "sqlmap/1.7.4#stable (https://sqlmap.org)")]);
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut p), Verdict::Continue));
+    let mut p = parts(
+        "GET",
+        "/",
+        &[("user-agent", "sqlmap/1.7.4#stable (https://sqlmap.org)")],
+    );
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut p),
+        Verdict::Continue
+    ));
     assert_eq!(ctx.events.len(), 1);
     assert_eq!(ctx.events[0].rule, "scanner");
     assert_eq!(ctx.events[0].action, EventAction::Monitor);
@@ -207,9 +310,20 @@ fn scanner_user_agent_is_monitored_not_blocked() {
 fn body_phase_buffers_parsed_types_only() {
     let e = engine(&WafConfig::default());
     let ctx = RequestCtx::for_test("r");
-    let p = parts("POST", "/", &[("content-type", "application/json"), ("content-length", "10")]);
+    let p = parts(
+        "POST",
+        "/",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "10"),
+        ],
+    );
     assert_eq!(e.body_need(&ctx, &p), BodyNeed::Buffer(1 << 20));
-    let p = parts("POST", "/", &[("content-type", "image/png"), ("content-length", "10")]);
+    let p = parts(
+        "POST",
+        "/",
+        &[("content-type", "image/png"), ("content-length", "10")],
+    );
     assert_eq!(e.body_need(&ctx, &p), BodyNeed::None);
 }
 
@@ -235,15 +349,33 @@ fn ten_megabyte_body_hits_the_body_limit() {
         let mut b = body(data.clone(), None, true);
         let (v, ctx) = run_body(&e, "text/plain", &mut b);
         assert_eq!(matches!(v, Verdict::Respond(_)), blocked);
-        let ev = ctx.events.iter().find(|x| x.rule == "limit").expect("limit event");
-        assert_eq!(ev.action, if blocked { EventAction::Block } else { EventAction::Bypass });
+        let ev = ctx
+            .events
+            .iter()
+            .find(|x| x.rule == "limit")
+            .expect("limit event");
+        assert_eq!(
+            ev.action,
+            if blocked {
+                EventAction::Block
+            } else {
+                EventAction::Bypass
+            }
+        );
         assert_eq!(ev.details["limit"], "max_body_bytes");
     }
     // inspect() itself on a full 10 MB value: bounded, no panic
     let e = engine(&WafConfig::default());
     let big = vec![b'x'; 10 << 20];
     let p = parts("POST", "/", &[("content-type", "text/plain")]);
-    let f = e.inspect("r", &RequestView::from_parts(&p), Some(BodyView { data: &big, truncated: false }));
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: &big,
+            truncated: false,
+        }),
+    );
     assert!(f.findings.is_empty());
 }
 
@@ -267,12 +399,18 @@ fn hundred_thousand_parameters_hit_the_param_limit() {
     }
     // through the phase with a query under the URI limit and a small max_params
     let mut c = WafConfig::default();
-    c.limits.max_params = 100;
+    c.limits.max_params = 100; // nested field: no struct-update form
     let e = engine(&c);
     let mut ctx = RequestCtx::for_test("r");
     let mut p = parts("GET", &q[..4000], &[]);
-    assert!(matches!(e.on_request_headers(&mut ctx, &mut p), Verdict::Respond(_)));
-    assert!(ctx.events.iter().any(|x| x.details["limit"] == "max_params"));
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut p),
+        Verdict::Respond(_)
+    ));
+    assert!(ctx
+        .events
+        .iter()
+        .any(|x| x.details["limit"] == "max_params"));
     // form body too
     let e = engine(&WafConfig::default());
     let form = "a=b&".repeat(100_000);
@@ -290,7 +428,10 @@ fn deep_json_hits_the_depth_limit() {
         let mut b = body(doc.clone().into_bytes(), None, false);
         let (v, ctx) = run_body(&e, "application/json", &mut b);
         assert!(matches!(v, Verdict::Respond(_)));
-        assert!(ctx.events.iter().any(|x| x.details["limit"] == "max_json_depth"));
+        assert!(ctx
+            .events
+            .iter()
+            .any(|x| x.details["limit"] == "max_json_depth"));
         let e = engine(&limit_cfg(OnLimit::Forward));
         let mut b = body(doc.into_bytes(), None, false);
         let (v, ctx) = run_body(&e, "application/json", &mut b);
@@ -323,7 +464,13 @@ fn invalid_utf8_is_inspected_without_panic() {
             x as u8
         })
         .collect();
-    for ct in ["application/json", "application/xml", "multipart/form-data; boundary=a", "application/x-www-form-urlencoded", "text/plain"] {
+    for ct in [
+        "application/json",
+        "application/xml",
+        "multipart/form-data; boundary=a",
+        "application/x-www-form-urlencoded",
+        "text/plain",
+    ] {
         let mut b = body(noise.clone(), None, false);
         let _ = run_body(&e, ct, &mut b);
     }
@@ -339,7 +486,10 @@ fn decompression_bomb_is_a_limit_not_an_allocation() {
         let mut b = body(bomb.clone(), Some("gzip"), false);
         let (v, ctx) = run_body(&e, "application/json", &mut b);
         assert_eq!(matches!(v, Verdict::Respond(_)), blocked);
-        assert!(ctx.events.iter().any(|x| x.details["limit"] == "max_decode_output"));
+        assert!(ctx
+            .events
+            .iter()
+            .any(|x| x.details["limit"] == "max_decode_output"));
     }
     // a small gzip body is decoded and inspected
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -354,13 +504,15 @@ fn decompression_bomb_is_a_limit_not_an_allocation() {
 #[test]
 fn config_round_trips_and_rejects_unknown_fields() {
     let yaml = "mode: monitor\nstatus: 429\nroutes:\n  api:\n    mode: block\nexclusions:\n  - route: cms\n    location: \"json:/body/*\"\n    detector: xss\nallowed_ips: [\"10.0.0.0/8\"]\nlimits:\n  max_body_bytes: 2MiB\n  on_limit: forward\n";
-    let c: WafConfig = moat_config::from_str(std::path::Path::new("waf.yaml"), yaml).expect("valid");
+    let c: WafConfig =
+        moat_config::from_str(std::path::Path::new("waf.yaml"), yaml).expect("valid");
     assert_eq!(c.mode, WafMode::Monitor);
     assert_eq!(c.limits.max_body_bytes, 2 << 20);
     assert_eq!(c.limits.on_limit, OnLimit::Forward);
     assert!(WafEngine::build(&c).is_ok());
     let bad = "mode: block\nlimts: {}\n";
-    let err = moat_config::from_str::<WafConfig>(std::path::Path::new("waf.yaml"), bad).unwrap_err();
+    let err =
+        moat_config::from_str::<WafConfig>(std::path::Path::new("waf.yaml"), bad).unwrap_err();
     assert!(err.to_string().contains("limts"), "{err}");
     let json = serde_json::to_string(&c).expect("serialize");
     assert!(json.contains("\"on_limit\":\"forward\""));

@@ -9,7 +9,12 @@ fn moat() -> Command {
 #[test]
 fn waf_test_url_reports_finding_and_exit_code() {
     let out = moat()
-        .args(["waf", "test", "--url", "/items?id=1%27%20OR%20%271%27=%271&page=2"])
+        .args([
+            "waf",
+            "test",
+            "--url",
+            "/items?id=1%27%20OR%20%271%27=%271&page=2",
+        ])
         .output()
         .expect("run moat");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -56,10 +61,20 @@ fn waf_test_raw_file_json_and_exclusion_config() {
         .arg(&req)
         .output()
         .expect("run moat");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     std::fs::write(&cfg, "mode: block\nbogus: 1\n").expect("write");
-    let out = moat().args(["waf", "test", "--config"]).arg(&cfg).arg(&req).output().expect("run moat");
+    let out = moat()
+        .args(["waf", "test", "--config"])
+        .arg(&cfg)
+        .arg(&req)
+        .output()
+        .expect("run moat");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
@@ -67,7 +82,10 @@ fn waf_test_raw_file_json_and_exclusion_config() {
 #[test]
 fn waf_eval_meets_quality_targets_on_shared_corpora() {
     let datasets = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/datasets");
-    if !std::path::Path::new(datasets).join("blazehttp/dev.jsonl.gz").exists() {
+    if !std::path::Path::new(datasets)
+        .join("blazehttp/dev.jsonl.gz")
+        .exists()
+    {
         eprintln!("shared datasets not present; skipping");
         return;
     }
@@ -75,7 +93,11 @@ fn waf_eval_meets_quality_targets_on_shared_corpora() {
         .args(["waf", "eval", "--json", "--datasets", datasets])
         .output()
         .expect("run moat");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let t = &v["blazehttp"]["total"];
     let (tp, fn_, tn, fp) = (
@@ -88,6 +110,9 @@ fn waf_eval_meets_quality_targets_on_shared_corpora() {
     let fp_rate = fp * 100.0 / (fp + tn);
     assert!(detection >= 85.0, "detection {detection:.2}%");
     assert!(fp_rate <= 0.05, "false positives {fp_rate:.3}%");
-    assert_eq!(v["gotestwaf"]["false_pos"][0], 0, "gotestwaf false-positive texts blocked");
+    assert_eq!(
+        v["gotestwaf"]["false_pos"][0], 0,
+        "gotestwaf false-positive texts blocked"
+    );
     assert!(v["gotestwaf"]["false_pos"][1].as_u64().unwrap_or(0) > 100);
 }

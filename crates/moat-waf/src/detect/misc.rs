@@ -651,8 +651,6 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
         for (fi, at) in hits {
             let f = &PHP_FUNCS[fi];
             {
-                let at = at;
-
                 let before_ok = at == 0
                     || !(b[at - 1].is_ascii_alphanumeric()
                         || b[at - 1] == b'_'

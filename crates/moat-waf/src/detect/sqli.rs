@@ -759,22 +759,20 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                     by && matches!(v.t(j + 2), Some(T::Num)) && v.end_or_comment(j + 3)
                 } else if w.eq_ignore_ascii_case(b"where") || w.eq_ignore_ascii_case(b"having") {
                     v.operand(j + 1).is_some_and(|a| v.cmp_at(a))
-                } else if w.eq_ignore_ascii_case(b"procedure") {
-                    true
                 } else {
-                    false
+                    w.eq_ignore_ascii_case(b"procedure")
                 };
                 if tail_ok && (ctx.is_some() || after_paren || v.t(0) == Some(T::Num)) {
                     take(80, 0, (j + 2).min(n), &mut best);
                 }
             }
             Some(T::Kw(K::Union)) => {}
-            Some(T::Kw(K::Into)) if ctx.is_some() => {
-                if v.word(j).eq_ignore_ascii_case(b"into")
-                    && matches!(v.t(j + 1), Some(T::Kw(K::Into)))
-                {
-                    take(85, 0, (j + 2).min(n), &mut best);
-                }
+            Some(T::Kw(K::Into))
+                if ctx.is_some()
+                    && v.word(j).eq_ignore_ascii_case(b"into")
+                    && matches!(v.t(j + 1), Some(T::Kw(K::Into))) =>
+            {
+                take(85, 0, (j + 2).min(n), &mut best);
             }
             _ => {}
         }

@@ -473,7 +473,7 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                     );
                     let space_before_paren =
                         k != i && !(i >= 2 && b[i - 1] == b'.' && b[i - 2] == b'?');
-                    if boundary && arg_ok && js_syntax && !(space_before_paren && !strong) {
+                    if boundary && arg_ok && js_syntax && (strong || !space_before_paren) {
                         let conf = if strong {
                             if before == b' '
                                 && is > 0
