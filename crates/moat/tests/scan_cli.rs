@@ -65,8 +65,7 @@ fn json_over_a_directory_with_path_rules() {
     let rules = root.join("rules.toml");
     std::fs::write(
         &rules,
-        format!(
-            r#"[[rules]]
+        r#"[[rules]]
 id = "p12"
 description = "PKCS#12 file"
 path = '''\.p12$'''
@@ -79,10 +78,9 @@ keywords = ["password"]
 [[rules]]
 id = "gh"
 description = "GitHub token"
-regex = '''ghp_[0-9a-zA-Z]{{36}}'''
+regex = '''ghp_[0-9a-zA-Z]{36}'''
 keywords = ["ghp_"]
-"#
-        ),
+"#,
     )
     .unwrap();
     let out = moat(
