@@ -26,6 +26,8 @@ pub struct CheckArgs {
     /// Original client address (`remote.ip`); absent = from X-Forwarded-For with
     /// `trusted_proxies`, else the source IP.
     pub remote_ip: Option<String>,
+    /// Local address (`destination.ip`); absent = unknown.
+    pub dest_ip: Option<String>,
     /// Client certificate URI SAN; absent = plaintext.
     pub peer_uri: Option<String>,
     /// Destination port; absent = the URL's.
@@ -55,6 +57,7 @@ impl Default for CheckArgs {
             headers: Vec::new(),
             source_ip: None,
             remote_ip: None,
+            dest_ip: None,
             peer_uri: None,
             port: None,
             sni: None,
@@ -146,6 +149,11 @@ pub fn check_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, St
         Some(s) => Some(parse_ip(s, "--remote-ip")?),
         None => remote_ip_from_xff(&headers, args.trusted_proxies, source_ip),
     };
+    let dest_ip = args
+        .dest_ip
+        .as_deref()
+        .map(|s| parse_ip(s, "--destination-ip"))
+        .transpose()?;
     let peer = match &args.peer_uri {
         Some(u) => {
             if !u.contains("://") {
@@ -183,7 +191,7 @@ pub fn check_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, St
         port: Some(port),
         source_ip,
         remote_ip,
-        dest_ip: None,
+        dest_ip,
         sni: args.sni.as_deref(),
         peer: peer.as_ref(),
     };

@@ -33,6 +33,7 @@ spec:
   - from: [{source: {remoteIpBlocks: ["203.0.113.0/24"]}}]
     to: [{operation: {ports: ["8443"]}}]
   - when: [{key: connection.sni, values: ["internal.shop"]}]
+  - when: [{key: destination.ip, values: ["10.9.0.0/16"]}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy

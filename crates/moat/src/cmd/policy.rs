@@ -48,6 +48,9 @@ struct Check {
     /// X-Forwarded-For with --trusted-proxies, else the source IP.
     #[arg(long)]
     remote_ip: Option<String>,
+    /// Local address the request arrived on (destination.ip). Absent: unknown.
+    #[arg(long)]
+    destination_ip: Option<String>,
     /// URI SAN of the client certificate (spiffe://td/ns/N/sa/S). Absent: plaintext.
     #[arg(long)]
     peer_uri: Option<String>,
@@ -138,6 +141,7 @@ fn run_check(c: Check) -> ExitCode {
         headers: c.headers,
         source_ip: c.source_ip,
         remote_ip: c.remote_ip,
+        dest_ip: c.destination_ip,
         peer_uri: c.peer_uri,
         port: c.port,
         sni: c.sni,
