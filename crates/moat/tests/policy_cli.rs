@@ -1,6 +1,6 @@
 //! `moat policy check` through the real binary: outputs, exit codes, defaults, errors.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// RS256 token (iss https://issuer.example.com, sub alice, aud shop, exp 2100-01-01)
@@ -441,5 +441,30 @@ fn input_errors_exit_2() {
     }
 }
 
-#[allow(dead_code)]
-fn unused(_: PathBuf) {}
+#[test]
+fn validate_subcommand() {
+    let d = setup();
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .current_dir(d.path())
+        .args(["policy", "validate", "policies.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("3 AuthorizationPolicy, 1 RequestAuthentication, 1 PeerAuthentication"),
+        "{s}"
+    );
+    std::fs::write(d.path().join("bad.yaml"), "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: SOMETIMES}}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .current_dir(d.path())
+        .args(["policy", "validate", "bad.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("bad.yaml:4:") && e.contains("unknown mode"),
+        "{e}"
+    );
+}
