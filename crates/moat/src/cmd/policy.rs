@@ -21,7 +21,7 @@ enum PolicyCommand {
     /// Prints the HTTP status the gateway would return (200 forwarded, 401 refused
     /// token, 403 denied), ALLOW/DENY and the policy and rule that decided.
     /// Exit status: 0 forwarded, 1 rejected, 2 input error.
-    Check(Check),
+    Check(Box<Check>),
     /// Load and validate policy files (exit 0 valid, 2 invalid).
     Validate(Validate),
 }
@@ -103,7 +103,7 @@ fn parse_normalization(s: &str) -> Option<PathNormalization> {
 /// Runs `moat policy`.
 pub fn run(args: PolicyArgs) -> ExitCode {
     match args.command {
-        PolicyCommand::Check(c) => run_check(c),
+        PolicyCommand::Check(c) => run_check(*c),
         PolicyCommand::Validate(v) => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             match moat_authz::model::load_paths(&v.policies, &cwd) {
