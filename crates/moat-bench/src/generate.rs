@@ -207,12 +207,6 @@ pub fn moat_config(input: &MoatConfigInput<'_>) -> anyhow::Result<MoatLayout> {
         std::fs::write(&k, &cert.key_pem)?;
         listener_v["tls"] = json!({"certificates": [{"cert": c, "key": k}]});
     }
-    let mut authz = json!({"enabled": on(Engine::Authz)});
-    if on(Engine::Authz) {
-        let p = input.dir.join("policies.yaml");
-        std::fs::write(&p, input.policies.unwrap_or(""))?;
-        authz["policies"] = json!([p]);
-    }
     let mut cfg = json!({
         "runtime": {"threads": input.threads},
         "listeners": [listener_v],
@@ -222,11 +216,19 @@ pub fn moat_config(input: &MoatConfigInput<'_>) -> anyhow::Result<MoatLayout> {
         "routes": [{"name": "api", "host": "*", "path_prefix": "/", "cluster": "app"}],
         "events": {"sink": {"type": "none"}},
         "tls_audit": {"enabled": on(Engine::TlsAudit)},
-        "authz": authz,
-        "waf": {"enabled": on(Engine::Waf)},
-        "secrets": {"enabled": on(Engine::Secrets)},
-        "discovery": {"enabled": on(Engine::Discovery)},
     });
+    // Engine sections are written only for engines that are on (an engine that is
+    // off is absent, which every engine treats as disabled).
+    if on(Engine::Authz) {
+        let p = input.dir.join("policies.yaml");
+        std::fs::write(&p, input.policies.unwrap_or(""))?;
+        cfg["authz"] = json!({"enabled": true, "policies": [p]});
+    }
+    for e in [Engine::Waf, Engine::Secrets, Engine::Discovery] {
+        if on(e) {
+            cfg[e.key()] = json!({"enabled": true});
+        }
+    }
     for o in input.overrides {
         merge(&mut cfg, o);
     }
@@ -336,7 +338,7 @@ mod tests {
         let v: Value = moat_config::from_file(&l.config_path).unwrap();
         assert_eq!(v["waf"]["enabled"], true);
         assert_eq!(v["waf"]["mode"], "block");
-        assert_eq!(v["secrets"]["enabled"], false);
+        assert!(v.get("secrets").is_none());
         assert!(v.get("events").is_none());
         assert!(v["authz"]["policies"][0]
             .as_str()

@@ -345,8 +345,10 @@ pub fn markdown(r: &Report) -> String {
         } else {
             "req/s"
         };
-        o.push_str(&format!("| variant | {rate} | errors | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | p50 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
-        o.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n");
+        o.push_str(&format!("| variant | {rate} | errors | mean µs | p50 µs | p90 µs | p95 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | p50 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
+        o.push_str(
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n",
+        );
         for v in &r.variants {
             let Some(c) = r.cell(&l.name, &v.name) else {
                 continue;
@@ -357,15 +359,17 @@ pub fn markdown(r: &Report) -> String {
                 .map_or("–".to_string(), |k| format!("{:.1}", k / 1024.0));
             let d = |base: &str, x: Metric| c.against(base, x).map_or("–".into(), fmt_diff);
             o.push_str(&format!(
-                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 v.name,
                 c.failure
                     .as_ref()
                     .map_or(String::new(), |f| format!(" (failed: {f})")),
                 m(Metric::Rps),
                 m(Metric::Errors),
+                mean_of(c, |r| r.latency.mean_us),
                 m(Metric::P50),
                 m(Metric::P90),
+                mean_of(c, |r| r.latency.p95_us),
                 m(Metric::P99),
                 m(Metric::P999),
                 m(Metric::Max),
@@ -385,6 +389,13 @@ pub fn markdown(r: &Report) -> String {
         o.push_str(&format!("- `{}`: {}\n", v.name, v.description));
     }
     o
+}
+
+fn mean_of(c: &Cell, f: impl Fn(&RunMetrics) -> f64) -> String {
+    if c.runs.is_empty() {
+        return "–".into();
+    }
+    fmt_num(c.runs.iter().map(f).sum::<f64>() / c.runs.len() as f64)
 }
 
 fn esc(s: &str) -> String {
@@ -414,8 +425,16 @@ pub fn svg_chart(title: &str, series: &[(&str, &[(f64, f64)])]) -> String {
         .flat_map(|(_, pts)| pts.iter().map(|p| p.1))
         .filter(|v| *v > 0.0)
         .collect();
-    let ymin = all.iter().cloned().fold(f64::INFINITY, f64::min).max(1.0);
-    let ymax = all.iter().cloned().fold(0.0, f64::max).max(ymin * 10.0);
+    let ymin = all
+        .iter()
+        .cloned()
+        .fold(f64::INFINITY, f64::min)
+        .clamp(1.0, 1e12);
+    let ymax = all
+        .iter()
+        .cloned()
+        .fold(0.0, f64::max)
+        .clamp(ymin * 10.0, 1e13);
     let (ly0, ly1) = (ymin.log10().floor(), ymax.log10().ceil());
     let ypos = |v: f64| mt + ph - (v.max(ymin).log10() - ly0) / (ly1 - ly0) * ph;
     let xpos = |x: f64| ml + x / xmax * pw;
@@ -661,6 +680,9 @@ mod tests {
         let md = markdown(&r);
         assert!(md.contains("| waf | 80.00 |"), "{md}");
         assert!(md.contains("+20.00 ["), "{md}");
+        // A chart with no data (every run of a variant failed) still renders.
+        let empty = svg_chart("none", &[("a", &[])]);
+        assert!(empty.contains("</svg>"));
         let page = html(&r);
         assert!(page.contains("<svg") && page.contains("<polyline"));
         assert!(!page.contains("<script"));
