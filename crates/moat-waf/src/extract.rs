@@ -215,6 +215,15 @@ impl<'e> Inspector<'e> {
         if inert && raw.len() < 12 {
             return;
         }
+        if inert
+            && (raw.starts_with("rO0AB")
+                || raw.starts_with("aced0005")
+                || raw.starts_with("ACED0005"))
+        {
+            if let Some(h) = misc::code(raw, c) {
+                self.report(loc, h);
+            }
+        }
         if !inert {
             // decode: URL (repeated), HTML entities, JS escapes
             let u: Cow<'_, str> = if c.any(Classes::PERCENT) {
@@ -649,6 +658,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
     let b = data;
     let mut scratch = String::new();
     let mut expect_key = false;
+    let mut type_key = false;
     let ws = |b: &[u8], mut i: usize| {
         while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
             i += 1;
@@ -751,10 +761,17 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                         }
                     }
                     ins.name(Loc::Json(&ptr), key);
+                    type_key = matches!(key, "@type" | "$type" | "@class" | "__type");
                     expect_key = false;
                 } else if nest == 0 && !ins.count(Loc::Json(&ptr)) {
                     return true;
                 } else {
+                    if type_key {
+                        if let Some(h) = misc::type_tag(text) {
+                            ins.report(Loc::Json(&ptr), h);
+                        }
+                        type_key = false;
+                    }
                     ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);
                 }
             }

@@ -517,3 +517,39 @@ fn config_round_trips_and_rejects_unknown_fields() {
     let json = serde_json::to_string(&c).expect("serialize");
     assert!(json.contains("\"on_limit\":\"forward\""));
 }
+
+#[test]
+fn deserialization_and_shellshock() {
+    let e = engine(&WafConfig::default());
+    let p = parts(
+        "POST",
+        "/api",
+        &[
+            ("content-type", "application/json"),
+            ("user-agent", "() { :; }; /bin/bash -c 'id'"),
+        ],
+    );
+    let b = br#"{"a":{"@type":"com.sun.rowset.JdbcRowSetImpl","dataSourceName":"x"},"b":{"@type":"Person"},"c":"rO0ABXNyABFqYXZhLnV0aWwuSGFzaE1hcA"}"#;
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: b,
+            truncated: false,
+        }),
+    );
+    let got = attacks(&f);
+    assert!(
+        got.contains(&(Attack::Cmdi, "header:user-agent".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(Attack::CodeInjection, "json:/a/@type".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&(Attack::CodeInjection, "json:/c".into())),
+        "{got:?}"
+    );
+    assert!(!got.iter().any(|(_, l)| l == "json:/b/@type"), "{got:?}");
+}

@@ -384,6 +384,17 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
 /// Runs the command-injection detector.
 pub fn detect(s: &str, body: bool) -> Option<Hit> {
     let b = s.as_bytes();
+    // Shellshock: a bash function definition followed by a command
+    if let Some(p) = memchr::memmem::find(b, b"() {") {
+        let rest = s[p + 4..].trim_start();
+        if rest.starts_with(':')
+            || rest.starts_with("_;")
+            || rest.starts_with("0;")
+            || rest.starts_with("echo")
+        {
+            return Some(Hit::new(Attack::Cmdi, 95, s, p, p + 20));
+        }
+    }
     let mut best: Option<Hit> = None;
     let consider = |pos: usize, after_sep: bool, best: &mut Option<Hit>| {
         if let Some((c, e)) = command_at(s, pos, after_sep) {

@@ -491,6 +491,14 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     ("<!--#printenv", 80, Attack::CodeInjection),
     ("<?php", 90, Attack::CodeInjection),
     ("!!python/", 90, Attack::CodeInjection),
+    ("call_user_func_array", 85, Attack::CodeInjection),
+    ("invokefunction", 80, Attack::CodeInjection),
+    ("jdbcrowsetimpl", 90, Attack::CodeInjection),
+    ("templatesimpl", 90, Attack::CodeInjection),
+    ("javax.naming.initialcontext", 90, Attack::CodeInjection),
+    ("commons.collections.functors", 90, Attack::CodeInjection),
+    ("com.sun.org.apache.xalan", 90, Attack::CodeInjection),
+    ("bsh.interpreter", 85, Attack::CodeInjection),
     ("!!javax.", 90, Attack::CodeInjection),
     ("!!java.", 85, Attack::CodeInjection),
     ("!ruby/object", 90, Attack::CodeInjection),
@@ -608,10 +616,51 @@ fn ssti(s: &str) -> Option<Hit> {
     None
 }
 
+/// A class name sent as a polymorphic type tag (`"@type"`, `"$type"`, `"class"`):
+/// gadget-prone packages block, other dotted class names are monitored.
+pub fn type_tag(v: &str) -> Option<Hit> {
+    let t = v.trim();
+    if !t.contains('.') || t.contains(['/', ' ']) && !t.contains(", ") || t.contains("://") {
+        return None;
+    }
+    let l = t.to_ascii_lowercase();
+    let dangerous = [
+        "java.",
+        "javax.",
+        "com.sun.",
+        "sun.",
+        "org.apache.",
+        "org.springframework.",
+        "com.mchange.",
+        "org.hibernate.",
+        "ch.qos.logback",
+        "system.windows.",
+        "system.diagnostics.",
+        "system.configuration.",
+        "system.data.",
+        "microsoft.",
+        "bsh.",
+    ]
+    .iter()
+    .any(|p| l.starts_with(p));
+    Some(Hit::new(
+        Attack::CodeInjection,
+        if dangerous { 85 } else { 50 },
+        v,
+        0,
+        v.len(),
+    ))
+}
+
 /// Code injection (PHP, Java/EL/OGNL, Python, Node.js, SSI) and template injection.
 pub fn code(s: &str, c: Classes) -> Option<Hit> {
     let b = s.as_bytes();
     let mut best: Option<Hit> = None;
+    // serialized Java objects (base64 or hex) as a whole value
+    let t = s.trim_start();
+    if t.starts_with("rO0AB") || t.starts_with("aced0005") || t.starts_with("ACED0005") {
+        return Some(Hit::new(Attack::CodeInjection, 85, s, 0, 16));
+    }
     match &*CODE_AC {
         Some(ac) => {
             for m in ac.find_iter(b) {
