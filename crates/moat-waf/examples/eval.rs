@@ -32,6 +32,9 @@ fn main() {
                         if *blocked { "FP  " } else { "MISS" }
                     );
                 }
+                for (id, cat, desc) in &r.near_misses {
+                    println!("NEAR {id} {cat} {desc}");
+                }
             }
         }
         Err(e) => eprintln!("blazehttp: {e}"),

@@ -78,6 +78,8 @@ pub struct BlazeReport {
     pub errors: u64,
     /// Misses and false positives: (id, category, blocked, strongest finding or "-").
     pub mistakes: Vec<(String, String, bool, String)>,
+    /// Normal requests that passed but carried monitor-level findings (tuning input).
+    pub near_misses: Vec<(String, String, String)>,
 }
 
 #[derive(Deserialize)]
@@ -221,6 +223,8 @@ pub fn blaze(engine: &WafEngine, path: &Path) -> std::io::Result<BlazeReport> {
             .add(attack, blocked);
         if attack != blocked {
             rep.mistakes.push((l.id, cat, blocked, desc));
+        } else if !attack && desc != "-" {
+            rep.near_misses.push((l.id, cat, desc));
         }
     }
     Ok(rep)
