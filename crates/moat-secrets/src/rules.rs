@@ -279,6 +279,11 @@ pub struct Rule {
     /// When every match contains one of the rule's keywords and matches are at most
     /// this many bytes long, the regex only runs in windows around keyword hits.
     pub window: Option<usize>,
+    /// For rules with unbounded matches: a bounded leading part of the regex
+    /// (top-level concatenation up to the first unbounded element) whose matches
+    /// contain a keyword, with its maximum length. Every match of the rule starts
+    /// where this prefix matches, so the rule runs anchored at those starts only.
+    pub prefix: Option<(Regex, usize)>,
 }
 
 /// A parsed and compiled ruleset.
@@ -704,10 +709,15 @@ impl RuleSet {
                 }
             }
             let keywords: Vec<String> = r.keywords.iter().map(|k| k.to_lowercase()).collect();
-            let window = if regex.is_some() && !keywords.is_empty() {
-                parse_hir(&r.regex).and_then(|hir| keyword_window(&hir, &keywords))
+            let hir = if regex.is_some() && !keywords.is_empty() {
+                parse_hir(&r.regex)
             } else {
                 None
+            };
+            let window = hir.as_ref().and_then(|h| keyword_window(h, &keywords));
+            let prefix = match (&hir, window) {
+                (Some(h), None) => prefix_filter(h, &keywords),
+                _ => None,
             };
             rules.push(Rule {
                 generic: id.to_lowercase().contains("generic"),
@@ -721,6 +731,7 @@ impl RuleSet {
                 tags: r.tags,
                 allowlists,
                 window,
+                prefix,
             });
         }
         Ok(RuleSet {
@@ -749,6 +760,35 @@ fn keyword_window(hir: &regex_syntax::hir::Hir, keywords: &[String]) -> Option<u
     } else {
         None
     }
+}
+
+/// The bounded leading part of a top-level concatenation, when its matches
+/// contain one of `keywords`, compiled, with its maximum length.
+fn prefix_filter(hir: &regex_syntax::hir::Hir, keywords: &[String]) -> Option<(Regex, usize)> {
+    use regex_syntax::hir::{Hir, HirKind};
+    let HirKind::Concat(children) = hir.kind() else {
+        return None;
+    };
+    let n = children
+        .iter()
+        .take_while(|c| c.properties().maximum_len().is_some())
+        .count();
+    if n == 0 || n == children.len() {
+        return None;
+    }
+    let prefix = Hir::concat(children[..n].to_vec());
+    let max = prefix.properties().maximum_len()?;
+    keyword_window(&prefix, keywords)?;
+    let re = Regex::builder()
+        .configure(
+            Regex::config()
+                .utf8_empty(false)
+                .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
+                .hybrid_cache_capacity(DFA_CACHE_LIMIT),
+        )
+        .build_from_hir(&prefix)
+        .ok()?;
+    Some((re, max))
 }
 
 fn contains_kw(s: &[u8], kws: &[&[u8]]) -> bool {

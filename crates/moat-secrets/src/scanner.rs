@@ -274,7 +274,9 @@ impl Scanner {
         let kw_rules = &self.kw_rules;
         self.prefilter.for_each(data, |k, start, end| {
             for &r in &kw_rules[k] {
-                match rules[r as usize].window.filter(|_| use_windows) {
+                let rule = &rules[r as usize];
+                let bound = rule.window.or(rule.prefix.as_ref().map(|p| p.1));
+                match bound.filter(|_| use_windows) {
                     Some(l) => regions.push(Region {
                         rule: r,
                         lo: end.saturating_sub(l),
@@ -312,10 +314,14 @@ impl Scanner {
             let Some(re) = &rule.regex else {
                 continue;
             };
-            if full[idx] || rule.window.is_none() || !use_windows {
+            if full[idx] || !use_windows {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             } else if let Some(l) = rule.window {
                 windowed(re, data, windows, l, &mut matches);
+            } else if let Some((pre, l)) = &rule.prefix {
+                prefixed(re, pre, data, windows, *l, &mut matches);
+            } else {
+                matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             }
             for &(s, e) in &matches {
                 if let Some(f) = self.post_process(rule, &mut ctx, s, e) {
@@ -470,6 +476,69 @@ fn windowed(
                 }
                 _ => break,
             }
+        }
+    }
+}
+
+/// Like [`windowed`] for a rule whose matches are unbounded but always start
+/// where `pre` matches (bounded by `l`, containing a keyword). In a region, the
+/// leftmost start `q` of `pre` is found first; no match of the rule starts
+/// before it, so the rule's leftmost match from `q` (searched over the rest of
+/// the payload) is the one `find_iter` reports. That result is kept until the
+/// scan reaches it, and a search that finds nothing ends the rule.
+fn prefixed(
+    re: &regex_automata::meta::Regex,
+    pre: &regex_automata::meta::Regex,
+    data: &[u8],
+    regions: &[Region],
+    l: usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let mut pos = 0usize;
+    // (searched from, leftmost match at or after it)
+    let mut cache: Option<(usize, Option<(usize, usize)>)> = None;
+    let mut i = 0;
+    while i < regions.len() {
+        let lo = regions[i].lo;
+        let mut hi = regions[i].hi;
+        i += 1;
+        while i < regions.len() && regions[i].lo <= hi.saturating_add(1) {
+            hi = hi.max(regions[i].hi);
+            i += 1;
+        }
+        let mut at = lo.max(pos);
+        while at <= hi {
+            if let Some((from, res)) = cache {
+                if from <= at {
+                    match res {
+                        None => return,
+                        Some((s, e)) if s >= at => {
+                            if s > hi {
+                                break;
+                            }
+                            out.push((s, e));
+                            pos = if e > s { e } else { e + 1 };
+                            at = pos;
+                            cache = None;
+                            continue;
+                        }
+                        Some(_) => cache = None,
+                    }
+                }
+            }
+            let end = hi.saturating_add(l).min(data.len());
+            if at > end {
+                break;
+            }
+            let q = match pre.find(Input::new(data).range(at..end)) {
+                Some(m) if m.start() <= hi => m.start(),
+                _ => break,
+            };
+            let found = re
+                .find(Input::new(data).range(q..data.len()))
+                .map(|m| (m.start(), m.end()));
+            cache = Some((q, found));
+            at = q;
         }
     }
 }
