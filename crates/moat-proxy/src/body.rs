@@ -32,6 +32,8 @@ pub enum ProxyBody {
     Full(Option<Bytes>),
     /// A body streamed from the peer.
     Stream(Incoming),
+    /// An upstream response body; its connection goes back to the pool at the end.
+    Upstream(Incoming, Option<crate::upstream::PoolReturn>),
     /// A buffered prefix followed by the rest of the body (limit policy `forward`,
     /// or a phase that inspected only a prefix).
     Prefixed(Option<Bytes>, Box<ProxyBody>),
@@ -83,6 +85,22 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Stream(inc) => poll_incoming(inc, cx),
+            ProxyBody::Upstream(inc, ret) => {
+                let r = poll_incoming(inc, cx);
+                // Hyper stops polling once `is_end_stream` is true, so release as soon as
+                // the last frame is out, not only on the final `None`.
+                let done = match &r {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => inc.is_end_stream(),
+                    _ => false,
+                };
+                if done {
+                    if let Some(ret) = ret.take() {
+                        ret.release();
+                    }
+                }
+                r
+            }
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
                 Some(p) if !p.is_empty() => Poll::Ready(Some(Ok(Frame::data(p)))),
                 _ => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -112,7 +130,7 @@ impl http_body::Body for ProxyBody {
         match self {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Stream(i) => i.is_end_stream(),
+            ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.is_end_stream(),
             ProxyBody::Prefixed(p, i) => p.is_none() && i.is_end_stream(),
             ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
         }
@@ -122,7 +140,7 @@ impl http_body::Body for ProxyBody {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ProxyBody::Stream(i) => i.size_hint(),
+            ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.size_hint(),
             ProxyBody::Prefixed(p, i) => {
                 let extra = p.as_ref().map_or(0, |b| b.len() as u64);
                 let h = i.size_hint();

@@ -221,7 +221,9 @@ fn build_snapshot(
                 m,
             )
         })?;
-        clusters.insert(&c.name.value, Arc::new(cluster));
+        let cluster = Arc::new(cluster);
+        crate::upstream::spawn_reaper(&cluster);
+        clusters.insert(&c.name.value, cluster);
         meta.insert(
             &c.name.value,
             (Arc::new(c.labels.clone()), c.namespace.as_str().into()),

@@ -24,6 +24,7 @@ use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
 use crate::metrics::{Decision, Phase};
 use crate::pipeline::max_need;
+use crate::upstream::UpstreamError;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -311,10 +312,13 @@ async fn proxy(
     };
     strip_hop_by_hop(&mut up_headers, upgrade);
     if !up_headers.contains_key(HOST) {
-        if let Some(a) = parts.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                up_headers.insert(HOST, v);
-            }
+        // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
+        let a = parts
+            .uri
+            .authority()
+            .unwrap_or(&cluster.endpoints[ep].authority);
+        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+            up_headers.insert(HOST, v);
         }
     }
     append_xff(&mut up_headers, ctx.conn.remote_addr.ip());
@@ -326,27 +330,10 @@ async fn proxy(
             "http"
         }),
     );
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(cluster.scheme.clone());
-    uri.authority = Some(cluster.endpoints[ep].authority.clone());
-    uri.path_and_query = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .or_else(|| Some(http::uri::PathAndQuery::from_static("/")));
-    let uri = match Uri::from_parts(uri) {
-        Ok(u) => u,
-        Err(_) => {
-            return Err((
-                error_page(
-                    StatusCode::BAD_REQUEST,
-                    st.accept.as_ref(),
-                    "invalid request target",
-                    &ctx.request_id,
-                ),
-                Decision::Error,
-            ))
-        }
+    // Origin-form request target; the endpoint is chosen by the connection.
+    let uri = match parts.uri.path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
     };
     let mut up_req = Request::new(forward_body);
     *up_req.method_mut() = parts.method.clone();
@@ -355,8 +342,7 @@ async fn proxy(
     *up_req.headers_mut() = up_headers;
 
     let t = Instant::now();
-    let result =
-        tokio::time::timeout(cluster.request_timeout, cluster.client.request(up_req)).await;
+    let result = tokio::time::timeout(cluster.request_timeout, cluster.send(ep, up_req)).await;
     metrics.phase(Phase::Upstream).observe(t.elapsed());
     let resp = match result {
         Err(_) => {
@@ -374,7 +360,11 @@ async fn proxy(
         }
         Ok(Err(e)) => {
             let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
-            if over || source_is::<BodyTooLarge>(&e) {
+            let body_too_large = match &e {
+                UpstreamError::Exchange(h) => source_is::<BodyTooLarge>(h),
+                _ => false,
+            };
+            if over || body_too_large {
                 return Err((
                     error_page(
                         StatusCode::PAYLOAD_TOO_LARGE,
@@ -385,22 +375,24 @@ async fn proxy(
                     Decision::Limit,
                 ));
             }
-            let timed_out = is_timeout(&e);
-            if e.is_connect() || timed_out {
-                cluster.failure(ep);
-            }
-            let (status, title) = if timed_out {
-                cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
-            } else if e.is_connect() {
-                cluster
-                    .metrics
-                    .connect_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                (StatusCode::BAD_GATEWAY, "upstream unreachable")
-            } else {
-                cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
-                (StatusCode::BAD_GATEWAY, "upstream error")
+            let (status, title) = match &e {
+                UpstreamError::ConnectTimeout => {
+                    cluster.failure(ep);
+                    cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                    (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
+                }
+                UpstreamError::Connect(_) => {
+                    cluster.failure(ep);
+                    cluster
+                        .metrics
+                        .connect_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    (StatusCode::BAD_GATEWAY, "upstream unreachable")
+                }
+                UpstreamError::Exchange(_) => {
+                    cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+                    (StatusCode::BAD_GATEWAY, "upstream error")
+                }
             };
             tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
             return Err((
@@ -411,9 +403,7 @@ async fn proxy(
         Ok(Ok(r)) => r,
     };
     cluster.success(ep);
-
-    // WebSocket and other upgrades: splice both connections.
-    let mut resp = resp;
+    let (mut resp, mut pool_return) = resp;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(down) = downstream_upgrade {
             let up = hyper::upgrade::on(&mut resp);
@@ -454,7 +444,14 @@ async fn proxy(
     }
     rneed = max_need(rneed, keep_bodies);
     let out_body = match rneed {
-        BodyNeed::None => ProxyBody::Stream(rbody),
+        BodyNeed::None => {
+            if http_body::Body::is_end_stream(&rbody) {
+                if let Some(r) = pool_return.take() {
+                    r.release();
+                }
+            }
+            ProxyBody::Upstream(rbody, pool_return)
+        }
         BodyNeed::Buffer(n) => {
             let cap = (n as u64).min(st.route.response_max) as usize;
             let mut rbody = rbody;
@@ -524,8 +521,14 @@ async fn proxy(
                 if modified {
                     rparts.headers.remove(CONTENT_LENGTH);
                 }
-                ProxyBody::Prefixed(Some(prefix.freeze()), Box::new(ProxyBody::Stream(rbody)))
+                ProxyBody::Prefixed(
+                    Some(prefix.freeze()),
+                    Box::new(ProxyBody::Upstream(rbody, pool_return)),
+                )
             } else {
+                if let Some(r) = pool_return.take() {
+                    r.release();
+                }
                 if parts.method != http::Method::HEAD {
                     set_content_length(&mut rparts.headers, data.len());
                 }
@@ -631,19 +634,6 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
     while let Some(err) = cur {
         if err.is::<E>() {
             return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                return true;
-            }
         }
         cur = err.source();
     }

@@ -13,9 +13,11 @@ use std::task::{Context, Poll};
 
 use http::uri::{Authority, Scheme};
 use http::Uri;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -23,8 +25,81 @@ use crate::body::{BoxError, ProxyBody};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, Metrics};
 
-/// The HTTP client type used for upstreams.
-pub type UpstreamClient = Client<UpstreamConnector, ProxyBody>;
+/// Why an upstream exchange failed.
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// The connection could not be established (refused, unreachable, TLS failure).
+    Connect(BoxError),
+    /// The TCP connect timed out.
+    ConnectTimeout,
+    /// The exchange failed after connecting (reset, protocol error, request body error).
+    Exchange(hyper::Error),
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Connect(e) => write!(f, "connect: {e}"),
+            UpstreamError::ConnectTimeout => f.write_str("connect timeout"),
+            UpstreamError::Exchange(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Idle keep-alive connections of one endpoint (most recently used last).
+#[derive(Debug, Default)]
+pub struct EndpointPool {
+    idle: Mutex<Vec<(SendRequest<ProxyBody>, Instant)>>,
+    max_idle: usize,
+}
+
+impl EndpointPool {
+    fn checkout(&self, idle_timeout: Duration) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.idle.lock();
+        while let Some((tx, since)) = idle.pop() {
+            if !tx.is_closed() && since.elapsed() < idle_timeout {
+                return Some(tx);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose exchange is complete.
+    pub fn put(&self, tx: SendRequest<ProxyBody>) {
+        if tx.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        if idle.len() < self.max_idle {
+            idle.push((tx, Instant::now()));
+        }
+    }
+
+    fn prune(&self, idle_timeout: Duration) {
+        self.idle
+            .lock()
+            .retain(|(tx, since)| !tx.is_closed() && since.elapsed() < idle_timeout);
+    }
+
+    /// Idle connections held now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().len()
+    }
+}
+
+/// A connection to hand back to its pool once the response body has been read.
+#[derive(Debug)]
+pub struct PoolReturn {
+    pool: Arc<EndpointPool>,
+    tx: SendRequest<ProxyBody>,
+}
+
+impl PoolReturn {
+    /// Puts the connection back.
+    pub fn release(self) {
+        self.pool.put(self.tx);
+    }
+}
 
 /// A connection to an upstream: plain TCP or TLS over TCP.
 #[derive(Debug)]
@@ -136,11 +211,15 @@ impl tower_service::Service<Uri> for UpstreamConnector {
     }
 }
 
-/// One upstream endpoint with its health state.
+/// One upstream endpoint with its health state and connection pool.
 #[derive(Debug)]
 pub struct Endpoint {
     /// `host:port`.
     pub authority: Authority,
+    /// `scheme://host:port/` given to the connector.
+    uri: Uri,
+    /// Idle keep-alive connections.
+    pub pool: Arc<EndpointPool>,
     consecutive_failures: AtomicU32,
     ejected_until_ms: AtomicU64,
 }
@@ -155,8 +234,9 @@ pub struct Cluster {
     next: AtomicUsize,
     /// Scheme used towards the endpoints.
     pub scheme: Scheme,
-    /// Pooled client.
-    pub client: UpstreamClient,
+    connector: UpstreamConnector,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
     /// Time allowed for the response head.
     pub request_timeout: Duration,
     eject_after: u32,
@@ -187,14 +267,23 @@ impl Cluster {
                 .parse()
                 .map_err(|_| format!("`{}` is not a host:port endpoint", e.value))?;
             endpoints.push(Endpoint {
+                uri: Uri::builder()
+                    .scheme(if cfg.tls.is_some() { "https" } else { "http" })
+                    .authority(authority.clone())
+                    .path_and_query("/")
+                    .build()
+                    .map_err(|e| format!("`{}`: {e}", authority.as_str()))?,
                 authority,
+                pool: Arc::new(EndpointPool {
+                    idle: Mutex::new(Vec::new()),
+                    max_idle: cfg.max_idle_per_endpoint,
+                }),
                 consecutive_failures: AtomicU32::new(0),
                 ejected_until_ms: AtomicU64::new(0),
             });
         }
         let mut conn = HttpConnector::new();
         conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(cfg.connect_timeout));
         conn.enforce_http(false);
         let tls = match &cfg.tls {
             None => None,
@@ -207,26 +296,95 @@ impl Cluster {
         } else {
             Scheme::HTTP
         };
-        let conn = UpstreamConnector { http: conn, tls };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(cfg.idle_timeout)
-            .pool_max_idle_per_host(cfg.max_idle_per_endpoint)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .retry_canceled_requests(true)
-            .set_host(false)
-            .build(conn);
+        let connector = UpstreamConnector { http: conn, tls };
         Ok(Cluster {
             name: cfg.name.value.as_str().into(),
             endpoints,
             next: AtomicUsize::new(0),
             scheme,
-            client,
+            connector,
+            connect_timeout: cfg.connect_timeout,
+            idle_timeout: cfg.idle_timeout,
             request_timeout: cfg.request_timeout,
             eject_after: cfg.ejection.consecutive_failures,
             eject_for: cfg.ejection.duration,
             metrics: metrics.cluster(&cfg.name.value),
         })
+    }
+
+    /// Sends a request to endpoint `i` on a pooled keep-alive connection (or a new one).
+    /// Returns the response and, unless the connection was upgraded or closed, the
+    /// handle to return it to the pool once the response body is read.
+    pub async fn send(
+        &self,
+        i: usize,
+        mut req: http::Request<ProxyBody>,
+    ) -> Result<(http::Response<Incoming>, Option<PoolReturn>), UpstreamError> {
+        let ep = &self.endpoints[i];
+        while let Some(mut tx) = ep.pool.checkout(self.idle_timeout) {
+            if tx.ready().await.is_err() {
+                continue;
+            }
+            match tx.try_send_request(req).await {
+                Ok(resp) => {
+                    return Ok((
+                        resp,
+                        Some(PoolReturn {
+                            pool: ep.pool.clone(),
+                            tx,
+                        }),
+                    ))
+                }
+                Err(mut e) => match e.take_message() {
+                    // The connection closed before the request was sent: try another.
+                    Some(r) => req = r,
+                    None => return Err(UpstreamError::Exchange(e.into_error())),
+                },
+            }
+        }
+        let mut connector = self.connector.clone();
+        let io = match tokio::time::timeout(
+            self.connect_timeout,
+            tower_service::Service::call(&mut connector, ep.uri.clone()),
+        )
+        .await
+        {
+            Err(_) => return Err(UpstreamError::ConnectTimeout),
+            Ok(Err(e)) => return Err(UpstreamError::Connect(e)),
+            Ok(Ok(io)) => io,
+        };
+        let (mut tx, conn) = hyper::client::conn::http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::trace!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        let resp = tx
+            .send_request(req)
+            .await
+            .map_err(UpstreamError::Exchange)?;
+        Ok((
+            resp,
+            Some(PoolReturn {
+                pool: ep.pool.clone(),
+                tx,
+            }),
+        ))
+    }
+
+    /// Closes idle connections older than the idle timeout (run periodically).
+    pub fn prune_idle(&self) {
+        for e in &self.endpoints {
+            e.pool.prune(self.idle_timeout);
+        }
+    }
+
+    /// The idle timeout of pooled connections.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
 
     /// Picks the next endpoint round-robin, skipping ejected ones (when every endpoint
@@ -289,4 +447,24 @@ impl Cluster {
         let until = self.endpoints[i].ejected_until_ms.load(Ordering::Relaxed);
         until != 0 && until > now_ms()
     }
+}
+
+/// Prunes the cluster's idle connections periodically while it is in use (needs a runtime;
+/// does nothing outside one, e.g. in `moat check-config`).
+pub fn spawn_reaper(cluster: &Arc<Cluster>) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(cluster);
+    let every =
+        (cluster.idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    handle.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            match weak.upgrade() {
+                Some(c) => c.prune_idle(),
+                None => break,
+            }
+        }
+    });
 }

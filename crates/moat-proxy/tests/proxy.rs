@@ -384,3 +384,30 @@ async fn admin_endpoints_and_token() {
     let _ = Arc::new(());
     gw.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_expire() {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = basic_config(up.addr, "").replace(
+        "    request_timeout: 1s\n",
+        "    request_timeout: 1s\n    idle_timeout: 200ms\n",
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let (s, _, _) = get(&c, &format!("http://{addr}/one")).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = get(&c, &format!("http://{addr}/two")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(up.connections(), 1);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (s, _, _) = get(&c, &format!("http://{addr}/three")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        up.connections(),
+        2,
+        "the idle connection must have been closed"
+    );
+    gw.shutdown(Duration::from_secs(1)).await;
+}
