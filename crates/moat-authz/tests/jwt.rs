@@ -352,3 +352,23 @@ fn cache_respects_expiry() {
         moat_authz::jwt::JwtError::Expired
     );
 }
+
+#[test]
+fn cors_preflight_bypasses_jwt() {
+    let key = rsa_key(1, "k", Algorithm::RS256);
+    let e = engine(&ra(&[ra_rule(ISS, &jwks(&[&key]), "")]));
+    let mut c = claims(ISS, "alice");
+    c["exp"] = json!(now() - 3600);
+    let expired = sign(&key, &c);
+    let pre = req("/")
+        .method("OPTIONS")
+        .jwt(&expired)
+        .header("origin", "https://app")
+        .header("access-control-request-method", "GET");
+    assert_eq!(pre.status(&e), 200);
+    let no_origin = req("/")
+        .method("OPTIONS")
+        .jwt(&expired)
+        .header("access-control-request-method", "GET");
+    assert_eq!(no_origin.status(&e), 401);
+}
