@@ -48,7 +48,16 @@ fn gitleaks_toml_loads_every_rule() {
     assert!(s.skipped().is_empty(), "{:?}", s.skipped());
     assert_eq!(s.rules().len(), 222);
     let windowed = s.rules().iter().filter(|r| r.window.is_some()).count();
-    println!("{windowed}/222 rules run in keyword windows");
+    let prefixed: Vec<&str> = s
+        .rules()
+        .iter()
+        .filter(|r| r.prefix.is_some())
+        .map(|r| &*r.id)
+        .collect();
+    println!(
+        "{windowed}/222 rules run in keyword windows, {} from a bounded leading part: {prefixed:?}",
+        prefixed.len()
+    );
 }
 
 #[test]
