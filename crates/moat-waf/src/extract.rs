@@ -234,11 +234,21 @@ impl<'e> Inspector<'e> {
             } else {
                 Cow::Borrowed(raw)
             };
-            let h = decode::html_decode(&u);
+            let h1 = decode::html_decode(&u);
+            // double-encoded references (`&amp;lt;`): one more round
+            let h: Cow<'_, str> = if matches!(h1, Cow::Owned(_)) && h1.contains('&') {
+                Cow::Owned(decode::html_decode(&h1).into_owned())
+            } else {
+                h1
+            };
             let j = decode::js_unescape(&h);
             let fin: &str = &j;
             let findings_before = self.findings.len();
             detect::run_all(fin, scope, &mut |h| self.report(loc, h));
+            if matches!(j, Cow::Owned(_)) {
+                // backslashes may be path separators (UNC, Windows paths), not escapes
+                detect::run_all(&h, scope, &mut |x| self.report(loc, x));
+            }
             if let Some(u7) = decode::utf7_decode(fin) {
                 detect::run_all(&u7, scope, &mut |h| self.report(loc, h));
             }

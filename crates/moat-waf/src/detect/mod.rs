@@ -247,6 +247,11 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
         if let Some(h) = misc::nosql_name(s) {
             out(h);
         }
+        if c.any(Classes::SLASH | Classes::BACKSLASH) {
+            if let Some(h) = misc::traversal(s) {
+                out(h);
+            }
+        }
         if c.any(Classes::ANGLE | q | p | Classes::SEP | Classes::DOLLAR | Classes::BRACE) {
             if let Some(h) = xss::detect(s, c) {
                 out(h);
@@ -275,7 +280,10 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
             out(h);
         }
     }
-    if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE) {
+    // a command with a flag or path argument needs no separator (`cat /etc/passwd`)
+    let cmd_line = c.any(Classes::SLASH | Classes::COMMENT | Classes::BACKSLASH)
+        && memchr::memchr(b' ', b).is_some();
+    if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE) || cmd_line {
         if let Some(h) = cmdi::detect(s, scope == Scope::Body) {
             out(h);
         }
@@ -315,7 +323,7 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
             out(h);
         }
     }
-    if c.any(p) {
+    if c.any(p) || (c.any(Classes::COLON) && c.any(Classes::EQ)) {
         if let Some(h) = misc::ldap(s) {
             out(h);
         }
@@ -328,7 +336,7 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
             out(h);
         }
     }
-    if c.any(p) && c.any(Classes::DOT) {
+    if c.any(p) {
         if let Some(h) = misc::nosql_js(s) {
             out(h);
         }
