@@ -233,6 +233,10 @@ fn shellish_arg(arg: &str) -> bool {
         || a.starts_with("\\\\")
         || (b[0] == b'/' && b.len() > 1)
         || is_host_like(a)
+        || (a.contains("://")
+            && a.split("://")
+                .next()
+                .is_some_and(|sch| !sch.is_empty() && sch.bytes().all(|c| c.is_ascii_alphabetic())))
         || ((b[0] == b'>' || b[0] == b'<') && redirect_target(&a[1..]))
 }
 
