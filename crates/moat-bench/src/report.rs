@@ -291,7 +291,9 @@ impl Report {
 /// Formats a number with sensible precision.
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
-    if a >= 1000.0 {
+    if v == v.trunc() && a < 1e15 {
+        format!("{v:.0}")
+    } else if a >= 1000.0 {
         format!("{v:.0}")
     } else if a >= 100.0 {
         format!("{v:.1}")
@@ -678,8 +680,8 @@ mod tests {
         let mut r = report();
         r.compute_comparisons();
         let md = markdown(&r);
-        assert!(md.contains("| waf | 80.00 |"), "{md}");
-        assert!(md.contains("+20.00 ["), "{md}");
+        assert!(md.contains("| waf | 80 | 0 |"), "{md}");
+        assert!(md.contains("+20 ["), "{md}");
         // A chart with no data (every run of a variant failed) still renders.
         let empty = svg_chart("none", &[("a", &[])]);
         assert!(empty.contains("</svg>"));

@@ -541,8 +541,32 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
     Ok(report)
 }
 
+/// One line for a report cell: the first line of the error, or, when the error
+/// quotes moat's log, the log's last line (where moat says what was wrong).
 fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").to_string()
+    let first = s.lines().next().unwrap_or("");
+    match s.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(last) if last != first => {
+            let head = first.split("; log ").next().unwrap_or(first);
+            format!("{head}: {}", last.trim())
+        }
+        _ => first.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_lines_quote_the_log() {
+        let e = "moat serve exited during start-up (exit status: 1); log /x/moat.log:\n/x/moat.yaml:25:1: field `waf`: unknown field `waf`\n";
+        assert_eq!(
+            first_line(e),
+            "moat serve exited during start-up (exit status: 1): /x/moat.yaml:25:1: field `waf`: unknown field `waf`"
+        );
+        assert_eq!(first_line("one line"), "one line");
+    }
 }
 
 /// Writes `report.json`, `report.md`, `report.html` into `dir`.
