@@ -553,3 +553,25 @@ fn deserialization_and_shellshock() {
     );
     assert!(!got.iter().any(|(_, l)| l == "json:/b/@type"), "{got:?}");
 }
+
+#[test]
+fn pathological_values_are_handled() {
+    // shapes that would be quadratic in a naive scanner; each must simply complete
+    let e = engine(&WafConfig::default());
+    let p = parts("POST", "/", &[("content-type", "text/plain")]);
+    let v = RequestView::from_parts(&p);
+    for unit in [
+        "top[", "<a x ", "${", ";", "') or (", "{{", "../", "\\u", "%25", "&#x", "/*", "$(", "`",
+    ] {
+        let big = unit.repeat((512 << 10) / unit.len());
+        let f = e.inspect(
+            "r",
+            &v,
+            Some(BodyView {
+                data: big.as_bytes(),
+                truncated: false,
+            }),
+        );
+        assert!(f.findings.len() <= 32, "{unit}");
+    }
+}

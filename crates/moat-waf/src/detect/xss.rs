@@ -384,6 +384,10 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         return best;
     }
     // Sink calls: name( or name` with a JS-ish boundary before the name.
+    let last_call = memchr::memmem::rfind(b, b"](")
+        .into_iter()
+        .chain(memchr::memmem::rfind(b, b"]`"))
+        .max();
     let mut i = 0;
     while i < b.len() {
         let ch = b[i];
@@ -525,10 +529,9 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                 let before_ok = is == 0 || !b[is - 1].is_ascii_alphanumeric() && b[is - 1] != b'.';
                 if before_ok && matches!(nx, b'\'' | b'"' | b'`' | b'/' | b'(' | b'[' | b'!' | b'+')
                 {
-                    // the bracket expression is called or assigned somewhere after
-                    if memchr::memmem::find(&b[i..], b"](").is_some()
-                        || memchr::memmem::find(&b[i..], b"]`").is_some()
-                    {
+                    // the bracket expression is called somewhere after (positions
+                    // computed once per value: linear time)
+                    if last_call.is_some_and(|p| p > i) {
                         put(85, is, (i + 20).min(b.len()), &mut best);
                     }
                 }
@@ -550,14 +553,18 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         }
     }
     // document['cookie'], window["location"]
-    for prop in ["cookie", "domain", "location"] {
-        for q in ["['", "[\""] {
-            let pat = format!("{q}{prop}");
-            if let Some(p) = crate::util::find_ci(b, pat.as_bytes()) {
-                let (is, ie) = ident_before(b, p);
-                if ie > is && GLOBALS.iter().any(|g| g.eq_ignore_ascii_case(&s[is..ie])) {
-                    put(80, is, p + pat.len() + 2, &mut best);
-                }
+    for pat in [
+        &b"['cookie"[..],
+        b"[\"cookie",
+        b"['domain",
+        b"[\"domain",
+        b"['location",
+        b"[\"location",
+    ] {
+        if let Some(p) = crate::util::find_ci(b, pat) {
+            let (is, ie) = ident_before(b, p);
+            if ie > is && GLOBALS.iter().any(|g| g.eq_ignore_ascii_case(&s[is..ie])) {
+                put(80, is, p + pat.len() + 2, &mut best);
             }
         }
     }
