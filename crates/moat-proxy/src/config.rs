@@ -42,6 +42,18 @@ pub struct GatewayConfig {
     /// TLS handshake audit records.
     #[serde(default)]
     pub tls_audit: TlsAuditConfig,
+    /// Access control: Istio AuthorizationPolicy / RequestAuthentication / PeerAuthentication.
+    #[serde(default)]
+    pub authz: moat_authz::AuthzConfig,
+    /// Attack detection.
+    #[serde(default)]
+    pub waf: moat_waf::WafConfig,
+    /// Secret detection in request (and response) bodies.
+    #[serde(default)]
+    pub secrets: moat_secrets::SecretsConfig,
+    /// API discovery (schemas computed after the response).
+    #[serde(default)]
+    pub discovery: moat_schema::DiscoveryConfig,
 }
 
 /// `runtime:`.

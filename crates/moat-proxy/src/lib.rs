@@ -14,6 +14,7 @@ pub mod admin;
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod engine_api;
 pub mod events;
 pub mod gateway;
 pub mod metrics;

@@ -12,11 +12,18 @@
 
 use std::sync::Arc;
 
+use std::path::PathBuf;
+
+use moat_authz::AuthzEngine;
 use moat_config::ConfigError;
 use moat_core::{
     AfterResponsePhase, BodyNeed, ConnectionPhase, RequestBodyPhase, RequestCtx,
     RequestHeadersPhase, ResponseBodyPhase, ResponseHeadersPhase,
 };
+use moat_schema::Discovery;
+use moat_secrets::SecretsEngine;
+use moat_waf::WafEngine;
+use parking_lot::Mutex;
 
 use crate::config::{ConfigSource, GatewayConfig};
 
@@ -35,6 +42,21 @@ pub struct Pipeline {
     pub response_body: Vec<Arc<dyn ResponseBodyPhase>>,
     /// Called after the response, with the finished exchange.
     pub after_response: Vec<Arc<dyn AfterResponsePhase>>,
+    /// Typed handles on the configured engines, for the admin API.
+    pub engines: Engines,
+}
+
+/// The engines built from the configuration, by type (the phase lists hold them type-erased).
+#[derive(Clone, Default)]
+pub struct Engines {
+    /// Access control.
+    pub authz: Option<Arc<AuthzEngine>>,
+    /// Attack detection.
+    pub waf: Option<Arc<WafEngine>>,
+    /// Secret detection (also serves `POST /v1/scan`).
+    pub secrets: Option<Arc<SecretsEngine>>,
+    /// API discovery (also serves `GET /v1/apis`).
+    pub discovery: Option<Arc<Discovery>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -99,11 +121,75 @@ impl Pipeline {
 }
 
 /// Builds the pipeline for a configuration. This is the single place engines are wired.
+///
+/// Order matters: access control runs first (a denied request costs no inspection),
+/// then attack detection on the head; on the body, attack detection before secret
+/// detection (a blocked attack is not redacted and forwarded).
 pub fn build_pipeline(cfg: &GatewayConfig, src: &ConfigSource) -> Result<Pipeline, ConfigError> {
-    let _ = (cfg, src);
-    let p = Pipeline::default();
-    // Engines are added here at integration time, one line each, e.g.:
-    //   if let Some(c) = &cfg.waf { let e = Arc::new(moat_waf::Engine::build(c, &src.base_dir)?); p.request_headers.push(e.clone()); p.request_body.push(e); }
+    build_pipeline_with(cfg, src, &EngineCache::default())
+}
+
+/// Engines that own background workers or files and must survive a reload
+/// unchanged when their configuration did not change (API discovery keeps its
+/// inventory and its worker; a second instance would race on the same database).
+#[derive(Default)]
+pub struct EngineCache {
+    discovery: Mutex<Option<(moat_schema::DiscoveryConfig, PathBuf, Arc<Discovery>)>>,
+}
+
+fn engine_error(src: &ConfigSource, field: &str, e: impl std::fmt::Display) -> ConfigError {
+    ConfigError::semantic(&src.file, 0, 0, field, e.to_string())
+}
+
+/// [`build_pipeline`] reusing long-lived engines from `cache`.
+pub fn build_pipeline_with(
+    cfg: &GatewayConfig,
+    src: &ConfigSource,
+    cache: &EngineCache,
+) -> Result<Pipeline, ConfigError> {
+    let mut p = Pipeline::default();
+    if cfg.authz.enabled {
+        let e = AuthzEngine::build(&cfg.authz, &src.base_dir).map_err(|e| match e {
+            moat_authz::AuthzError::Config(c) => c,
+            other => engine_error(src, "authz", other),
+        })?;
+        p.request_headers.push(e.clone());
+        p.engines.authz = Some(e);
+    }
+    if cfg.waf.enabled {
+        let e = WafEngine::build(&cfg.waf).map_err(|e| engine_error(src, "waf", e))?;
+        p.request_headers.push(e.clone());
+        p.request_body.push(e.clone());
+        p.engines.waf = Some(e);
+    }
+    if cfg.secrets.enabled {
+        let e = SecretsEngine::build(&cfg.secrets, &src.base_dir)
+            .map_err(|e| engine_error(src, "secrets", e))?;
+        p.request_body.push(e.clone());
+        p.response_body.push(e.clone());
+        p.engines.secrets = Some(e);
+    }
+    if cfg.discovery.enabled {
+        let mut slot = cache.discovery.lock();
+        let reusable = slot
+            .as_ref()
+            .filter(|(c, dir, _)| *c == cfg.discovery && *dir == src.base_dir)
+            .map(|(_, _, d)| d.clone());
+        let d = match reusable {
+            Some(d) => d,
+            None => {
+                if let Some((_, _, old)) = slot.take() {
+                    old.shutdown();
+                }
+                let d = Discovery::start(&cfg.discovery, &src.base_dir)
+                    .map_err(|e| engine_error(src, "discovery", e))?;
+                *slot = Some((cfg.discovery.clone(), src.base_dir.clone(), d.clone()));
+                d
+            }
+        };
+        p.after_response.push(d.clone());
+        p.engines.discovery = Some(d);
+    }
     Ok(p)
 }
 
@@ -112,7 +198,8 @@ pub fn build_pipeline(cfg: &GatewayConfig, src: &ConfigSource) -> Result<Pipelin
 pub type PipelineFactory =
     Arc<dyn Fn(&GatewayConfig, &ConfigSource) -> Result<Pipeline, ConfigError> + Send + Sync>;
 
-/// The default factory: [`build_pipeline`].
+/// The default factory: [`build_pipeline_with`] and an engine cache kept across reloads.
 pub fn default_factory() -> PipelineFactory {
-    Arc::new(build_pipeline)
+    let cache = EngineCache::default();
+    Arc::new(move |cfg, src| build_pipeline_with(cfg, src, &cache))
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use moat_proxy::config::{self, unlocated, ConfigSource, GatewayConfig};
-use moat_proxy::{Gateway, GatewayOptions};
+use moat_proxy::{AdminRouter, Gateway, GatewayOptions};
 
 /// Arguments of `moat serve`.
 #[derive(clap::Args)]
@@ -51,6 +51,17 @@ fn init_logging(format: LogFormat) {
     };
 }
 
+/// Where the quickstart keeps its policy file, event store and API inventory.
+const QUICKSTART_DIR: &str = "moat-quickstart";
+
+/// The Istio policies the quickstart enforces.
+const QUICKSTART_POLICIES: &str = include_str!("../../../../examples/quickstart-policies.yaml");
+
+fn write_quickstart_files(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("quickstart-policies.yaml"), QUICKSTART_POLICIES)
+}
+
 /// Runs `moat serve`.
 pub fn run(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format);
@@ -64,9 +75,14 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         },
         None => {
+            let base_dir = PathBuf::from(QUICKSTART_DIR);
+            if let Err(e) = write_quickstart_files(&base_dir) {
+                eprintln!("cannot prepare {}: {e}", base_dir.display());
+                return ExitCode::from(1);
+            }
             let src = ConfigSource {
                 file: PathBuf::from("<quickstart>"),
-                base_dir: PathBuf::from("."),
+                base_dir,
             };
             match config::parse(&src, moat_proxy::QUICKSTART_YAML) {
                 Ok(c) => (c, src),
@@ -132,8 +148,13 @@ async fn serve(
         Some((s, w)) => (Some(s as Arc<dyn moat_proxy::EventSink>), Some(w)),
         None => (None, None),
     };
+    let store_path = writer
+        .as_ref()
+        .and_then(|w| w.store_path())
+        .map(Path::to_path_buf);
     let opts = GatewayOptions {
         events: sink,
+        admin: moat_proxy::engine_api::engine_routes(AdminRouter::new(), store_path),
         ..GatewayOptions::default()
     };
     let gw = Gateway::new(cfg, src, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -168,7 +189,11 @@ fn print_quickstart(running: &moat_proxy::RunningGateway) {
          Try:\n  \
          curl -s http://{gw}/api/users/42\n  \
          curl -s -X POST http://{gw}/login -H 'content-type: application/json' -d '{{\"username\":\"alice\",\"password\":\"s3cret\"}}'\n  \
-         curl -s \"http://{gw}/search?q=1%27%20OR%20%271%27=%271\"      # an SQL injection attempt\n  \
+         curl -s \"http://{gw}/search?q=1%27%20OR%20%271%27=%271\"      # SQL injection: 403 with an event id\n  \
+         curl -s http://{gw}/admin                                    # denied by an Istio policy\n  \
+         curl -s -X POST http://{gw}/upload -d 'aws_secret=AKIAQYLPMN5HHHFPZAM2'   # a leaked key: blocked\n  \
+         curl -s http://{admin}/v1/events?since=10m                  # the security events\n  \
+         curl -s http://{admin}/v1/apis                               # the discovered API\n  \
          curl -s http://{admin}/metrics\n  \
          curl -s http://{admin}/config\n\n\
          Press Ctrl-C to stop.\n"
