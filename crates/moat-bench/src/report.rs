@@ -291,9 +291,7 @@ impl Report {
 /// Formats a number with sensible precision.
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
-    if v == v.trunc() && a < 1e15 {
-        format!("{v:.0}")
-    } else if a >= 1000.0 {
+    if a >= 1000.0 || (v == v.trunc() && a < 1e15) {
         format!("{v:.0}")
     } else if a >= 100.0 {
         format!("{v:.1}")

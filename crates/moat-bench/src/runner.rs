@@ -554,6 +554,18 @@ fn first_line(s: &str) -> String {
     }
 }
 
+/// Writes `report.json`, `report.md`, `report.html` into `dir`.
+pub fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    std::fs::write(dir.join("report.md"), crate::report::markdown(report))?;
+    std::fs::write(dir.join("report.html"), crate::report::html(report))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,16 +579,4 @@ mod tests {
         );
         assert_eq!(first_line("one line"), "one line");
     }
-}
-
-/// Writes `report.json`, `report.md`, `report.html` into `dir`.
-pub fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(
-        dir.join("report.json"),
-        serde_json::to_string_pretty(report)?,
-    )?;
-    std::fs::write(dir.join("report.md"), crate::report::markdown(report))?;
-    std::fs::write(dir.join("report.html"), crate::report::html(report))?;
-    Ok(())
 }
