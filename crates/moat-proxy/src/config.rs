@@ -45,8 +45,9 @@ pub struct GatewayConfig {
     /// Access control: Istio AuthorizationPolicy / RequestAuthentication / PeerAuthentication.
     #[serde(default)]
     pub authz: moat_authz::AuthzConfig,
-    /// Attack detection.
-    #[serde(default)]
+    /// Attack detection. Off when the section is absent; a `waf:` section turns it on
+    /// unless it says `enabled: false`.
+    #[serde(default = "waf_off")]
     pub waf: moat_waf::WafConfig,
     /// Secret detection in request (and response) bodies.
     #[serde(default)]
@@ -313,6 +314,13 @@ pub struct TlsAuditConfig {
     /// Record every downstream TLS handshake as a TLS event.
     #[serde(default = "yes")]
     pub enabled: bool,
+}
+
+fn waf_off() -> moat_waf::WafConfig {
+    moat_waf::WafConfig {
+        enabled: false,
+        ..moat_waf::WafConfig::default()
+    }
 }
 
 fn yes() -> bool {
