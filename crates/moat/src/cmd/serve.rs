@@ -55,11 +55,15 @@ fn init_logging(format: LogFormat) {
 const QUICKSTART_DIR: &str = "moat-quickstart";
 
 /// The Istio policies the quickstart enforces.
-const QUICKSTART_POLICIES: &str = include_str!("../../../../examples/quickstart-policies.yaml");
+const QUICKSTART_POLICIES: &str =
+    include_str!("../../../../examples/istio/quickstart-policies.yaml");
 
 fn write_quickstart_files(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("quickstart-policies.yaml"), QUICKSTART_POLICIES)
+    std::fs::create_dir_all(dir.join("istio"))?;
+    std::fs::write(
+        dir.join("istio/quickstart-policies.yaml"),
+        QUICKSTART_POLICIES,
+    )
 }
 
 /// Runs `moat serve`.
@@ -239,7 +243,10 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
 }
 
 fn check(file: &Path) -> Result<(), moat_config::ConfigError> {
-    let (cfg, src) = config::load_file(file)?;
+    let (mut cfg, src) = config::load_file(file)?;
+    // API discovery opens its inventory database and starts a worker: validating
+    // must not create files, and its section was already checked by the parser.
+    cfg.discovery.enabled = false;
     // Build everything a start would build (pipeline, clusters), without binding.
     Gateway::new(cfg, src, GatewayOptions::default()).map(|_| ())
 }
