@@ -1,0 +1,385 @@
+//! The WAF wired from the gateway config, through real sockets: block pages (JSON and
+//! HTML) with event ids, request bodies, benign traffic, monitor mode and route-level
+//! exclusions, with the security events checked at the event sink.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{client, gateway, json, send};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use moat_core::{Connection, EventAction, HandshakeRecord, RequestCtx, SecurityEvent};
+use moat_proxy::events::{AccessInfo, EventSink};
+use moat_proxy::GatewayOptions;
+use parking_lot::Mutex;
+
+/// An echo upstream counting the requests it answered.
+struct Up {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Up {
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+async fn echo_upstream() -> Up {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let h = h.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let h = h.clone();
+                    async move {
+                        h.fetch_add(1, Ordering::SeqCst);
+                        let uri = req.uri().to_string();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let v = serde_json::json!({
+                            "uri": uri,
+                            "body": String::from_utf8_lossy(&body),
+                        });
+                        Ok::<_, Infallible>(
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(v.to_string())))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    Up { addr, hits }
+}
+
+/// Keeps every security event with its request id and route.
+#[derive(Default)]
+struct Sink {
+    security: Mutex<Vec<(String, String, SecurityEvent)>>,
+}
+
+impl Sink {
+    fn events_of(&self, request_id: &str) -> Vec<SecurityEvent> {
+        self.security
+            .lock()
+            .iter()
+            .filter(|(rid, _, _)| rid == request_id)
+            .map(|(_, _, e)| e.clone())
+            .collect()
+    }
+}
+
+impl EventSink for Sink {
+    fn access(&self, _info: &AccessInfo<'_>) -> bool {
+        true
+    }
+    fn security(&self, ctx: &RequestCtx, event: &SecurityEvent, _m: &Method, _p: &str) -> bool {
+        self.security
+            .lock()
+            .push((ctx.request_id.clone(), ctx.route.to_string(), event.clone()));
+        true
+    }
+    fn tls(&self, _conn: &Connection, _hs: &HandshakeRecord) -> bool {
+        true
+    }
+}
+
+const SQLI: &str = "1%27%20UNION%20SELECT%20username%2C%20password%20FROM%20users--";
+
+fn yaml(up: SocketAddr) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{up}"]
+routes:
+  - name: cms
+    path_prefix: /cms
+    cluster: app
+  - name: legacy
+    path_prefix: /legacy
+    cluster: app
+  - name: all
+    cluster: app
+waf:
+  enabled: true
+  mode: block
+  routes:
+    legacy: {{ mode: monitor }}
+  exclusions:
+    - route: cms
+      location: "query:q"
+      detector: sqli
+"#
+    )
+}
+
+fn get_req(url: String, accept: &str, request_id: &str) -> Request<Full<Bytes>> {
+    Request::get(url)
+        .header("accept", accept)
+        .header("x-request-id", request_id)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+async fn start() -> (
+    Up,
+    Arc<Sink>,
+    moat_proxy::RunningGateway,
+    SocketAddr,
+    tempfile::TempDir,
+) {
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Sink::default());
+    let opts = GatewayOptions {
+        events: Some(sink.clone()),
+        ..GatewayOptions::default()
+    };
+    let gw = gateway(dir.path(), &yaml(up.addr), opts).await;
+    let addr = gw.listener_addr("main").unwrap();
+    (up, sink, gw, addr, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqli_in_query_is_blocked_with_json_or_html_page_and_never_forwarded() {
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = client();
+
+    let (s, h, body) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/search?q={SQLI}"),
+            "application/json",
+            "waf-json-1",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body:?}");
+    assert!(h["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    let v = json(&body);
+    assert_eq!(v["status"], 403);
+    assert_eq!(v["request_id"], "waf-json-1");
+    let event_id = v["event_id"].as_str().expect("event id").to_string();
+    assert!(!event_id.is_empty());
+    let events = sink.events_of("waf-json-1");
+    let ev = events
+        .iter()
+        .find(|e| e.id == event_id)
+        .unwrap_or_else(|| panic!("the page's event id is not in the sink: {events:?}"));
+    assert_eq!(ev.engine, "waf");
+    assert_eq!(ev.rule, "sqli");
+    assert_eq!(ev.action, EventAction::Block);
+    assert_eq!(ev.location.as_deref(), Some("query:q"));
+    assert_eq!(
+        up.hits(),
+        0,
+        "a blocked request must not reach the upstream"
+    );
+
+    // HTML when the client does not ask for JSON.
+    let (s, h, body) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/search?q={SQLI}"),
+            "text/html",
+            "waf-html-1",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = String::from_utf8_lossy(&body);
+    let ev = sink
+        .events_of("waf-html-1")
+        .into_iter()
+        .find(|e| e.action == EventAction::Block)
+        .expect("block event");
+    assert!(
+        html.contains(&format!("Event id: <code>{}</code>", ev.id)),
+        "{html}"
+    );
+    assert!(html.contains("waf-html-1"), "{html}");
+    assert_eq!(up.hits(), 0);
+
+    // Benign traffic passes.
+    let (s, _, body) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/search?q=blue+shoes&page=2"),
+            "application/json",
+            "benign-1",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body:?}");
+    assert_eq!(json(&body)["uri"], "/search?q=blue+shoes&page=2");
+    assert_eq!(up.hits(), 1);
+    assert!(sink.events_of("benign-1").is_empty());
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xss_in_json_body_is_blocked_and_benign_json_passes() {
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = client();
+    let post = |body: &str, rid: &str| {
+        Request::post(format!("http://{addr}/comments"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .header("x-request-id", rid)
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+
+    let attack =
+        r#"{"post": 7, "comment": {"text": "<img src=x onerror=alert(document.cookie)>"}}"#;
+    let (s, _, body) = send(&c, post(attack, "xss-1")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body:?}");
+    let v = json(&body);
+    let ev = sink
+        .events_of("xss-1")
+        .into_iter()
+        .find(|e| e.action == EventAction::Block)
+        .expect("block event");
+    assert_eq!(v["event_id"], ev.id.as_str());
+    assert_eq!(ev.rule, "xss");
+    assert_eq!(ev.location.as_deref(), Some("json:/comment/text"));
+    assert_eq!(up.hits(), 0, "a blocked body must not reach the upstream");
+
+    let benign =
+        r#"{"post": 7, "comment": {"text": "Great product, <3 it. Would buy again & again!"}}"#;
+    let (s, _, body) = send(&c, post(benign, "benign-json")).await;
+    assert_eq!(s, StatusCode::OK, "{body:?}");
+    assert_eq!(json(&body)["body"], benign);
+    assert_eq!(up.hits(), 1);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_route_forwards_and_reports_a_monitor_event() {
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = client();
+    let (s, _, body) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/legacy/search?q={SQLI}"),
+            "application/json",
+            "monitor-1",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body:?}");
+    assert_eq!(up.hits(), 1);
+    let events = sink.events_of("monitor-1");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.engine == "waf" && e.rule == "sqli" && e.action == EventAction::Monitor),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().all(|e| e.action != EventAction::Block),
+        "{events:?}"
+    );
+    let routes: Vec<String> = sink
+        .security
+        .lock()
+        .iter()
+        .filter(|(rid, _, _)| rid == "monitor-1")
+        .map(|(_, r, _)| r.clone())
+        .collect();
+    assert!(routes.iter().all(|r| r == "legacy"), "{routes:?}");
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_exclusion_skips_only_that_location_and_detector() {
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = client();
+
+    // Excluded: route cms, query:q, sqli.
+    let (s, _, body) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/cms/search?q={SQLI}"),
+            "application/json",
+            "excl-1",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body:?}");
+    assert_eq!(up.hits(), 1);
+    assert!(
+        sink.events_of("excl-1")
+            .iter()
+            .all(|e| e.action != EventAction::Block),
+        "{:?}",
+        sink.events_of("excl-1")
+    );
+
+    // Another parameter on the same route is still inspected.
+    let (s, _, _) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/cms/search?id={SQLI}"),
+            "application/json",
+            "excl-2",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // Another detector on the excluded location is still applied.
+    let (s, _, _) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/cms/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E"),
+            "application/json",
+            "excl-3",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // The exclusion is scoped to its route.
+    let (s, _, _) = send(
+        &c,
+        get_req(
+            format!("http://{addr}/search?q={SQLI}"),
+            "application/json",
+            "excl-4",
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(up.hits(), 1);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
