@@ -383,3 +383,74 @@ async fn route_exclusion_skips_only_that_location_and_detector() {
     assert_eq!(up.hits(), 1);
     gw.shutdown(Duration::from_secs(2)).await;
 }
+
+/// A gateway with one catch-all route and the given `waf:` mode and route flags.
+async fn start_with(
+    mode: &str,
+    monitor_only_route: bool,
+) -> (Up, Arc<Sink>, moat_proxy::RunningGateway, tempfile::TempDir) {
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Sink::default());
+    let opts = GatewayOptions {
+        events: Some(sink.clone()),
+        ..GatewayOptions::default()
+    };
+    let yaml = format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{}"]
+routes:
+  - name: all
+    cluster: app
+    monitor_only: {monitor_only_route}
+waf:
+  enabled: true
+  mode: {mode}
+"#,
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, opts).await;
+    (up, sink, gw, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_monitor_mode_and_monitor_only_route_forward_attacks_with_monitor_events() {
+    for (mode, monitor_only) in [("monitor", false), ("block", true)] {
+        let (up, sink, gw, _dir) = start_with(mode, monitor_only).await;
+        let addr = gw.listener_addr("main").unwrap();
+        let c = client();
+        let rid = format!("mon-{mode}-{monitor_only}");
+        let (s, _, body) = send(
+            &c,
+            get_req(
+                format!("http://{addr}/search?q={SQLI}"),
+                "application/json",
+                &rid,
+            ),
+        )
+        .await;
+        assert_eq!(
+            s,
+            StatusCode::OK,
+            "mode {mode}, monitor_only {monitor_only}: {body:?}"
+        );
+        assert_eq!(up.hits(), 1);
+        let events = sink.events_of(&rid);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.engine == "waf" && e.rule == "sqli" && e.action == EventAction::Monitor),
+            "mode {mode}, monitor_only {monitor_only}: {events:?}"
+        );
+        assert!(
+            events.iter().all(|e| e.action != EventAction::Block),
+            "{events:?}"
+        );
+        gw.shutdown(Duration::from_secs(2)).await;
+    }
+}
