@@ -308,7 +308,49 @@ async fn https_with(
     }
 }
 
+/// Keeps (request path, engine, rule, action) of every security event.
+#[derive(Default)]
+struct Sink {
+    security: parking_lot::Mutex<Vec<(String, &'static str, String, moat_core::EventAction)>>,
+}
+
+impl Sink {
+    fn has(&self, path: &str, engine: &str, rule_prefix: &str) -> bool {
+        self.security.lock().iter().any(|(p, e, r, a)| {
+            p == path
+                && *e == engine
+                && r.starts_with(rule_prefix)
+                && *a == moat_core::EventAction::Block
+        })
+    }
+}
+
+impl moat_proxy::EventSink for Sink {
+    fn access(&self, _info: &moat_proxy::AccessInfo<'_>) -> bool {
+        true
+    }
+    fn security(
+        &self,
+        _ctx: &moat_core::RequestCtx,
+        event: &moat_core::SecurityEvent,
+        _m: &http::Method,
+        path: &str,
+    ) -> bool {
+        self.security.lock().push((
+            path.to_string(),
+            event.engine,
+            event.rule.clone(),
+            event.action,
+        ));
+        true
+    }
+    fn tls(&self, _c: &moat_core::Connection, _h: &moat_core::HandshakeRecord) -> bool {
+        true
+    }
+}
+
 struct Setup {
+    sink: Arc<Sink>,
     pki: TestPki,
     jwks: JwksServer,
     gw: moat_proxy::RunningGateway,
@@ -317,19 +359,27 @@ struct Setup {
 }
 
 async fn setup(initial: &[&TestKey]) -> Setup {
+    let jwks_server = JwksServer::start(jwks(initial));
+    let uri = format!("http://{}/jwks", jwks_server.addr);
+    setup_with(jwks_server, &uri).await
+}
+
+/// The gateway with the policies, the RequestAuthentication reading `jwks_uri`.
+async fn setup_with(jwks_server: JwksServer, jwks_uri: &str) -> Setup {
     let up = upstream("shop").await;
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::generate(dir.path()).unwrap();
-    let jwks_server = JwksServer::start(jwks(initial));
     std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(
-        dir.path().join("policies/shop.yaml"),
-        policies(&format!("http://{}/jwks", jwks_server.addr)),
-    )
-    .unwrap();
-    let gw = gateway(dir.path(), &yaml(up.addr), GatewayOptions::default()).await;
+    std::fs::write(dir.path().join("policies/shop.yaml"), policies(jwks_uri)).unwrap();
+    let sink = Arc::new(Sink::default());
+    let opts = GatewayOptions {
+        events: Some(sink.clone()),
+        ..GatewayOptions::default()
+    };
+    let gw = gateway(dir.path(), &yaml(up.addr), opts).await;
     let addr = gw.listener_addr("tls").unwrap();
     Setup {
+        sink,
         pki,
         jwks: jwks_server,
         gw,
@@ -386,6 +436,12 @@ async fn spiffe_principal_policies_over_mtls() {
     assert_eq!(r.text(), "RBAC: access denied");
     let r = https(&s.pki, s.addr, true, "/administrator", None).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    // Each denial is a security event at the sink, naming the deciding policy.
+    assert!(s
+        .sink
+        .has("/admin/users", "authz", "istio-system/deny-admin"));
+    assert!(s.sink.has("/api/items", "authz", ""));
 
     // Outside /api/* the principal rule does not apply.
     let r = https(&s.pki, s.addr, true, "/other", None).await;
@@ -464,6 +520,7 @@ async fn jwt_request_principal_claim_headers_and_invalid_tokens() {
     let r = https(&s.pki, s.addr, false, "/me/profile", Some(&forged)).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.text());
     assert!(r.headers.contains_key("www-authenticate"));
+    assert!(s.sink.has("/me/profile", "authn", ""));
     assert!(!r.headers.contains_key("x-upstream"));
 
     // With a verified token, a client-sent output header is overwritten by the claim.
@@ -578,5 +635,38 @@ async fn output_claim_header_cannot_be_spoofed_without_a_token() {
         "spoofed claim header forwarded: {}",
         r.text()
     );
+    s.gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwks_server_down_from_the_start() {
+    // A port with nothing listening: the first fetch fails (connection refused).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut jwks_server = JwksServer::start(jwks(&[]));
+    jwks_server.shutdown();
+    let s = setup_with(jwks_server, &format!("http://{closed}/jwks")).await;
+
+    // A token cannot be verified: 401 with Envoy's message.
+    let k1 = ec_key("k1");
+    let r = https(
+        &s.pki,
+        s.addr,
+        false,
+        "/me/profile",
+        Some(&sign(&k1, &claims("alice"))),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.text(), "Jwks remote fetch is failed");
+    assert!(r.headers.contains_key("www-authenticate"));
+
+    // Without a token the policies decide as usual.
+    let r = https(&s.pki, s.addr, true, "/api/items", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let r = https(&s.pki, s.addr, false, "/api/items", None).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
     s.gw.shutdown(Duration::from_secs(2)).await;
 }
