@@ -54,6 +54,24 @@ async fn upstream() -> Up {
                     let h = h.clone();
                     async move {
                         h.fetch_add(1, Ordering::SeqCst);
+                        if req.uri().path().ends_with("/leak-gz") {
+                            let body = format!(
+                                r#"{{"service":"billing","aws_access_key_id":"{AWS_KEY}","pad":"{}"}}"#,
+                                "abc ".repeat(500)
+                            );
+                            let mut gz = flate2::write::GzEncoder::new(
+                                Vec::new(),
+                                flate2::Compression::default(),
+                            );
+                            gz.write_all(body.as_bytes()).unwrap();
+                            return Ok::<_, Infallible>(
+                                Response::builder()
+                                    .header("content-type", "application/json")
+                                    .header("content-encoding", "gzip")
+                                    .body(Full::new(Bytes::from(gz.finish().unwrap())))
+                                    .unwrap(),
+                            );
+                        }
                         if req.uri().path().ends_with("/leak") {
                             let body = format!(
                                 r#"{{"service":"billing","config":{{"aws_access_key_id":"{AWS_KEY}","region":"eu-west-1"}}}}"#
@@ -268,6 +286,33 @@ async fn redact_mode_forwards_valid_json_with_a_correct_content_length() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redact_mode_on_a_form_body_percent_encodes_the_marker() {
+    let (up, gw, _dir) = start().await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let req = Request::post(format!("http://{addr}/redact/form"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(Bytes::from(format!(
+            "user=bob&aws_access_key_id={AWS_KEY}&x=1"
+        ))))
+        .unwrap();
+    let (s, _, resp) = send(&c, req).await;
+    assert_eq!(s, StatusCode::OK, "{resp:?}");
+    assert_eq!(up.hits(), 1);
+    let echo = json(&resp);
+    let received = echo["body"].as_str().unwrap();
+    assert_eq!(
+        received,
+        "user=bob&aws_access_key_id=%5BREDACTED%3Aaws-access-key-id%5D&x=1"
+    );
+    assert_eq!(
+        echo["headers"]["content-length"],
+        received.len().to_string()
+    );
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_bodies_are_blocked_or_redacted() {
     let (up, gw, _dir) = start().await;
     let addr = gw.listener_addr("main").unwrap();
@@ -309,6 +354,31 @@ async fn response_bodies_are_blocked_or_redacted() {
     if let Some(cl) = h.get("content-length") {
         assert_eq!(cl.to_str().unwrap(), resp.len().to_string());
     }
+
+    // A gzip-encoded response is decoded, redacted and sent without Content-Encoding.
+    let (s, h, resp) = send(
+        &c,
+        Request::get(format!("http://{addr}/redact/leak-gz"))
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{resp:?}");
+    assert!(h.get("content-encoding").is_none(), "{h:?}");
+    let v = json(&resp);
+    assert_eq!(v["aws_access_key_id"], "[REDACTED:aws-access-key-id]");
+    assert_eq!(v["pad"].as_str().unwrap().len(), 2000);
+    if let Some(cl) = h.get("content-length") {
+        assert_eq!(cl.to_str().unwrap(), resp.len().to_string());
+    }
+
+    // Block mode on the gzip response: no secret, compressed or not, reaches the client.
+    let req = Request::get(format!("http://{addr}/leak-gz"))
+        .header("accept", "application/json")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (s, _, resp) = send(&c, req).await;
+    assert_eq!(s, StatusCode::BAD_GATEWAY, "{resp:?}");
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
