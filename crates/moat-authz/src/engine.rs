@@ -507,6 +507,9 @@ impl AuthzEngine {
         } else {
             Authn::NoToken
         };
+        if !matches!(authn, Authn::Failed { .. }) {
+            jwt::strip_outputs(&view.providers, headers);
+        }
         let verified = match authn {
             Authn::NoToken => None,
             Authn::Verified { jwt, provider } => {

@@ -813,6 +813,20 @@ pub fn authenticate(
     }
 }
 
+/// Removes every header the providers write from a verified token
+/// (`outputPayloadToHeader`, `outputClaimToHeaders`), so a client cannot send
+/// them itself and have them pass as verified claims.
+pub fn strip_outputs(providers: &[std::sync::Arc<Provider>], headers: &mut HeaderMap) {
+    for p in providers {
+        if let Some(h) = &p.output_payload_to_header {
+            headers.remove(h);
+        }
+        for (h, _) in &p.output_claims {
+            headers.remove(h);
+        }
+    }
+}
+
 /// Applies `outputPayloadToHeader`, `outputClaimToHeaders` and `forwardOriginalToken`
 /// of the provider that verified the token.
 pub fn apply_outputs(p: &Provider, jwt: &VerifiedJwt, headers: &mut HeaderMap) {
