@@ -68,6 +68,10 @@ fn yaml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
 
+/// Rules per generated `AuthorizationPolicy`: larger rule counts are split over
+/// several policies of the same action (moat accepts at most 512 rules per policy).
+pub const RULES_PER_POLICY: u32 = 500;
+
 /// Generates Istio `RequestAuthentication` and `AuthorizationPolicy` documents
 /// (multi-document YAML) for `spec`, using `jwt` for JWT rules.
 ///
@@ -110,13 +114,19 @@ pub fn istio_policies(spec: &AuthzGen, jwt: &Jwt) -> String {
             RuleLayout::Deny => "DENY",
             RuleLayout::AllowLast => "ALLOW",
         };
-        header(
-            &mut out,
-            "AuthorizationPolicy",
-            &format!("bench-{}-{kname}", action.to_ascii_lowercase()),
-        );
-        let _ = writeln!(out, "  action: {action}\n  rules:");
         for i in 0..spec.rules {
+            if i % RULES_PER_POLICY == 0 {
+                header(
+                    &mut out,
+                    "AuthorizationPolicy",
+                    &format!(
+                        "bench-{}-{kname}-{}",
+                        action.to_ascii_lowercase(),
+                        i / RULES_PER_POLICY
+                    ),
+                );
+                let _ = writeln!(out, "  action: {action}\n  rules:");
+            }
             let last_matches = spec.layout == RuleLayout::AllowLast && i + 1 == spec.rules;
             let rule = match (kind, last_matches) {
                 (RuleKind::Paths, false) => format!(
@@ -293,15 +303,17 @@ mod tests {
         };
         let text = istio_policies(&spec, &j);
         let docs: Vec<Value> = moat_config::from_str_multi(Path::new("p.yaml"), &text).unwrap();
-        assert_eq!(docs.len(), 4);
+        // 1 RequestAuthentication + 3 kinds x 2 policies of 500 rules.
+        assert_eq!(docs.len(), 7);
         assert_eq!(docs[0]["kind"], "RequestAuthentication");
         assert_eq!(docs[0]["spec"]["jwtRules"].as_array().unwrap().len(), 3);
         for d in &docs[1..] {
             assert_eq!(d["spec"]["action"], "DENY");
-            assert_eq!(d["spec"]["rules"].as_array().unwrap().len(), 1000);
+            assert_eq!(d["spec"]["rules"].as_array().unwrap().len(), 500);
         }
+        assert_eq!(docs[4]["metadata"]["name"], "bench-deny-ipblocks-1");
         assert_eq!(
-            docs[2]["spec"]["rules"][999]["from"][0]["source"]["ipBlocks"][0],
+            docs[4]["spec"]["rules"][499]["from"][0]["source"]["ipBlocks"][0],
             "10.0.3.231/32"
         );
         // No generated DENY rule names the token's principal.
