@@ -37,6 +37,8 @@ pub enum ProxyBody {
     /// A buffered prefix followed by the rest of the body (limit policy `forward`,
     /// or a phase that inspected only a prefix).
     Prefixed(Option<Bytes>, Box<ProxyBody>),
+    /// The trailers of a body whose data was gathered in memory.
+    Trailers(Option<http::HeaderMap>),
     /// A stream that fails once more than `remaining` bytes pass (limit policy `reject`,
     /// length unknown in advance). `tripped` is set when it fails.
     Limited {
@@ -101,6 +103,7 @@ impl http_body::Body for ProxyBody {
                 }
                 r
             }
+            ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(t)))),
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
                 Some(p) if !p.is_empty() => Poll::Ready(Some(Ok(Frame::data(p)))),
                 _ => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -130,6 +133,7 @@ impl http_body::Body for ProxyBody {
         match self {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Trailers(t) => t.is_none(),
             ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.is_end_stream(),
             ProxyBody::Prefixed(p, i) => p.is_none() && i.is_end_stream(),
             ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
@@ -140,6 +144,8 @@ impl http_body::Body for ProxyBody {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            // Unknown: keeps the response chunked so the trailers can follow.
+            ProxyBody::Trailers(_) => SizeHint::default(),
             ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.size_hint(),
             ProxyBody::Prefixed(p, i) => {
                 let extra = p.as_ref().map_or(0, |b| b.len() as u64);
@@ -190,4 +196,100 @@ pub async fn read_prefix(body: &mut Incoming, limit: usize) -> Result<Buffered, 
         truncated: false,
         overflow: Bytes::new(),
     })
+}
+
+/// Result of [`gather_ready`].
+#[derive(Debug, Default)]
+pub struct Gathered {
+    /// The data frames taken, concatenated (copied only when there were several).
+    pub data: Bytes,
+    /// True when the body ended: `data` (and `trailers`) is all of it.
+    pub complete: bool,
+    /// Trailers, when the body carried some.
+    pub trailers: Option<http::HeaderMap>,
+}
+
+/// Takes the frames of `body` that are available without waiting for the peer, up to
+/// about `max` bytes (a frame that crosses `max` is still taken whole).
+///
+/// With `yield_once`, the task yields to the scheduler once when the next frame is not
+/// there yet, so that the connection task feeding the body can hand over the frames it
+/// has already read (hyper passes an upstream response through a one-slot channel: the
+/// end of a chunked body only arrives after its last data frame was taken). A small
+/// response then leaves in one write with its head instead of two or three.
+pub async fn gather_ready(
+    body: &mut Incoming,
+    max: usize,
+    yield_once: bool,
+) -> Result<Gathered, hyper::Error> {
+    let mut out = Gathered::default();
+    let mut joined: Option<BytesMut> = None;
+    let mut yielded = !yield_once;
+    loop {
+        if body.is_end_stream() {
+            out.complete = true;
+            break;
+        }
+        let len = joined.as_ref().map_or(out.data.len(), |j| j.len());
+        if len >= max {
+            break;
+        }
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+        match polled {
+            Poll::Ready(None) => {
+                out.complete = true;
+                break;
+            }
+            Poll::Ready(Some(frame)) => match frame?.into_data() {
+                Ok(d) => {
+                    if let Some(j) = joined.as_mut() {
+                        j.extend_from_slice(&d);
+                    } else if out.data.is_empty() {
+                        out.data = d;
+                    } else {
+                        let mut j = BytesMut::with_capacity(out.data.len() + d.len());
+                        j.extend_from_slice(&out.data);
+                        j.extend_from_slice(&d);
+                        joined = Some(j);
+                    }
+                }
+                Err(frame) => {
+                    // Trailers end the body.
+                    out.trailers = frame.into_trailers().ok();
+                    out.complete = true;
+                    break;
+                }
+            },
+            Poll::Pending => {
+                if yielded {
+                    break;
+                }
+                yielded = true;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    if let Some(j) = joined {
+        out.data = j.freeze();
+    }
+    Ok(out)
+}
+
+impl Gathered {
+    /// The body to forward: the gathered bytes, then (unless complete) `rest`.
+    pub fn into_body(self, rest: impl FnOnce() -> ProxyBody) -> ProxyBody {
+        if self.complete {
+            match self.trailers {
+                None => ProxyBody::full(self.data),
+                Some(t) => {
+                    ProxyBody::Prefixed(Some(self.data), Box::new(ProxyBody::Trailers(Some(t))))
+                }
+            }
+        } else if self.data.is_empty() {
+            rest()
+        } else {
+            ProxyBody::Prefixed(Some(self.data), Box::new(rest()))
+        }
+    }
 }

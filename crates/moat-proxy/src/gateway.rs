@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminRouter};
+use crate::body::ProxyBody;
 use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase, RouteMetrics};
@@ -140,6 +141,106 @@ pub struct Shared {
 pub(crate) struct ConnInfo {
     pub(crate) conn: Arc<Connection>,
     pub(crate) xff_hops: u32,
+    /// The peer IP formatted once, for `X-Forwarded-For`.
+    pub(crate) xff: http::HeaderValue,
+    /// Progress counters read by the connection's [`watchdog`].
+    watch: Arc<ConnWatch>,
+}
+
+/// Progress of one downstream connection, read by its [`watchdog`].
+#[derive(Debug, Default)]
+pub(crate) struct ConnWatch {
+    /// Requests whose head was read.
+    heads: AtomicU64,
+    /// Exchanges in progress: from the request head until the response body is written.
+    active: AtomicU32,
+    /// Set on the first HTTP/2 request: the watchdog is for HTTP/1 only.
+    h2: AtomicBool,
+}
+
+/// Check period of the connection watchdog that replaces hyper's per-request
+/// header-read timer (which allocates and arms a timer for every request).
+const WATCH_TICK: Duration = Duration::from_secs(10);
+/// An HTTP/1 connection with nothing in flight that completes no request head for this
+/// many ticks in a row (30 to 40 s) is closed: idle keep-alive and slow-head clients.
+const WATCH_IDLE_TICKS: u32 = 3;
+
+impl ConnInfo {
+    /// Marks the start of an exchange; the returned guard ends it when dropped.
+    pub(crate) fn begin(self: &Arc<Self>, h2: bool) -> ExchangeGuard {
+        let w = &self.watch;
+        w.heads.fetch_add(1, Ordering::Relaxed);
+        w.active.fetch_add(1, Ordering::Relaxed);
+        if h2 && !w.h2.load(Ordering::Relaxed) {
+            w.h2.store(true, Ordering::Relaxed);
+        }
+        ExchangeGuard(self.clone())
+    }
+}
+
+/// Ends an exchange of a connection when dropped (after the response body is written).
+pub(crate) struct ExchangeGuard(Arc<ConnInfo>);
+
+impl Drop for ExchangeGuard {
+    fn drop(&mut self) {
+        self.0.watch.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Closes an HTTP/1 connection that completes no request head for
+/// [`WATCH_IDLE_TICKS`] ticks in a row while nothing is in flight: idle keep-alive
+/// connections and clients that send their head too slowly. It runs as its own task
+/// next to the connection (one timer per connection, nothing on the request path).
+async fn watchdog(watch: Arc<ConnWatch>, conn: tokio::task::AbortHandle) {
+    let mut last_heads = 0;
+    let mut idle_ticks = 0;
+    loop {
+        tokio::time::sleep(WATCH_TICK).await;
+        if conn.is_finished() || watch.h2.load(Ordering::Relaxed) {
+            return;
+        }
+        let heads = watch.heads.load(Ordering::Relaxed);
+        if heads == last_heads && watch.active.load(Ordering::Relaxed) == 0 {
+            idle_ticks += 1;
+            if idle_ticks >= WATCH_IDLE_TICKS {
+                tracing::trace!("closing a connection that sent no request head in time");
+                conn.abort();
+                return;
+            }
+        } else {
+            idle_ticks = 0;
+            last_heads = heads;
+        }
+    }
+}
+
+/// A response body that holds the exchange open until hyper drops it.
+pub(crate) struct GuardedBody {
+    body: ProxyBody,
+    _guard: ExchangeGuard,
+}
+
+impl http_body::Body for GuardedBody {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 impl Shared {
@@ -411,7 +512,6 @@ fn server_builder(cfg: &GatewayConfig) -> auto::Builder<TokioExecutor> {
     let head = cfg.limits.max_header_bytes.min(16 << 20) as usize;
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
         .max_buf_size((head * 2).max(16 << 10))
         .max_headers((cfg.limits.max_headers * 2).max(128));
     b.http2()
@@ -455,17 +555,20 @@ async fn accept_loop(
         let shared = shared.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        tokio::spawn(async move {
+        let watch = Arc::new(ConnWatch::default());
+        let conn_watch = watch.clone();
+        let task = tokio::spawn(async move {
+            let watch = conn_watch;
             match tls {
                 None => {
-                    let ci = conn_info(peer, local, None, xff_hops);
+                    let ci = conn_info(peer, local, None, xff_hops, watch);
                     serve_io(shared, builder, watcher, ci, tcp).await;
                 }
                 Some(t) => {
                     let t0 = Instant::now();
                     match t.accept(tcp).await {
                         Ok(moat_tls::Accepted::Plain(tcp)) => {
-                            let ci = conn_info(peer, local, None, xff_hops);
+                            let ci = conn_info(peer, local, None, xff_hops, watch);
                             serve_io(shared, builder, watcher, ci, tcp).await;
                         }
                         Ok(moat_tls::Accepted::Tls {
@@ -473,7 +576,7 @@ async fn accept_loop(
                             session,
                             handshake,
                         }) => {
-                            let ci = conn_info(peer, local, Some(session), xff_hops);
+                            let ci = conn_info(peer, local, Some(session), xff_hops, watch);
                             on_connection(&shared, &ci.conn, &handshake, t0);
                             serve_io(shared, builder, watcher, ci, stream).await;
                         }
@@ -488,6 +591,7 @@ async fn accept_loop(
                 }
             }
         });
+        tokio::spawn(watchdog(watch, task.abort_handle()));
     }
 }
 
@@ -515,8 +619,13 @@ fn conn_info(
     local: SocketAddr,
     tls: Option<TlsSession>,
     xff_hops: u32,
+    watch: Arc<ConnWatch>,
 ) -> Arc<ConnInfo> {
+    let xff = http::HeaderValue::from_maybe_shared(bytes::Bytes::from(peer.ip().to_string()))
+        .unwrap_or_else(|_| http::HeaderValue::from_static("unknown"));
     Arc::new(ConnInfo {
+        xff,
+        watch,
         conn: Arc::new(Connection {
             remote_addr: peer,
             local_addr: local,
@@ -533,7 +642,17 @@ async fn serve_io<I: Io>(
     ci: Arc<ConnInfo>,
     io: I,
 ) {
-    let svc = service_fn(move |req| crate::proxy::handle(shared.clone(), ci.clone(), req));
+    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let guard = ci.begin(req.version() == http::Version::HTTP_2);
+        let fut = crate::proxy::handle(shared.clone(), ci.clone(), req);
+        async move {
+            let resp = fut.await?;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody {
+                body,
+                _guard: guard,
+            }))
+        }
+    });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     if let Err(e) = watcher.watch(conn.into_owned()).await {
         tracing::trace!(error = %e, "connection ended with an error");

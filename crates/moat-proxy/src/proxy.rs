@@ -18,7 +18,7 @@ use moat_core::{
     SecurityEvent, Verdict,
 };
 
-use crate::body::{read_prefix, BodyTooLarge, ProxyBody};
+use crate::body::{gather_ready, read_prefix, BodyTooLarge, ProxyBody};
 use crate::config::OnLimit;
 use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
@@ -37,6 +37,11 @@ pub type ProxyResponse = Response<ProxyBody>;
 
 /// Longest accepted incoming `x-request-id`; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
+
+/// Bodies up to this size that are already in memory (request bodies with a
+/// `Content-Length`, small upstream responses) are forwarded in the same write as their
+/// head instead of being streamed frame by frame (see [`gather_ready`]).
+const GATHER_MAX: usize = 64 << 10;
 
 /// Handles one downstream request. Never fails: every error becomes a reply.
 pub(crate) async fn handle(
@@ -95,12 +100,17 @@ pub(crate) async fn handle(
     };
     let mut state = ReqState {
         accept,
-        user_agent: parts.headers.get(USER_AGENT).cloned(),
+        user_agent: if shared.events.is_some() {
+            parts.headers.get(USER_AGENT).cloned()
+        } else {
+            None
+        },
         shared: &shared,
         snap: &snap,
         route,
         start,
         host: &host,
+        xff: &ci.xff,
         upstream: None,
         request_body: None,
         response_body: None,
@@ -124,6 +134,8 @@ struct ReqState<'a> {
     route: &'a Route,
     start: Instant,
     host: &'a str,
+    /// The peer address as an `X-Forwarded-For` element.
+    xff: &'a HeaderValue,
     upstream: Option<usize>,
     request_body: Option<Bytes>,
     response_body: Option<Bytes>,
@@ -193,7 +205,28 @@ async fn proxy(
         ProxyBody::Empty
     } else {
         match need {
-            BodyNeed::None => limited_stream(body, route, content_length, &mut tripped),
+            BodyNeed::None => match content_length {
+                // A small body with a known length is usually in hyper's buffer already:
+                // take it so that head and body go upstream in one write.
+                Some(n) if n <= GATHER_MAX as u64 => {
+                    let mut body = body;
+                    match gather_ready(&mut body, n as usize, false).await {
+                        Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
+                        Err(_) => {
+                            return Err((
+                                error_page(
+                                    StatusCode::BAD_REQUEST,
+                                    st.accept.as_ref(),
+                                    "request body could not be read",
+                                    &ctx.request_id,
+                                ),
+                                Decision::Error,
+                            ))
+                        }
+                    }
+                }
+                _ => limited_stream(body, route, content_length, &mut tripped),
+            },
             BodyNeed::Buffer(n) => {
                 let cap = (n as u64).min(limit) as usize;
                 let mut body = body;
@@ -321,7 +354,7 @@ async fn proxy(
             up_headers.insert(HOST, v);
         }
     }
-    append_xff(&mut up_headers, ctx.conn.remote_addr.ip());
+    append_xff(&mut up_headers, st.xff);
     up_headers.insert(
         X_FORWARDED_PROTO.clone(),
         HeaderValue::from_static(if ctx.conn.tls.is_some() {
@@ -445,12 +478,43 @@ async fn proxy(
     rneed = max_need(rneed, keep_bodies);
     let out_body = match rneed {
         BodyNeed::None => {
+            let small = http_body::Body::size_hint(&rbody)
+                .exact()
+                .is_none_or(|n| n <= GATHER_MAX as u64);
             if http_body::Body::is_end_stream(&rbody) {
                 if let Some(r) = pool_return.take() {
                     r.release();
                 }
+                ProxyBody::Upstream(rbody, pool_return)
+            } else if small {
+                // Take what the upstream connection already read (for a small chunked
+                // response: all of it, end included), so the response leaves in one write.
+                let mut rbody = rbody;
+                match gather_ready(&mut rbody, GATHER_MAX, true).await {
+                    Ok(g) => {
+                        if g.complete {
+                            if let Some(r) = pool_return.take() {
+                                r.release();
+                            }
+                        }
+                        g.into_body(|| ProxyBody::Upstream(rbody, pool_return))
+                    }
+                    Err(_) => {
+                        cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+                        return Err((
+                            error_page(
+                                StatusCode::BAD_GATEWAY,
+                                st.accept.as_ref(),
+                                "upstream error",
+                                &ctx.request_id,
+                            ),
+                            Decision::Error,
+                        ));
+                    }
+                }
+            } else {
+                ProxyBody::Upstream(rbody, pool_return)
             }
-            ProxyBody::Upstream(rbody, pool_return)
         }
         BodyNeed::Buffer(n) => {
             let cap = (n as u64).min(st.route.response_max) as usize;
@@ -725,6 +789,23 @@ fn header_has_token(v: &HeaderValue, token: &str) -> bool {
 /// `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
 /// `Upgrade`. With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    // Most messages carry none of them: one pass over the (few) names instead of seven
+    // hashed removals.
+    let any = h.keys().any(|k| {
+        k == CONNECTION
+            || k == TE
+            || k == TRAILER
+            || k == TRANSFER_ENCODING
+            || k == UPGRADE
+            || k == KEEP_ALIVE
+            || k == PROXY_CONNECTION
+    });
+    if !any {
+        if keep_upgrade {
+            h.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        return;
+    }
     if let Some(conn) = h.get(CONNECTION) {
         if conn.as_bytes().contains(&b',') || !conn.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
             let listed: Vec<HeaderName> = h
@@ -755,22 +836,25 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-fn append_xff(h: &mut HeaderMap, ip: std::net::IpAddr) {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(64);
+/// Appends the peer address (`peer`, formatted once per connection) to `X-Forwarded-For`.
+fn append_xff(h: &mut HeaderMap, peer: &HeaderValue) {
+    let mut s = BytesMut::new();
     for v in h.get_all(&X_FORWARDED_FOR).iter() {
-        if let Ok(v) = v.to_str() {
+        if v.to_str().is_ok() {
             if !s.is_empty() {
-                s.push_str(", ");
+                s.extend_from_slice(b", ");
             }
-            s.push_str(v);
+            s.extend_from_slice(v.as_bytes());
         }
     }
-    if !s.is_empty() {
-        s.push_str(", ");
+    if s.is_empty() {
+        // The common case: no proxy in front, no copy.
+        h.insert(X_FORWARDED_FOR.clone(), peer.clone());
+        return;
     }
-    let _ = write!(s, "{ip}");
-    if let Ok(v) = HeaderValue::from_str(&s) {
+    s.extend_from_slice(b", ");
+    s.extend_from_slice(peer.as_bytes());
+    if let Ok(v) = HeaderValue::from_maybe_shared(s.freeze()) {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
 }
@@ -867,7 +951,10 @@ mod tests {
     fn xff_appends() {
         let mut h = HeaderMap::new();
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
-        append_xff(&mut h, "10.0.0.1".parse().unwrap());
+        append_xff(&mut h, &HeaderValue::from_static("10.0.0.1"));
         assert_eq!(h.get(&X_FORWARDED_FOR).unwrap(), "1.2.3.4, 10.0.0.1");
+        let mut h = HeaderMap::new();
+        append_xff(&mut h, &HeaderValue::from_static("10.0.0.1"));
+        assert_eq!(h.get(&X_FORWARDED_FOR).unwrap(), "10.0.0.1");
     }
 }
