@@ -6,6 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: the request path allocates small, short-lived objects on every request.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// moat: a security gateway (access control, attack detection, secret detection,
 /// API discovery and audit in one reverse proxy).
 #[derive(Parser)]
