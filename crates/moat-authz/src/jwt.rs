@@ -442,7 +442,27 @@ fn b64(s: &str) -> Option<Vec<u8>> {
 
 /// Verifies `token` against one provider (Envoy's order: format, issuer, time, audience,
 /// key, signature).
-pub fn verify(token: &str, p: &Provider, now: i64, skew: i64) -> Result<VerifiedJwt, JwtError> {
+/// A token split and decoded, before any provider-specific check.
+struct ParsedToken<'a> {
+    /// The second (payload) segment, still base64url.
+    payload_b64: &'a str,
+    header: Value,
+    payload: Value,
+    alg: Algorithm,
+    family: Family,
+}
+
+impl ParsedToken<'_> {
+    fn issuer(&self) -> &str {
+        self.payload
+            .get("iss")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+    }
+}
+
+/// The provider-independent part of [`verify`]: size, shape, JSON, `alg`.
+fn parse_token(token: &str) -> Result<ParsedToken<'_>, JwtError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(JwtError::BadFormat);
     }
@@ -469,10 +489,30 @@ pub fn verify(token: &str, p: &Provider, now: i64, skew: i64) -> Result<Verified
     }
     let alg: Algorithm = alg_name.parse().map_err(|_| JwtError::BadAlg)?;
     let family = family_of(alg).ok_or(JwtError::BadAlg)?;
-    let iss = payload.get("iss").and_then(|v| v.as_str()).unwrap_or("");
-    if iss != p.issuer {
+    Ok(ParsedToken {
+        payload_b64: pl,
+        header,
+        payload,
+        alg,
+        family,
+    })
+}
+
+/// Verifies a token against one provider.
+pub fn verify(token: &str, p: &Provider, now: i64, skew: i64) -> Result<VerifiedJwt, JwtError> {
+    let parsed = parse_token(token)?;
+    if parsed.issuer() != p.issuer {
         return Err(JwtError::UnknownIssuer);
     }
+    let ParsedToken {
+        payload_b64: pl,
+        header,
+        payload,
+        alg,
+        family,
+    } = parsed;
+    let alg_name = header.get("alg").and_then(|a| a.as_str()).unwrap_or("");
+    let iss = payload.get("iss").and_then(|v| v.as_str()).unwrap_or("");
     let num = |name: &str| -> Result<Option<i64>, JwtError> {
         match payload.get(name) {
             None | Some(Value::Null) => Ok(None),
@@ -705,6 +745,37 @@ pub fn verify_cached(
     Ok(j)
 }
 
+/// The issuer of each token of one request, parsed once: every provider is offered
+/// every token, and most refuse it on the issuer alone, so without this a workload
+/// with N JWT rules would decode the same token N times per request.
+struct TokenIssuers<'t> {
+    seen: Vec<(&'t str, Result<String, JwtError>)>,
+}
+
+impl<'t> TokenIssuers<'t> {
+    fn new() -> Self {
+        TokenIssuers { seen: Vec::new() }
+    }
+
+    /// What [`verify`] would answer before its provider-specific checks:
+    /// `Ok` when the token is well formed and `p` is its issuer's provider.
+    fn precheck(&mut self, token: &'t str, p: &Provider) -> Result<(), JwtError> {
+        let idx = match self.seen.iter().position(|(t, _)| *t == token) {
+            Some(i) => i,
+            None => {
+                let r = parse_token(token).map(|t| t.issuer().to_string());
+                self.seen.push((token, r));
+                self.seen.len() - 1
+            }
+        };
+        match &self.seen[idx].1 {
+            Err(e) => Err(e.clone()),
+            Ok(iss) if *iss != p.issuer => Err(JwtError::UnknownIssuer),
+            Ok(_) => Ok(()),
+        }
+    }
+}
+
 /// Istio's composition of the JWT rules that apply to a workload: with providers
 /// P1..Pn Envoy requires `any(P1, .., Pn, all(any(Pi, allow_missing)))`, i.e. the
 /// request passes when some provider verifies every token at its locations, or when
@@ -749,6 +820,7 @@ pub fn authenticate(
             first_err = Some((e, pol));
         }
     };
+    let mut issuers = TokenIssuers::new();
     // Branch 1: one provider verifies all its tokens.
     for (i, p) in providers.iter().enumerate() {
         if per[i].is_empty() {
@@ -757,7 +829,10 @@ pub fn authenticate(
         let mut first: Option<Arc<VerifiedJwt>> = None;
         let mut all_ok = true;
         for (_, t) in &per[i] {
-            match verify_cached(t, p, cache, now, skew) {
+            let verified = issuers
+                .precheck(t, p)
+                .and_then(|()| verify_cached(t, p, cache, now, skew));
+            match verified {
                 Ok(j) => {
                     first.get_or_insert(j);
                 }
@@ -786,6 +861,9 @@ pub fn authenticate(
             let mut ok = None;
             for (k, q) in providers.iter().enumerate() {
                 if !q.locations.contains(loc) {
+                    continue;
+                }
+                if issuers.precheck(t, q).is_err() {
                     continue;
                 }
                 if let Ok(j) = verify_cached(t, q, cache, now, skew) {
