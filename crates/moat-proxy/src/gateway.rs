@@ -602,6 +602,7 @@ fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord, _t0: 
         p.on_connection(conn, hs);
     }
     if snap.config.tls_audit.enabled {
+        shared.metrics.record_tls_handshake(hs);
         if let Some(sink) = &shared.events {
             if !sink.tls(conn, hs) {
                 shared

@@ -172,6 +172,9 @@ pub struct Metrics {
     /// Events that could not be enqueued (queue full) counted by the proxy.
     pub events_dropped: AtomicU64,
     queue: Mutex<Option<QueueGauge>>,
+    /// Audited downstream TLS handshakes by (version, cipher suite, group). The
+    /// label values come from moat-tls's fixed tables, so the map stays small.
+    tls_handshakes: Mutex<BTreeMap<(&'static str, &'static str, &'static str), u64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -186,6 +189,7 @@ impl Default for Metrics {
             routes: Mutex::new(BTreeMap::new()),
             clusters: Mutex::new(BTreeMap::new()),
             phases: Default::default(),
+            tls_handshakes: Mutex::new(BTreeMap::new()),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             connections: AtomicU64::new(0),
@@ -224,6 +228,16 @@ impl Metrics {
     /// Installs the event queue gauge source.
     pub fn set_queue_gauge(&self, g: QueueGauge) {
         *self.queue.lock() = Some(g);
+    }
+
+    /// Counts an audited TLS handshake under its version, cipher suite and group,
+    /// so legacy crypto shows up in `/metrics`.
+    pub fn record_tls_handshake(&self, hs: &moat_core::HandshakeRecord) {
+        *self
+            .tls_handshakes
+            .lock()
+            .entry(moat_tls::audit_labels(hs))
+            .or_insert(0) += 1;
     }
 
     /// Renders everything in the Prometheus text exposition format.
@@ -304,6 +318,13 @@ impl Metrics {
             self.connections.load(Ordering::Relaxed),
             self.tls_handshake_errors.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP moat_tls_handshakes_total Audited downstream TLS handshakes by protocol version, cipher suite and key exchange group.\n# TYPE moat_tls_handshakes_total counter\n");
+        for ((version, cipher, group), n) in self.tls_handshakes.lock().iter() {
+            let _ = writeln!(
+                out,
+                "moat_tls_handshakes_total{{version=\"{version}\",cipher=\"{cipher}\",group=\"{group}\"}} {n}"
+            );
+        }
         out
     }
 }

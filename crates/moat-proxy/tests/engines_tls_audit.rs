@@ -220,6 +220,23 @@ async fn tls12_and_tls13_handshakes_are_audited_in_the_sink_and_the_store() {
     check(&events, &v12, true);
     check(&events, &v13, false);
 
+    // /metrics counts the handshakes by version, cipher suite and group.
+    let (s, _, body) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = String::from_utf8_lossy(&body);
+    let handshakes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("moat_tls_handshakes_total{"))
+        .collect();
+    assert!(
+        handshakes.iter().any(|l| l.contains("version=\"TLSv1.2\"")),
+        "{handshakes:?}"
+    );
+    assert!(
+        handshakes.iter().any(|l| l.contains("version=\"TLSv1.3\"")),
+        "{handshakes:?}"
+    );
+
     gw.shutdown(Duration::from_secs(2)).await;
     writer.shutdown();
 }
