@@ -33,7 +33,7 @@ pub enum ProxyBody {
     /// A body streamed from the peer.
     Stream(Incoming),
     /// An upstream response body; its connection goes back to the pool at the end.
-    Upstream(Incoming, Option<crate::upstream::PoolReturn>),
+    Upstream(crate::upstream::UpstreamBody),
     /// A buffered prefix followed by the rest of the body (limit policy `forward`,
     /// or a phase that inspected only a prefix).
     Prefixed(Option<Bytes>, Box<ProxyBody>),
@@ -87,22 +87,7 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Stream(inc) => poll_incoming(inc, cx),
-            ProxyBody::Upstream(inc, ret) => {
-                let r = poll_incoming(inc, cx);
-                // Hyper stops polling once `is_end_stream` is true, so release as soon as
-                // the last frame is out, not only on the final `None`.
-                let done = match &r {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => inc.is_end_stream(),
-                    _ => false,
-                };
-                if done {
-                    if let Some(ret) = ret.take() {
-                        ret.release();
-                    }
-                }
-                r
-            }
+            ProxyBody::Upstream(up) => Pin::new(up).poll_frame(cx),
             ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(t)))),
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
                 Some(p) if !p.is_empty() => Poll::Ready(Some(Ok(Frame::data(p)))),
@@ -134,7 +119,8 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Trailers(t) => t.is_none(),
-            ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.is_end_stream(),
+            ProxyBody::Stream(i) => i.is_end_stream(),
+            ProxyBody::Upstream(up) => up.is_end_stream(),
             ProxyBody::Prefixed(p, i) => p.is_none() && i.is_end_stream(),
             ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
         }
@@ -146,7 +132,8 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             // Unknown: keeps the response chunked so the trailers can follow.
             ProxyBody::Trailers(_) => SizeHint::default(),
-            ProxyBody::Stream(i) | ProxyBody::Upstream(i, _) => i.size_hint(),
+            ProxyBody::Stream(i) => i.size_hint(),
+            ProxyBody::Upstream(up) => up.size_hint(),
             ProxyBody::Prefixed(p, i) => {
                 let extra = p.as_ref().map_or(0, |b| b.len() as u64);
                 let h = i.size_hint();
@@ -173,11 +160,15 @@ pub struct Buffered {
 }
 
 /// Reads a body into memory, stopping once more than `limit` bytes arrived.
-pub async fn read_prefix(body: &mut Incoming, limit: usize) -> Result<Buffered, hyper::Error> {
+pub async fn read_prefix<B>(body: &mut B, limit: usize) -> Result<Buffered, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     use http_body_util::BodyExt;
     let mut buf = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame?;
+        let frame = frame.map_err(Into::into)?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
                 let take = limit - buf.len();
@@ -212,19 +203,17 @@ pub struct Gathered {
 /// Takes the frames of `body` that are available without waiting for the peer, up to
 /// about `max` bytes (a frame that crosses `max` is still taken whole).
 ///
-/// With `yield_once`, the task yields to the scheduler once when the next frame is not
-/// there yet, so that the connection task feeding the body can hand over the frames it
-/// has already read (hyper passes an upstream response through a one-slot channel: the
-/// end of a chunked body only arrives after its last data frame was taken). A small
-/// response then leaves in one write with its head instead of two or three.
-pub async fn gather_ready(
-    body: &mut Incoming,
-    max: usize,
-    yield_once: bool,
-) -> Result<Gathered, hyper::Error> {
+/// A small upstream response is usually read whole with its head (a chunked one with
+/// its last chunk): taking it here lets it leave downstream in one write with its head
+/// (a `Content-Length` response) instead of head, data and chunked end in separate
+/// writes, and returns its connection to the pool at once.
+pub async fn gather_ready<B>(body: &mut B, max: usize) -> Result<Gathered, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     let mut out = Gathered::default();
     let mut joined: Option<BytesMut> = None;
-    let mut yielded = !yield_once;
     loop {
         if body.is_end_stream() {
             out.complete = true;
@@ -241,7 +230,7 @@ pub async fn gather_ready(
                 out.complete = true;
                 break;
             }
-            Poll::Ready(Some(frame)) => match frame?.into_data() {
+            Poll::Ready(Some(frame)) => match frame.map_err(Into::into)?.into_data() {
                 Ok(d) => {
                     if let Some(j) = joined.as_mut() {
                         j.extend_from_slice(&d);
@@ -261,13 +250,7 @@ pub async fn gather_ready(
                     break;
                 }
             },
-            Poll::Pending => {
-                if yielded {
-                    break;
-                }
-                yielded = true;
-                tokio::task::yield_now().await;
-            }
+            Poll::Pending => break,
         }
     }
     if let Some(j) = joined {

@@ -510,8 +510,11 @@ impl Gateway {
 fn server_builder(cfg: &GatewayConfig) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     let head = cfg.limits.max_header_bytes.min(16 << 20) as usize;
+    // No timer for HTTP/1: hyper's header-read timeout (30 s by default once a timer is
+    // set) boxes and arms a timer for every request head; the connection [`watchdog`]
+    // bounds idle and slow-head connections instead.
     b.http1()
-        .timer(TokioTimer::new())
+        .header_read_timeout(None)
         .max_buf_size((head * 2).max(16 << 10))
         .max_headers((cfg.limits.max_headers * 2).max(128));
     b.http2()

@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderName, HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, TE,
-    TRAILER, TRANSFER_ENCODING, UPGRADE, USER_AGENT,
+    HeaderName, HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, UPGRADE,
+    USER_AGENT,
 };
-use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use moat_core::{
@@ -24,13 +24,9 @@ use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
 use crate::metrics::{Decision, Phase};
 use crate::pipeline::max_need;
-use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamError, UpstreamRequest, X_FORWARDED_FOR};
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// The response type of the proxy service.
 pub type ProxyResponse = Response<ProxyBody>;
@@ -210,7 +206,7 @@ async fn proxy(
                 // take it so that head and body go upstream in one write.
                 Some(n) if n <= GATHER_MAX as u64 => {
                     let mut body = body;
-                    match gather_ready(&mut body, n as usize, false).await {
+                    match gather_ready(&mut body, n as usize).await {
                         Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
                         Err(_) => {
                             return Err((
@@ -335,66 +331,35 @@ async fn proxy(
     } else {
         None
     };
-    let later_needs_request = !pipeline.response_headers.is_empty()
-        || !pipeline.response_body.is_empty()
-        || !pipeline.after_response.is_empty();
-    let mut up_headers = if later_needs_request {
-        parts.headers.clone()
-    } else {
-        std::mem::take(&mut parts.headers)
-    };
-    strip_hop_by_hop(&mut up_headers, upgrade);
-    if !up_headers.contains_key(HOST) {
+    let up_req = UpstreamRequest {
+        method: &parts.method,
+        // Origin-form request target; the endpoint is chosen by the connection.
+        target: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+        headers: &parts.headers,
+        body: forward_body,
+        upgrade,
         // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
-        let a = parts
+        default_host: parts
             .uri
             .authority()
-            .unwrap_or(&cluster.endpoints[ep].authority);
-        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-            up_headers.insert(HOST, v);
-        }
-    }
-    append_xff(&mut up_headers, st.xff);
-    up_headers.insert(
-        X_FORWARDED_PROTO.clone(),
-        HeaderValue::from_static(if ctx.conn.tls.is_some() {
+            .unwrap_or(&cluster.endpoints[ep].authority)
+            .as_str(),
+        forwarded_for: st.xff,
+        forwarded_proto: if ctx.conn.tls.is_some() {
             "https"
         } else {
             "http"
-        }),
-    );
-    // Origin-form request target; the endpoint is chosen by the connection.
-    let uri = match parts.uri.path_and_query() {
-        Some(pq) => Uri::from(pq.clone()),
-        None => Uri::from_static("/"),
+        },
     };
-    let mut up_req = Request::new(forward_body);
-    *up_req.method_mut() = parts.method.clone();
-    *up_req.uri_mut() = uri;
-    *up_req.version_mut() = Version::HTTP_11;
-    *up_req.headers_mut() = up_headers;
 
     let t = Instant::now();
-    let result = tokio::time::timeout(cluster.request_timeout, cluster.send(ep, up_req)).await;
+    let result = cluster.send(ep, up_req).await;
     metrics.phase(Phase::Upstream).observe(t.elapsed());
     let resp = match result {
-        Err(_) => {
-            cluster.failure(ep);
-            cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-            return Err((
-                error_page(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    st.accept.as_ref(),
-                    "upstream timeout",
-                    &ctx.request_id,
-                ),
-                Decision::Error,
-            ));
-        }
-        Ok(Err(e)) => {
+        Err(e) => {
             let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
             let body_too_large = match &e {
-                UpstreamError::Exchange(h) => source_is::<BodyTooLarge>(h),
+                UpstreamError::RequestBody(b) => source_is::<BodyTooLarge>(b.as_ref()),
                 _ => false,
             };
             if over || body_too_large {
@@ -409,7 +374,7 @@ async fn proxy(
                 ));
             }
             let (status, title) = match &e {
-                UpstreamError::ConnectTimeout => {
+                UpstreamError::ConnectTimeout | UpstreamError::Timeout => {
                     cluster.failure(ep);
                     cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
                     (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
@@ -422,7 +387,10 @@ async fn proxy(
                         .fetch_add(1, Ordering::Relaxed);
                     (StatusCode::BAD_GATEWAY, "upstream unreachable")
                 }
-                UpstreamError::Exchange(_) => {
+                UpstreamError::RequestBody(_) => {
+                    (StatusCode::BAD_REQUEST, "request body could not be read")
+                }
+                UpstreamError::Io(_) | UpstreamError::Protocol(_) => {
                     cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
                     (StatusCode::BAD_GATEWAY, "upstream error")
                 }
@@ -433,30 +401,33 @@ async fn proxy(
                 Decision::Error,
             ));
         }
-        Ok(Ok(r)) => r,
+        Ok(r) => r,
     };
     cluster.success(ep);
-    let (mut resp, mut pool_return) = resp;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(down) = downstream_upgrade {
-            let up = hyper::upgrade::on(&mut resp);
+        // The client only gets a 101 it asked for (the upstream client refuses others).
+        let (rparts, rbody) = resp.into_parts();
+        if let (Some(down), Some((mut up, early))) = (downstream_upgrade, rbody.into_upgraded()) {
             tokio::spawn(async move {
-                if let (Ok(d), Ok(u)) = (down.await, up.await) {
+                use tokio::io::AsyncWriteExt;
+                if let Ok(d) = down.await {
                     let mut d = TokioIo::new(d);
-                    let mut u = TokioIo::new(u);
-                    let _ = tokio::io::copy_bidirectional(&mut d, &mut u).await;
+                    // Bytes the upstream sent right after its 101 head.
+                    if !early.is_empty() && d.write_all(&early).await.is_err() {
+                        return;
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut d, &mut up).await;
                 }
             });
-            let (rparts, _) = resp.into_parts();
-            return Ok((
-                Response::from_parts(rparts, ProxyBody::Empty),
-                Decision::Allow,
-            ));
         }
+        return Ok((
+            Response::from_parts(rparts, ProxyBody::Empty),
+            Decision::Allow,
+        ));
     }
 
+    // Hop-by-hop fields were left out when the head was parsed.
     let (mut rparts, rbody) = resp.into_parts();
-    strip_hop_by_hop(&mut rparts.headers, false);
 
     // Phase: response headers.
     if !pipeline.response_headers.is_empty() {
@@ -482,23 +453,13 @@ async fn proxy(
                 .exact()
                 .is_none_or(|n| n <= GATHER_MAX as u64);
             if http_body::Body::is_end_stream(&rbody) {
-                if let Some(r) = pool_return.take() {
-                    r.release();
-                }
-                ProxyBody::Upstream(rbody, pool_return)
+                ProxyBody::Upstream(rbody)
             } else if small {
                 // Take what the upstream connection already read (for a small chunked
                 // response: all of it, end included), so the response leaves in one write.
                 let mut rbody = rbody;
-                match gather_ready(&mut rbody, GATHER_MAX, true).await {
-                    Ok(g) => {
-                        if g.complete {
-                            if let Some(r) = pool_return.take() {
-                                r.release();
-                            }
-                        }
-                        g.into_body(|| ProxyBody::Upstream(rbody, pool_return))
-                    }
+                match gather_ready(&mut rbody, GATHER_MAX).await {
+                    Ok(g) => g.into_body(|| ProxyBody::Upstream(rbody)),
                     Err(_) => {
                         cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
                         return Err((
@@ -513,7 +474,7 @@ async fn proxy(
                     }
                 }
             } else {
-                ProxyBody::Upstream(rbody, pool_return)
+                ProxyBody::Upstream(rbody)
             }
         }
         BodyNeed::Buffer(n) => {
@@ -585,14 +546,8 @@ async fn proxy(
                 if modified {
                     rparts.headers.remove(CONTENT_LENGTH);
                 }
-                ProxyBody::Prefixed(
-                    Some(prefix.freeze()),
-                    Box::new(ProxyBody::Upstream(rbody, pool_return)),
-                )
+                ProxyBody::Prefixed(Some(prefix.freeze()), Box::new(ProxyBody::Upstream(rbody)))
             } else {
-                if let Some(r) = pool_return.take() {
-                    r.release();
-                }
                 if parts.method != http::Method::HEAD {
                     set_content_length(&mut rparts.headers, data.len());
                 }
@@ -785,80 +740,6 @@ fn header_has_token(v: &HeaderValue, token: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Removes hop-by-hop headers (RFC 9110 7.6.1): those named in `Connection`, and
-/// `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
-/// `Upgrade`. With `keep_upgrade`, `Connection: upgrade` and `Upgrade` stay.
-pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    // Most messages carry none of them: one pass over the (few) names instead of seven
-    // hashed removals.
-    let any = h.keys().any(|k| {
-        k == CONNECTION
-            || k == TE
-            || k == TRAILER
-            || k == TRANSFER_ENCODING
-            || k == UPGRADE
-            || k == KEEP_ALIVE
-            || k == PROXY_CONNECTION
-    });
-    if !any {
-        if keep_upgrade {
-            h.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        return;
-    }
-    if let Some(conn) = h.get(CONNECTION) {
-        if conn.as_bytes().contains(&b',') || !conn.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
-            let listed: Vec<HeaderName> = h
-                .get_all(CONNECTION)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|s| s.split(','))
-                .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-                .collect();
-            for name in listed {
-                if keep_upgrade && name == UPGRADE {
-                    continue;
-                }
-                h.remove(&name);
-            }
-        }
-        h.remove(CONNECTION);
-    }
-    h.remove(&KEEP_ALIVE);
-    h.remove(&PROXY_CONNECTION);
-    h.remove(TE);
-    h.remove(TRAILER);
-    h.remove(TRANSFER_ENCODING);
-    if keep_upgrade {
-        h.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        h.remove(UPGRADE);
-    }
-}
-
-/// Appends the peer address (`peer`, formatted once per connection) to `X-Forwarded-For`.
-fn append_xff(h: &mut HeaderMap, peer: &HeaderValue) {
-    let mut s = BytesMut::new();
-    for v in h.get_all(&X_FORWARDED_FOR).iter() {
-        if v.to_str().is_ok() {
-            if !s.is_empty() {
-                s.extend_from_slice(b", ");
-            }
-            s.extend_from_slice(v.as_bytes());
-        }
-    }
-    if s.is_empty() {
-        // The common case: no proxy in front, no copy.
-        h.insert(X_FORWARDED_FOR.clone(), peer.clone());
-        return;
-    }
-    s.extend_from_slice(b", ");
-    s.extend_from_slice(peer.as_bytes());
-    if let Ok(v) = HeaderValue::from_maybe_shared(s.freeze()) {
-        h.insert(X_FORWARDED_FOR.clone(), v);
-    }
-}
-
 /// The original client: the `xff_trusted_hops`-th address from the right of
 /// `X-Forwarded-For`, or the TCP peer.
 fn client_ip(ci: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
@@ -916,45 +797,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hop_by_hop_headers_are_removed() {
-        let mut h = HeaderMap::new();
-        h.insert(CONNECTION, HeaderValue::from_static("close, x-secret-hop"));
-        h.insert("x-secret-hop", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(TE, HeaderValue::from_static("trailers"));
-        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert("x-keep", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h, false);
-        assert_eq!(h.len(), 1, "{h:?}");
-        assert!(h.contains_key("x-keep"));
-    }
-
-    #[test]
-    fn upgrade_headers_kept_when_upgrading() {
-        let mut h = HeaderMap::new();
-        h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
-        strip_hop_by_hop(&mut h, true);
-        assert_eq!(h.get(UPGRADE).unwrap(), "websocket");
-        assert_eq!(h.get(CONNECTION).unwrap(), "upgrade");
-    }
-
-    #[test]
     fn host_port_is_stripped() {
         assert_eq!(strip_port("a.example:8080"), "a.example");
         assert_eq!(strip_port("a.example"), "a.example");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
         assert_eq!(new_request_id().len(), 32);
-    }
-
-    #[test]
-    fn xff_appends() {
-        let mut h = HeaderMap::new();
-        h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
-        append_xff(&mut h, &HeaderValue::from_static("10.0.0.1"));
-        assert_eq!(h.get(&X_FORWARDED_FOR).unwrap(), "1.2.3.4, 10.0.0.1");
-        let mut h = HeaderMap::new();
-        append_xff(&mut h, &HeaderValue::from_static("10.0.0.1"));
-        assert_eq!(h.get(&X_FORWARDED_FOR).unwrap(), "10.0.0.1");
     }
 }

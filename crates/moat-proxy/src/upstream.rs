@@ -1,5 +1,12 @@
-//! Upstream clusters: endpoints, round-robin balancing, passive ejection and the
-//! keep-alive connection pool.
+//! Upstream clusters: endpoints, round-robin balancing, passive ejection, the keep-alive
+//! connection pool and the HTTP/1.1 client that drives each exchange.
+//!
+//! The exchange runs in the task that serves the downstream connection: the request is
+//! written and the response head read on the pooled connection directly, and the
+//! response body ([`UpstreamBody`]) is decoded from it while hyper's server writes it
+//! downstream. There is no client connection task and no channel between tasks.
+
+mod h1;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -9,31 +16,49 @@ use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
+use bytes::{Buf, Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
-use http::Uri;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::TokioIo;
+use http::{HeaderMap, Method, Response};
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+pub use h1::ProtocolError;
+pub(crate) use h1::X_FORWARDED_FOR;
+use h1::{Decoded, Decoder, RequestFraming};
 
 use crate::body::{BoxError, ProxyBody};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, Metrics};
+
+/// Request bodies up to this size that are in memory go out in the same write as the
+/// request head (and can be replayed on a fresh connection, see [`Cluster::send`]).
+const INLINE_BODY: usize = 64 << 10;
+/// Bytes reserved in a connection's read buffer before each read.
+const READ_CHUNK: usize = 16 << 10;
+/// Interim (1xx) responses skipped before the final one; more is refused.
+const MAX_INTERIM: usize = 16;
 
 /// Why an upstream exchange failed.
 #[derive(Debug)]
 pub enum UpstreamError {
     /// The connection could not be established (refused, unreachable, TLS failure).
     Connect(BoxError),
-    /// The TCP connect timed out.
+    /// The TCP connect (and TLS handshake) timed out.
     ConnectTimeout,
-    /// The exchange failed after connecting (reset, protocol error, request body error).
-    Exchange(hyper::Error),
+    /// No response head within the cluster's `request_timeout`.
+    Timeout,
+    /// The request body could not be read from the client, or exceeded the route limit.
+    RequestBody(BoxError),
+    /// Reading from or writing to the upstream failed after connecting.
+    Io(io::Error),
+    /// The upstream answered with something moat refuses to forward.
+    Protocol(ProtocolError),
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -41,63 +66,41 @@ impl std::fmt::Display for UpstreamError {
         match self {
             UpstreamError::Connect(e) => write!(f, "connect: {e}"),
             UpstreamError::ConnectTimeout => f.write_str("connect timeout"),
-            UpstreamError::Exchange(e) => write!(f, "{e}"),
+            UpstreamError::Timeout => f.write_str("no response head before the request timeout"),
+            UpstreamError::RequestBody(e) => write!(f, "request body: {e}"),
+            UpstreamError::Io(e) => write!(f, "{e}"),
+            UpstreamError::Protocol(e) => write!(f, "{e}"),
         }
     }
 }
 
-/// Idle keep-alive connections of one endpoint (most recently used last).
-#[derive(Debug, Default)]
-pub struct EndpointPool {
-    idle: Mutex<Vec<(SendRequest<ProxyBody>, Instant)>>,
-    max_idle: usize,
+/// An exchange failure and whether the request may be sent again on a new connection.
+struct Failure {
+    error: UpstreamError,
+    /// True when the upstream cannot have seen (or answered) the request: the pooled
+    /// connection was closed under us before any response byte arrived.
+    replayable: bool,
 }
 
-impl EndpointPool {
-    fn checkout(&self, idle_timeout: Duration) -> Option<SendRequest<ProxyBody>> {
-        let mut idle = self.idle.lock();
-        while let Some((tx, since)) = idle.pop() {
-            if !tx.is_closed() && since.elapsed() < idle_timeout {
-                return Some(tx);
-            }
-        }
-        None
-    }
-
-    /// Returns a connection whose exchange is complete.
-    pub fn put(&self, tx: SendRequest<ProxyBody>) {
-        if tx.is_closed() {
-            return;
-        }
-        let mut idle = self.idle.lock();
-        if idle.len() < self.max_idle {
-            idle.push((tx, Instant::now()));
+impl Failure {
+    fn io(e: io::Error, replayable: bool) -> Failure {
+        Failure {
+            error: UpstreamError::Io(e),
+            replayable,
         }
     }
 
-    fn prune(&self, idle_timeout: Duration) {
-        self.idle
-            .lock()
-            .retain(|(tx, since)| !tx.is_closed() && since.elapsed() < idle_timeout);
-    }
-
-    /// Idle connections held now.
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().len()
+    fn fatal(error: UpstreamError) -> Failure {
+        Failure {
+            error,
+            replayable: false,
+        }
     }
 }
 
-/// A connection to hand back to its pool once the response body has been read.
-#[derive(Debug)]
-pub struct PoolReturn {
-    pool: Arc<EndpointPool>,
-    tx: SendRequest<ProxyBody>,
-}
-
-impl PoolReturn {
-    /// Puts the connection back.
-    pub fn release(self) {
-        self.pool.put(self.tx);
+impl From<ProtocolError> for Failure {
+    fn from(e: ProtocolError) -> Failure {
+        Failure::fatal(UpstreamError::Protocol(e))
     }
 }
 
@@ -108,15 +111,6 @@ pub enum UpstreamStream {
     Plain(TcpStream),
     /// TLS (moat-tls upstream connector).
     Tls(Box<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl Connection for UpstreamStream {
-    fn connected(&self) -> Connected {
-        match self {
-            UpstreamStream::Plain(t) => t.connected(),
-            UpstreamStream::Tls(t) => t.get_ref().0.connected(),
-        }
-    }
 }
 
 impl AsyncRead for UpstreamStream {
@@ -173,41 +167,367 @@ impl AsyncWrite for UpstreamStream {
     }
 }
 
-/// Opens upstream connections: TCP (with connect timeout), then TLS when configured.
-#[derive(Clone, Debug)]
-pub struct UpstreamConnector {
-    http: HttpConnector,
-    tls: Option<Arc<moat_tls::UpstreamConnector>>,
+/// An upstream connection with its buffers, owned by one exchange at a time.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    io: UpstreamStream,
+    /// Bytes read and not yet consumed (empty whenever the connection is idle).
+    rbuf: BytesMut,
+    /// The request head (and small body) being written; reused across requests.
+    wbuf: Vec<u8>,
+    /// The request deadline timer, kept with the connection and reset for each request
+    /// (pushing a registered timer later is a compare-and-swap; creating and dropping
+    /// one per request takes the timer driver's lock twice).
+    timer: Option<Pin<Box<Sleep>>>,
+    /// True once the connection carried an exchange (it came from the pool).
+    reused: bool,
 }
 
-impl tower_service::Service<Uri> for UpstreamConnector {
-    type Response = TokioIo<UpstreamStream>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        tower_service::Service::<Uri>::poll_ready(&mut self.http, cx).map_err(Into::into)
+impl Conn {
+    fn new(io: UpstreamStream) -> Conn {
+        Conn {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+            timer: None,
+            reused: false,
+        }
     }
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let mut http = self.http.clone();
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let tcp = tower_service::Service::call(&mut http, uri.clone())
-                .await?
-                .into_inner();
-            match tls {
-                None => Ok(TokioIo::new(UpstreamStream::Plain(tcp))),
-                Some(t) => {
-                    let host = uri
-                        .host()
-                        .unwrap_or("")
-                        .trim_matches(|c| c == '[' || c == ']');
-                    let (s, _handshake) = t.connect(tcp, host).await?;
-                    Ok(TokioIo::new(UpstreamStream::Tls(Box::new(s))))
+    /// True when the idle connection is still open: a read that does not wait finds
+    /// neither end of file nor unexpected bytes.
+    fn is_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut byte = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut byte);
+        Pin::new(&mut self.io)
+            .poll_read(&mut cx, &mut rb)
+            .is_pending()
+    }
+
+    /// Writes the request: `wbuf` (head, and the body when it was inlined), then the
+    /// streamed body when there is one.
+    async fn write_request(
+        &mut self,
+        body: Option<ProxyBody>,
+        framing: RequestFraming,
+    ) -> Result<(), Failure> {
+        // Nothing of a request whose body is inlined reached a closed pooled connection.
+        let replayable = body.is_none() && self.reused;
+        self.io
+            .write_all(&self.wbuf)
+            .await
+            .map_err(|e| Failure::io(e, replayable))?;
+        if let Some(mut body) = body {
+            let chunked = framing == RequestFraming::Chunked;
+            let mut trailers = None;
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| Failure::fatal(UpstreamError::RequestBody(e)))?;
+                match frame.into_data() {
+                    Ok(data) if chunked => {
+                        self.wbuf.clear();
+                        h1::encode_chunk(&mut self.wbuf, &data);
+                        self.io.write_all(&self.wbuf).await
+                    }
+                    Ok(data) => self.io.write_all(&data).await,
+                    Err(frame) => {
+                        trailers = frame.into_trailers().ok();
+                        Ok(())
+                    }
+                }
+                .map_err(|e| Failure::io(e, false))?;
+            }
+            if chunked {
+                self.wbuf.clear();
+                h1::encode_chunked_end(&mut self.wbuf, trailers.as_ref());
+                self.io
+                    .write_all(&self.wbuf)
+                    .await
+                    .map_err(|e| Failure::io(e, false))?;
+            }
+        }
+        // TLS buffers records until flushed.
+        self.io.flush().await.map_err(|e| Failure::io(e, false))
+    }
+
+    /// Reads the final response head (interim 1xx responses are skipped; `101` only
+    /// when the request asked for an upgrade).
+    async fn read_head(
+        &mut self,
+        method: &Method,
+        upgrade: bool,
+    ) -> Result<h1::ResponseHead, Failure> {
+        let mut received = false;
+        let mut interim = 0;
+        // Where the search for the end of the head resumes (heads arriving in many
+        // small reads are scanned once, not re-parsed after every read).
+        let mut scanned = 0;
+        loop {
+            if has_blank_line(&self.rbuf, &mut scanned) {
+                if let Some((n, head)) = h1::parse_response_head(&self.rbuf, method)? {
+                    self.rbuf.advance(n);
+                    scanned = 0;
+                    if head.status.is_informational() {
+                        if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
+                            if upgrade && h1::is_upgrade_response(&head) {
+                                return Ok(head);
+                            }
+                            return Err(ProtocolError::UnexpectedInterim.into());
+                        }
+                        interim += 1;
+                        if interim > MAX_INTERIM {
+                            return Err(ProtocolError::UnexpectedInterim.into());
+                        }
+                        continue;
+                    }
+                    return Ok(head);
+                }
+            } else if self.rbuf.len() >= h1::MAX_HEAD {
+                return Err(ProtocolError::HeadTooLarge.into());
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            // A pooled connection the upstream closed just before our request arrived
+            // fails here with nothing received: the request can be sent again.
+            let replayable = self.reused && !received;
+            match self.io.read_buf(&mut self.rbuf).await {
+                Ok(0) => {
+                    return Err(Failure {
+                        error: UpstreamError::Protocol(ProtocolError::UnexpectedEof),
+                        replayable,
+                    })
+                }
+                Ok(_) => received = true,
+                Err(e) => return Err(Failure::io(e, replayable)),
+            }
+        }
+    }
+}
+
+/// True when `buf` contains an empty line (the end of a head); `scanned` remembers how
+/// far previous calls looked.
+fn has_blank_line(buf: &[u8], scanned: &mut usize) -> bool {
+    let from = scanned.saturating_sub(3);
+    let found = buf[from..].windows(4).any(|w| w == b"\r\n\r\n");
+    *scanned = buf.len();
+    found
+}
+
+/// Idle keep-alive connections of one endpoint (most recently used last).
+#[derive(Debug, Default)]
+pub struct EndpointPool {
+    idle: Mutex<Vec<(Conn, Instant)>>,
+    max_idle: usize,
+}
+
+impl EndpointPool {
+    fn checkout(&self, idle_timeout: Duration) -> Option<Conn> {
+        let mut idle = self.idle.lock();
+        while let Some((mut conn, since)) = idle.pop() {
+            if since.elapsed() < idle_timeout && conn.is_open() {
+                conn.reused = true;
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose exchange is complete (its read buffer is empty).
+    fn put(&self, conn: Conn) {
+        let mut idle = self.idle.lock();
+        if idle.len() < self.max_idle {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    fn prune(&self, idle_timeout: Duration) {
+        self.idle
+            .lock()
+            .retain_mut(|(conn, since)| since.elapsed() < idle_timeout && conn.is_open());
+    }
+
+    /// Idle connections held now.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().len()
+    }
+}
+
+/// The body of an upstream response, decoded from its connection as it is polled. The
+/// connection goes back to the pool once the body has been read to its end (when the
+/// upstream allows keep-alive); dropping the body earlier closes it.
+#[derive(Debug)]
+pub struct UpstreamBody {
+    /// `None` once the body ended (or failed).
+    conn: Option<Conn>,
+    decoder: Decoder,
+    keep_alive: bool,
+    pool: Arc<EndpointPool>,
+}
+
+impl UpstreamBody {
+    fn new(conn: Conn, decoder: Decoder, keep_alive: bool, pool: Arc<EndpointPool>) -> Self {
+        let mut body = UpstreamBody {
+            conn: Some(conn),
+            decoder,
+            keep_alive,
+            pool,
+        };
+        if body.decoder.is_done() {
+            body.finish();
+        }
+        body
+    }
+
+    /// Ends the body: the connection is pooled when reusable, else closed.
+    fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // Bytes after the end of the response mean the upstream does not frame its
+            // messages the way we read them: never reuse such a connection.
+            if self.keep_alive && conn.rbuf.is_empty() {
+                self.pool.put(conn);
+            }
+        }
+    }
+
+    /// The upgraded connection of a `101 Switching Protocols` response, with the bytes
+    /// the upstream already sent past the head.
+    pub fn into_upgraded(mut self) -> Option<(UpstreamStream, Bytes)> {
+        self.conn.take().map(|c| (c.io, c.rbuf.freeze()))
+    }
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match this.decoder.decode(&mut conn.rbuf) {
+                Ok(Decoded::Data(data)) => {
+                    if this.decoder.is_done() {
+                        // Hyper stops polling once `is_end_stream` is true: release now.
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Decoded::Trailers(t)) => {
+                    this.finish();
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+                Ok(Decoded::End) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::NeedMore) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
                 }
             }
-        })
+            if conn.rbuf.capacity() - conn.rbuf.len() < 1024 {
+                conn.rbuf.reserve(READ_CHUNK);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.rbuf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => {
+                    // Only a body delimited by the close may end here; either way the
+                    // connection is done.
+                    let end = this.decoder.on_eof();
+                    this.conn = None;
+                    if let Err(e) = end {
+                        return Poll::Ready(Some(Err(Box::new(e))));
+                    }
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.conn.is_none() {
+            return SizeHint::with_exact(0);
+        }
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// A request to send upstream. Its head is rewritten as it is written out (hop-by-hop
+/// fields dropped, `Host` and `X-Forwarded-*` set), without copying the header map.
+#[derive(Debug)]
+pub struct UpstreamRequest<'a> {
+    /// Method.
+    pub method: &'a Method,
+    /// Origin-form request target (path and query).
+    pub target: &'a str,
+    /// The request's header fields, as the client sent them (after request phases).
+    pub headers: &'a HeaderMap,
+    /// The body.
+    pub body: ProxyBody,
+    /// True when the request asks for a protocol upgrade (a `101` is then accepted).
+    pub upgrade: bool,
+    /// `Host` to send when the request carries none (HTTP/2, HTTP/1.0).
+    pub default_host: &'a str,
+    /// The client address appended to `X-Forwarded-For`.
+    pub forwarded_for: &'a http::HeaderValue,
+    /// `X-Forwarded-Proto`: `http` or `https`.
+    pub forwarded_proto: &'static str,
+}
+
+/// The response to hand downstream: the head, and the body still on `conn`.
+fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Conn) -> Response<UpstreamBody> {
+    let body = if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
+        // The connection now carries the new protocol: see `into_upgraded`.
+        UpstreamBody {
+            conn: Some(conn),
+            decoder: head.decoder,
+            keep_alive: false,
+            pool: ep.pool.clone(),
+        }
+    } else {
+        UpstreamBody::new(conn, head.decoder, head.keep_alive, ep.pool.clone())
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = head.status;
+    *resp.version_mut() = head.version;
+    *resp.headers_mut() = head.headers;
+    resp
+}
+
+/// How the body of `req` goes on the wire.
+fn request_framing(req: &UpstreamRequest<'_>) -> RequestFraming {
+    if req.headers.contains_key(http::header::CONTENT_LENGTH) {
+        return RequestFraming::Length;
+    }
+    if http_body::Body::is_end_stream(&req.body) {
+        // RFC 9110 8.6: a request whose method expects content says it has none.
+        return if matches!(*req.method, Method::POST | Method::PUT | Method::PATCH) {
+            RequestFraming::AddLength(0)
+        } else {
+            RequestFraming::None
+        };
+    }
+    match http_body::Body::size_hint(&req.body).exact() {
+        Some(n) => RequestFraming::AddLength(n),
+        None => RequestFraming::Chunked,
     }
 }
 
@@ -216,8 +536,6 @@ impl tower_service::Service<Uri> for UpstreamConnector {
 pub struct Endpoint {
     /// `host:port`.
     pub authority: Authority,
-    /// `scheme://host:port/` given to the connector.
-    uri: Uri,
     /// Idle keep-alive connections.
     pub pool: Arc<EndpointPool>,
     consecutive_failures: AtomicU32,
@@ -234,7 +552,7 @@ pub struct Cluster {
     next: AtomicUsize,
     /// Scheme used towards the endpoints.
     pub scheme: Scheme,
-    connector: UpstreamConnector,
+    tls: Option<Arc<moat_tls::UpstreamConnector>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
     /// Time allowed for the response head.
@@ -267,12 +585,6 @@ impl Cluster {
                 .parse()
                 .map_err(|_| format!("`{}` is not a host:port endpoint", e.value))?;
             endpoints.push(Endpoint {
-                uri: Uri::builder()
-                    .scheme(if cfg.tls.is_some() { "https" } else { "http" })
-                    .authority(authority.clone())
-                    .path_and_query("/")
-                    .build()
-                    .map_err(|e| format!("`{}`: {e}", authority.as_str()))?,
                 authority,
                 pool: Arc::new(EndpointPool {
                     idle: Mutex::new(Vec::new()),
@@ -282,9 +594,6 @@ impl Cluster {
                 ejected_until_ms: AtomicU64::new(0),
             });
         }
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.enforce_http(false);
         let tls = match &cfg.tls {
             None => None,
             Some(t) => Some(Arc::new(
@@ -296,13 +605,12 @@ impl Cluster {
         } else {
             Scheme::HTTP
         };
-        let connector = UpstreamConnector { http: conn, tls };
         Ok(Cluster {
             name: cfg.name.value.as_str().into(),
             endpoints,
             next: AtomicUsize::new(0),
             scheme,
-            connector,
+            tls,
             connect_timeout: cfg.connect_timeout,
             idle_timeout: cfg.idle_timeout,
             request_timeout: cfg.request_timeout,
@@ -312,67 +620,126 @@ impl Cluster {
         })
     }
 
-    /// Sends a request to endpoint `i` on a pooled keep-alive connection (or a new one).
-    /// Returns the response and, unless the connection was upgraded or closed, the
-    /// handle to return it to the pool once the response body is read.
+    /// Sends a request to endpoint `i` on a pooled keep-alive connection (or a new one)
+    /// and reads the response head; the body is read from the returned
+    /// [`UpstreamBody`], which pools the connection at its end.
+    ///
+    /// The whole call is bounded by the cluster's `request_timeout`
+    /// ([`UpstreamError::Timeout`]). When a pooled connection turns out to have been
+    /// closed by the upstream before any response byte arrived (the usual keep-alive
+    /// race), a request whose body is in memory is sent again once on a new connection.
     pub async fn send(
         &self,
         i: usize,
-        mut req: http::Request<ProxyBody>,
-    ) -> Result<(http::Response<Incoming>, Option<PoolReturn>), UpstreamError> {
+        req: UpstreamRequest<'_>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
         let ep = &self.endpoints[i];
-        while let Some(mut tx) = ep.pool.checkout(self.idle_timeout) {
-            if tx.ready().await.is_err() {
-                continue;
+        let Some(mut conn) = ep.pool.checkout(self.idle_timeout) else {
+            let fresh = async {
+                let conn = self.connect(ep).await?;
+                self.exchange(ep, conn, req).await
+            };
+            let (head, conn) = tokio::time::timeout_at(deadline, fresh)
+                .await
+                .unwrap_or(Err(UpstreamError::Timeout))?;
+            return Ok(response(ep, head, conn));
+        };
+        let mut timer = match conn.timer.take() {
+            Some(mut t) => {
+                t.as_mut().reset(deadline);
+                t
             }
-            match tx.try_send_request(req).await {
-                Ok(resp) => {
-                    return Ok((
-                        resp,
-                        Some(PoolReturn {
-                            pool: ep.pool.clone(),
-                            tx,
-                        }),
-                    ))
-                }
-                Err(mut e) => match e.take_message() {
-                    // The connection closed before the request was sent: try another.
-                    Some(r) => req = r,
-                    None => return Err(UpstreamError::Exchange(e.into_error())),
-                },
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        let exchange = self.exchange(ep, conn, req);
+        let mut exchange = std::pin::pin!(exchange);
+        let result = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = exchange.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+            timer
+                .as_mut()
+                .poll(cx)
+                .map(|()| Err(UpstreamError::Timeout))
+        })
+        .await;
+        let (head, mut conn) = result?;
+        conn.timer = Some(timer);
+        Ok(response(ep, head, conn))
+    }
+
+    /// One exchange on `conn` (plus, when it fails in a replayable way, one on a new
+    /// connection).
+    async fn exchange(
+        &self,
+        ep: &Endpoint,
+        mut conn: Conn,
+        req: UpstreamRequest<'_>,
+    ) -> Result<(h1::ResponseHead, Conn), UpstreamError> {
+        let framing = request_framing(&req);
+        conn.wbuf.clear();
+        h1::encode_request_head(&mut conn.wbuf, &req, framing);
+        let (method, upgrade) = (req.method, req.upgrade);
+        // Small bodies in memory leave in the same write as the head.
+        let streamed = match req.body {
+            ProxyBody::Empty | ProxyBody::Full(None) => None,
+            ProxyBody::Full(Some(b)) if b.len() <= INLINE_BODY => {
+                conn.wbuf.extend_from_slice(&b);
+                None
+            }
+            body => Some(body),
+        };
+        let inline = streamed.is_none();
+        let mut result = Self::round_trip(&mut conn, streamed, framing, method, upgrade).await;
+        if let Err(f) = &result {
+            if inline && f.replayable {
+                tracing::debug!(endpoint = %ep.authority, "pooled upstream connection was closed; sending again on a new one");
+                let mut fresh = self.connect(ep).await?;
+                std::mem::swap(&mut fresh.wbuf, &mut conn.wbuf);
+                conn = fresh;
+                result = Self::round_trip(&mut conn, None, framing, method, upgrade).await;
             }
         }
-        let mut connector = self.connector.clone();
-        let io = match tokio::time::timeout(
-            self.connect_timeout,
-            tower_service::Service::call(&mut connector, ep.uri.clone()),
-        )
-        .await
-        {
-            Err(_) => return Err(UpstreamError::ConnectTimeout),
-            Ok(Err(e)) => return Err(UpstreamError::Connect(e)),
-            Ok(Ok(io)) => io,
+        let head = result.map_err(|f| f.error)?;
+        Ok((head, conn))
+    }
+
+    async fn round_trip(
+        conn: &mut Conn,
+        body: Option<ProxyBody>,
+        framing: RequestFraming,
+        method: &Method,
+        upgrade: bool,
+    ) -> Result<h1::ResponseHead, Failure> {
+        conn.write_request(body, framing).await?;
+        conn.read_head(method, upgrade).await
+    }
+
+    /// Opens a connection to `ep`: TCP, then TLS when configured, within the connect
+    /// timeout.
+    async fn connect(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
+        let open = async {
+            let tcp = TcpStream::connect(ep.authority.as_str())
+                .await
+                .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
+            let _ = tcp.set_nodelay(true);
+            let io = match &self.tls {
+                None => UpstreamStream::Plain(tcp),
+                Some(t) => {
+                    let host = ep.authority.host().trim_matches(['[', ']']);
+                    let (s, _handshake) = t
+                        .connect(tcp, host)
+                        .await
+                        .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
+                    UpstreamStream::Tls(Box::new(s))
+                }
+            };
+            Ok(Conn::new(io))
         };
-        let (mut tx, conn) = hyper::client::conn::http1::Builder::new()
-            .handshake(io)
+        tokio::time::timeout(self.connect_timeout, open)
             .await
-            .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::trace!(error = %e, "upstream connection ended with an error");
-            }
-        });
-        let resp = tx
-            .send_request(req)
-            .await
-            .map_err(UpstreamError::Exchange)?;
-        Ok((
-            resp,
-            Some(PoolReturn {
-                pool: ep.pool.clone(),
-                tx,
-            }),
-        ))
+            .unwrap_or(Err(UpstreamError::ConnectTimeout))
     }
 
     /// Closes idle connections older than the idle timeout (run periodically).
@@ -391,6 +758,10 @@ impl Cluster {
     /// is ejected, the round-robin choice is used anyway).
     pub fn pick(&self) -> usize {
         let n = self.endpoints.len();
+        if n == 1 {
+            // Nothing to balance (an ejected only endpoint is used anyway).
+            return 0;
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
         if self.eject_after == 0 {
             return start;
