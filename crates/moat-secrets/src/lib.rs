@@ -2,8 +2,8 @@
 //! and response bodies, through a scan API and by `moat scan`.
 //!
 //! * [`Scanner`] compiles a gitleaks-format TOML ruleset ([`DEFAULT_RULES`] is
-//!   moat's own, embedded) and scans bytes: one case-insensitive Aho-Corasick
-//!   automaton over every rule's keywords decides which rules run; a rule whose
+//!   moat's own, embedded) and scans bytes: one pass of a rare-pair keyword
+//!   finder over every rule's keywords decides which rules run; a rule whose
 //!   matches always contain one of its keywords and have a bounded length only
 //!   runs in windows around the keyword hits, with the same results as a
 //!   whole-payload search; then gitleaks' post-processing (secret group,
@@ -15,6 +15,7 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+mod keywords;
 pub mod rules;
 pub mod scanner;
 

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use regex_automata::Input;
 
+use crate::keywords::KeywordFinder;
 use crate::rules::{Rule, RuleSet, RulesError, SkippedRule};
 
 /// The default ruleset shipped with moat (gitleaks format).
@@ -80,49 +80,13 @@ pub struct ScanOutcome {
 #[derive(Debug)]
 pub struct Scanner {
     set: RuleSet,
-    prefilter: Prefilter,
-    /// Keyword pattern id -> rules using that keyword.
+    prefilter: KeywordFinder,
+    /// The distinct keywords, in first-seen order (the prefilter's numbering).
+    keywords: Vec<String>,
+    /// Keyword index -> rules using that keyword.
     kw_rules: Vec<Vec<u32>>,
-    /// Rules with no keywords: always run.
+    /// Rules with no keywords (or an empty one, found everywhere): always run.
     always: Vec<u32>,
-}
-
-/// Finds every occurrence of every keyword, ASCII case-insensitively.
-#[derive(Debug)]
-enum Prefilter {
-    /// No rule has keywords.
-    None,
-    /// Overlapping, ASCII case-insensitive Aho-Corasick DFA. (A SIMD Teddy
-    /// search over keyword prefixes was measured slower: 180 distinct 3-byte
-    /// prefixes give too many candidates per bucket.)
-    Ac(AhoCorasick),
-}
-
-impl Prefilter {
-    fn build(keywords: &[String]) -> Result<Prefilter, String> {
-        if keywords.is_empty() {
-            return Ok(Prefilter::None);
-        }
-        AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(keywords)
-            .map(Prefilter::Ac)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Calls `f(keyword_index, start, end)` for every keyword occurrence.
-    fn for_each(&self, data: &[u8], mut f: impl FnMut(usize, usize, usize)) {
-        match self {
-            Prefilter::None => {}
-            Prefilter::Ac(ac) => {
-                for m in ac.find_overlapping_iter(data) {
-                    f(m.pattern().as_usize(), m.start(), m.end());
-                }
-            }
-        }
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -158,7 +122,7 @@ impl Scanner {
         let mut kw_rules: Vec<Vec<u32>> = Vec::new();
         let mut always = Vec::new();
         for (idx, rule) in set.rules.iter().enumerate() {
-            if rule.keywords.is_empty() {
+            if rule.keywords.is_empty() || rule.keywords.iter().any(String::is_empty) {
                 always.push(idx as u32);
                 continue;
             }
@@ -176,13 +140,10 @@ impl Scanner {
                 }
             }
         }
-        let prefilter = Prefilter::build(&keywords).map_err(|message| RulesError::Invalid {
-            origin: "keywords".into(),
-            message,
-        })?;
         Ok(Scanner {
             set,
-            prefilter,
+            prefilter: KeywordFinder::new(&keywords),
+            keywords,
             kw_rules,
             always,
         })
@@ -191,33 +152,12 @@ impl Scanner {
     /// Every keyword occurrence as `(keyword, start)`, in start order; the
     /// prefilter's output, exposed to check it against a plain search.
     pub fn keyword_hits(&self, data: &[u8]) -> Vec<(String, usize)> {
-        let mut names: Vec<&str> = vec![""; self.kw_rules.len()];
-        for rule in &self.set.rules {
-            for k in &rule.keywords {
-                if let Some(i) = self.keyword_index(k) {
-                    names[i] = k;
-                }
-            }
-        }
         let mut out = Vec::new();
-        self.prefilter
-            .for_each(data, |k, start, _| out.push((names[k].to_string(), start)));
+        self.prefilter.for_each(data, |k, start, _| {
+            out.push((self.keywords[k].clone(), start))
+        });
         out.sort();
-        out.dedup();
         out
-    }
-
-    fn keyword_index(&self, k: &str) -> Option<usize> {
-        // Keywords are numbered in first-seen order (see `from_ruleset`).
-        let mut seen: Vec<&str> = Vec::new();
-        for rule in &self.set.rules {
-            for kw in &rule.keywords {
-                if !seen.contains(&kw.as_str()) {
-                    seen.push(kw);
-                }
-            }
-        }
-        seen.iter().position(|x| *x == k)
     }
 
     /// Rules that were loaded but cannot run, with the reason.
@@ -245,9 +185,10 @@ impl Scanner {
         self.scan_impl(data, path, deadline, true)
     }
 
-    /// Reference scan: every rule whose keywords occur runs over the whole
-    /// payload, as gitleaks does. Same results as [`Scanner::scan`], slower; kept
-    /// to check the windowed matcher against.
+    /// Reference scan, as gitleaks does it: the payload is lowercased, a rule
+    /// runs over the whole payload when one of its keywords is a substring of
+    /// that copy. Same results as [`Scanner::scan`], much slower; kept to check
+    /// the keyword prefilter and the windowed matcher against.
     pub fn scan_reference(&self, data: &[u8], path: Option<&str>) -> Vec<Finding> {
         self.scan_impl(data, path, None, false).findings
     }
@@ -272,20 +213,30 @@ impl Scanner {
         }
         let rules = &self.set.rules;
         let kw_rules = &self.kw_rules;
-        self.prefilter.for_each(data, |k, start, end| {
-            for &r in &kw_rules[k] {
-                let rule = &rules[r as usize];
-                let bound = rule.window.or(rule.prefix.as_ref().map(|p| p.1));
-                match bound.filter(|_| use_windows) {
-                    Some(l) => regions.push(Region {
-                        rule: r,
-                        lo: end.saturating_sub(l),
-                        hi: start,
-                    }),
-                    None => full[r as usize] = true,
+        if use_windows {
+            self.prefilter.for_each(data, |k, start, end| {
+                for &r in &kw_rules[k] {
+                    let rule = &rules[r as usize];
+                    match rule.window.or(rule.prefix.as_ref().map(|p| p.1)) {
+                        Some(l) => regions.push(Region {
+                            rule: r,
+                            lo: end.saturating_sub(l),
+                            hi: start,
+                        }),
+                        None => full[r as usize] = true,
+                    }
+                }
+            });
+        } else {
+            let lower = data.to_ascii_lowercase();
+            for (k, kw) in self.keywords.iter().enumerate() {
+                if memchr::memmem::find(&lower, kw.as_bytes()).is_some() {
+                    for &r in &kw_rules[k] {
+                        full[r as usize] = true;
+                    }
                 }
             }
-        });
+        }
         regions.sort_unstable_by_key(|g| (g.rule, g.lo));
         let mut ctx = Ctx {
             data,

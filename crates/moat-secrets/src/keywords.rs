@@ -1,0 +1,573 @@
+//! The keyword prefilter: finds every occurrence of every rule keyword, ASCII
+//! case-insensitively, overlapping, in one pass over the payload.
+//!
+//! An Aho-Corasick DFA over gitleaks' 244 keywords costs one dependent state
+//! transition per byte (about 20 instructions per byte through the overlapping
+//! iterator), and SIMD Teddy cannot tell that many literals apart (its nibble
+//! masks accept most positions of ordinary text). This finder instead gives each
+//! keyword one *anchor*: a two-byte pair inside it chosen to be rare in text.
+//! A 64 KiB table indexed by the two bytes at each payload position says whether
+//! that pair (in any ASCII case) anchors some keyword; the test is one table load
+//! per byte with no dependency between positions, so eight positions are tested
+//! per branch. Only at the few positions that pass are the keywords of that
+//! anchor compared with the payload, exactly. A keyword occurs at `p` if and only
+//! if its anchor pair occurs at `p + offset` and the comparison succeeds, so the
+//! finder reports exactly the occurrences a plain search reports.
+
+/// One keyword anchored at a table slot, with what is needed to compare it.
+#[derive(Debug, Clone, PartialEq)]
+struct Anchor {
+    /// Keyword index.
+    kw: u32,
+    /// Offset of the anchor pair in the keyword.
+    off: u32,
+    /// Keyword length.
+    len: u32,
+    /// The keyword's first (up to) 8 bytes, lowercase, little-endian.
+    head: u64,
+    /// 0x20 at the letters of `head`: OR-ing it into payload bytes lowercases them.
+    fold: u64,
+    /// 0xff at the bytes of `head` (keywords shorter than 8 bytes).
+    keep: u64,
+}
+
+impl Anchor {
+    fn new(kw: usize, off: usize, k: &[u8]) -> Anchor {
+        let mut b = [0u8; 8];
+        let mut fold = [0u8; 8];
+        let mut keep = [0u8; 8];
+        for (i, &c) in k.iter().take(8).enumerate() {
+            b[i] = c;
+            fold[i] = if c.is_ascii_lowercase() { 0x20 } else { 0 };
+            keep[i] = 0xff;
+        }
+        Anchor {
+            kw: kw as u32,
+            off: off as u32,
+            len: k.len() as u32,
+            head: u64::from_le_bytes(b),
+            fold: u64::from_le_bytes(fold),
+            keep: u64::from_le_bytes(keep),
+        }
+    }
+}
+
+/// Finds every keyword occurrence (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct KeywordFinder {
+    /// Indexed by `first byte | second byte << 8`: the group of the keywords
+    /// anchored at that pair, 0 for none.
+    table: Box<[u8; 1 << 16]>,
+    /// Group -> its range in `anchors` (group 0 is empty). Beyond 255 pairs,
+    /// pairs share groups.
+    groups: Box<[(u32, u32); 256]>,
+    /// Anchors, by group.
+    anchors: Vec<Anchor>,
+    /// The keywords, lowercase.
+    keywords: Vec<Box<[u8]>>,
+    /// The AVX-512 pair filter, when the CPU has it.
+    #[cfg(target_arch = "x86_64")]
+    simd: Option<simd::PairFilter>,
+}
+
+/// Heuristic frequency of a (lowercase) byte in text, code, logs and JSON, in
+/// arbitrary units; only the order matters. Letters follow English letter
+/// frequencies; bytes not listed are rare.
+fn byte_weight(b: u8) -> u32 {
+    match b {
+        b' ' => 150,
+        b'e' => 127,
+        b't' => 91,
+        b'a' => 82,
+        b'o' => 75,
+        b'i' => 70,
+        b'n' => 67,
+        b's' => 63,
+        b'h' => 61,
+        b'r' => 60,
+        b'd' => 43,
+        b'l' => 40,
+        b'c' | b'u' => 28,
+        b'm' | b'w' => 24,
+        b'f' => 22,
+        b'g' | b'y' | b'_' | b'.' | b'"' => 20,
+        b'p' => 19,
+        b'b' | b'-' => 15,
+        b'v' | b'0'..=b'9' | b'/' | b'=' | b':' | b',' | b'\n' => 10,
+        b'k' => 8,
+        b'j' | b'x' => 2,
+        b'q' | b'z' => 1,
+        _ => 5,
+    }
+}
+
+/// The most frequent English letter pairs, whose frequency the product of the
+/// letters' frequencies underestimates.
+const COMMON_PAIRS: &[&[u8; 2]] = &[
+    b"th", b"he", b"in", b"er", b"an", b"re", b"on", b"at", b"en", b"nd", b"ti", b"es", b"or",
+    b"te", b"of", b"ed", b"is", b"it", b"al", b"ar", b"st", b"to", b"nt", b"ng", b"se", b"ha",
+    b"as", b"ou", b"io", b"le", b"ve", b"co", b"me", b"de", b"hi", b"ri", b"ro", b"ic", b"ne",
+    b"ea", b"ra", b"ce", b"li", b"ch", b"ll", b"be", b"ma", b"si", b"om", b"ur",
+];
+
+/// Estimated frequency of the pair `(a, b)` (lowercase): lower is rarer.
+fn pair_weight(a: u8, b: u8) -> u32 {
+    let w = byte_weight(a) * byte_weight(b);
+    if COMMON_PAIRS.contains(&&[a, b]) {
+        w * 4
+    } else {
+        w
+    }
+}
+
+/// Both ASCII cases of `b` (one value for non-letters).
+fn cases(b: u8) -> impl Iterator<Item = u8> {
+    let (l, u) = (b.to_ascii_lowercase(), b.to_ascii_uppercase());
+    std::iter::once(l).chain((u != l).then_some(u))
+}
+
+impl KeywordFinder {
+    /// Builds the finder for non-empty, distinct keywords (compared ASCII
+    /// case-insensitively).
+    pub(crate) fn new(keywords: &[String]) -> KeywordFinder {
+        let keywords: Vec<Box<[u8]>> = keywords
+            .iter()
+            .map(|k| k.as_bytes().to_ascii_lowercase().into_boxed_slice())
+            .collect();
+        // Lowercase pair -> anchors. A one-byte keyword is anchored at every
+        // pair starting with its byte (the last payload byte is tested with a
+        // following 0 byte, see `for_each`).
+        let mut by_pair: std::collections::BTreeMap<(u8, u8), Vec<(usize, usize)>> =
+            Default::default();
+        for (i, k) in keywords.iter().enumerate() {
+            match k.len() {
+                0 => {}
+                1 => {
+                    for second in 0..=255u8 {
+                        by_pair
+                            .entry((k[0], second.to_ascii_lowercase()))
+                            .or_default()
+                            .push((i, 0));
+                    }
+                }
+                _ => {
+                    let j = (0..k.len() - 1)
+                        .min_by_key(|&j| pair_weight(k[j], k[j + 1]))
+                        .unwrap_or(0);
+                    by_pair.entry((k[j], k[j + 1])).or_default().push((i, j));
+                }
+            }
+        }
+        let mut table = Box::new([0u8; 1 << 16]);
+        let mut by_group: Vec<Vec<(usize, usize)>> = Vec::new();
+        for (n, ((a, b), anchors)) in by_pair.into_iter().enumerate() {
+            // Beyond 255 pairs, groups are shared: their anchors are still
+            // compared exactly, so sharing only costs comparisons.
+            let g = n % 255;
+            if g == by_group.len() {
+                by_group.push(Vec::new());
+            }
+            for x in anchors {
+                if !by_group[g].contains(&x) {
+                    by_group[g].push(x);
+                }
+            }
+            for ca in cases(a) {
+                for cb in cases(b) {
+                    table[usize::from(u16::from_le_bytes([ca, cb]))] = g as u8 + 1;
+                }
+            }
+        }
+        let mut groups = Box::new([(0u32, 0u32); 256]);
+        let mut anchors = Vec::new();
+        for (g, members) in by_group.into_iter().enumerate() {
+            let start = anchors.len() as u32;
+            anchors.extend(
+                members
+                    .into_iter()
+                    .map(|(k, off)| Anchor::new(k, off, &keywords[k])),
+            );
+            groups[g + 1] = (start, anchors.len() as u32);
+        }
+        KeywordFinder {
+            #[cfg(target_arch = "x86_64")]
+            simd: simd::PairFilter::new(&table),
+            table,
+            groups,
+            anchors,
+            keywords,
+        }
+    }
+
+    /// Builds the finder without the SIMD filter (to test the portable path).
+    #[cfg(test)]
+    fn portable(keywords: &[String]) -> KeywordFinder {
+        #[allow(unused_mut)]
+        let mut f = KeywordFinder::new(keywords);
+        #[cfg(target_arch = "x86_64")]
+        {
+            f.simd = None;
+        }
+        f
+    }
+
+    /// Calls `f(keyword index, start, end)` for every keyword occurrence.
+    pub(crate) fn for_each(&self, data: &[u8], mut f: impl FnMut(usize, usize, usize)) {
+        let t = &*self.table;
+        let mut i = 0;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = &self.simd {
+            i = simd.candidates(data, |at| {
+                let g = t[usize::from(u16::from_le_bytes([data[at], data[at + 1]]))];
+                if g != 0 {
+                    self.verify(g, at, data, &mut f);
+                }
+            });
+        }
+        // Eight positions per step and one branch: most steps find nothing. The
+        // pairs are cut from two overlapping 8-byte loads, and their groups are
+        // packed into one word (byte k: the group at position i + k) that the
+        // rare steps with candidates walk through out of line.
+        while let Some(w) = data.get(i..i + 9) {
+            let (Ok(x), Ok(y)) = (<[u8; 8]>::try_from(&w[..8]), <[u8; 8]>::try_from(&w[1..]))
+            else {
+                break;
+            };
+            let (x, y) = (u64::from_le_bytes(x), u64::from_le_bytes(y));
+            let g = |v: u64, shift: u32| u64::from(t[usize::from((v >> shift) as u16)]);
+            let groups = g(x, 0)
+                | g(y, 0) << 8
+                | g(x, 16) << 16
+                | g(y, 16) << 24
+                | g(x, 32) << 32
+                | g(y, 32) << 40
+                | g(x, 48) << 48
+                | g(y, 48) << 56;
+            if groups != 0 {
+                self.verify_step(groups, i, data, &mut f);
+            }
+            i += 8;
+        }
+        // The last bytes, the very last one paired with a 0 byte.
+        for at in i..data.len() {
+            let next = data.get(at + 1).copied().unwrap_or(0);
+            let g = t[usize::from(u16::from_le_bytes([data[at], next]))];
+            if g != 0 {
+                self.verify(g, at, data, &mut f);
+            }
+        }
+    }
+
+    /// The candidates of a step: byte k of `groups` is the group anchored at
+    /// position `i + k`.
+    #[inline(never)]
+    fn verify_step(
+        &self,
+        mut groups: u64,
+        i: usize,
+        data: &[u8],
+        f: &mut impl FnMut(usize, usize, usize),
+    ) {
+        while groups != 0 {
+            let k = groups.trailing_zeros() / 8;
+            self.verify((groups >> (8 * k)) as u8, i + k as usize, data, f);
+            groups &= !(0xff << (8 * k));
+        }
+    }
+
+    /// Compares the keywords anchored in group `g` at position `at`.
+    #[inline(always)]
+    fn verify(&self, g: u8, at: usize, data: &[u8], f: &mut impl FnMut(usize, usize, usize)) {
+        let (lo, hi) = self.groups[usize::from(g)];
+        let Some(anchors) = self.anchors.get(lo as usize..hi as usize) else {
+            return;
+        };
+        for a in anchors {
+            let start = at.wrapping_sub(a.off as usize);
+            if start > at {
+                continue;
+            }
+            // Most candidates fail on the first 8 bytes, compared as one word.
+            match data
+                .get(start..start.wrapping_add(8))
+                .map(<[u8; 8]>::try_from)
+            {
+                Some(Ok(w)) => {
+                    if (u64::from_le_bytes(w) & a.keep | a.fold) == a.head {
+                        self.found(a, start, data, f);
+                    }
+                }
+                _ => self.found(a, start, data, f),
+            }
+        }
+    }
+
+    /// Reports keyword `a.kw` at `start` if it is there (the caller has checked
+    /// its first 8 bytes, or there are fewer than 8 bytes left).
+    #[cold]
+    #[inline(never)]
+    fn found(
+        &self,
+        a: &Anchor,
+        start: usize,
+        data: &[u8],
+        f: &mut impl FnMut(usize, usize, usize),
+    ) {
+        let end = start + a.len as usize;
+        if data
+            .get(start..end)
+            .is_some_and(|s| s.eq_ignore_ascii_case(&self.keywords[a.kw as usize]))
+        {
+            f(a.kw as usize, start, end);
+        }
+    }
+}
+
+/// The pair test of 64 positions at once with AVX-512 VBMI byte permutes.
+///
+/// The anchor pairs are split into buckets by their first byte (one bucket per
+/// distinct first byte, the two cases of a letter together; beyond 64 first
+/// bytes, buckets are shared). Two 128-entry tables per 8 buckets map a byte to
+/// the buckets it may start (first byte) or end (second byte); a position is a
+/// candidate when some bucket accepts both of its bytes. With at most 64
+/// distinct first bytes that is exactly "the pair is anchored"; shared buckets
+/// only add candidates, and every candidate is checked against the exact table.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    /// The tables: for each group of 8 buckets, `[first-byte map, second-byte map]`,
+    /// each 128 bytes (ASCII only; pairs with other bytes disable the filter).
+    #[derive(Debug)]
+    pub(super) struct PairFilter {
+        tables: Vec<[[u8; 128]; 2]>,
+    }
+
+    impl PairFilter {
+        /// The filter for the pairs set in `table`, if the CPU supports it and
+        /// every anchored pair is ASCII.
+        pub(super) fn new(table: &[u8; 1 << 16]) -> Option<PairFilter> {
+            if !(is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vbmi"))
+            {
+                return None;
+            }
+            let pairs: Vec<(u8, u8)> = (0..=u16::MAX)
+                .filter(|&i| table[usize::from(i)] != 0)
+                .map(|i| (i as u8, (i >> 8) as u8))
+                .collect();
+            if pairs.is_empty() || pairs.iter().any(|&(a, b)| a >= 128 || b >= 128) {
+                return None;
+            }
+            let mut firsts: Vec<u8> = pairs.iter().map(|p| p.0.to_ascii_lowercase()).collect();
+            firsts.sort_unstable();
+            firsts.dedup();
+            let buckets = firsts.len().min(64);
+            let mut tables = vec![[[0u8; 128]; 2]; buckets.div_ceil(8)];
+            for (a, b) in pairs {
+                let rank = firsts
+                    .iter()
+                    .position(|&x| x == a.to_ascii_lowercase())
+                    .unwrap_or(0);
+                let bucket = rank % 64;
+                let t = &mut tables[bucket / 8];
+                t[0][usize::from(a)] |= 1 << (bucket % 8);
+                t[1][usize::from(b)] |= 1 << (bucket % 8);
+            }
+            Some(PairFilter { tables })
+        }
+
+        /// Calls `f(position)` for every candidate position `p` with `p + 65 <=
+        /// data.len()` in 64-byte blocks; returns where the blocks stopped.
+        pub(super) fn candidates(&self, data: &[u8], f: impl FnMut(usize)) -> usize {
+            // SAFETY: `new` only builds a filter when the CPU has these features.
+            unsafe { self.candidates_avx512(data, f) }
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        fn candidates_avx512(&self, data: &[u8], mut f: impl FnMut(usize)) -> usize {
+            let load = |b: &[u8; 64]| {
+                // SAFETY: reads exactly the 64 bytes of `b`.
+                unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
+            };
+            let mut i = 0;
+            while let Some(w) = data.get(i..i + 65) {
+                let (Ok(w0), Ok(w1)) = (
+                    <&[u8; 64]>::try_from(&w[..64]),
+                    <&[u8; 64]>::try_from(&w[1..]),
+                ) else {
+                    break;
+                };
+                let (v0, v1) = (load(w0), load(w1));
+                // Bytes >= 128 start and end no pair (the tables are ASCII).
+                let (a0, a1) = (!_mm512_movepi8_mask(v0), !_mm512_movepi8_mask(v1));
+                let mut acc = _mm512_setzero_si512();
+                for t in &self.tables {
+                    let (f0, f1, s0, s1) = (
+                        load(first_half(&t[0])),
+                        load(second_half(&t[0])),
+                        load(first_half(&t[1])),
+                        load(second_half(&t[1])),
+                    );
+                    let starts = _mm512_maskz_permutex2var_epi8(a0, f0, v0, f1);
+                    let ends = _mm512_maskz_permutex2var_epi8(a1, s0, v1, s1);
+                    acc = _mm512_or_si512(acc, _mm512_and_si512(starts, ends));
+                }
+                let mut m = _mm512_test_epi8_mask(acc, acc);
+                while m != 0 {
+                    f(i + m.trailing_zeros() as usize);
+                    m &= m - 1;
+                }
+                i += 64;
+            }
+            i
+        }
+    }
+
+    fn first_half(t: &[u8; 128]) -> &[u8; 64] {
+        t.first_chunk().unwrap_or(&[0; 64])
+    }
+
+    fn second_half(t: &[u8; 128]) -> &[u8; 64] {
+        t.last_chunk().unwrap_or(&[0; 64])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every occurrence of every keyword, by a plain search over a lowercased copy.
+    fn plain(keywords: &[String], data: &[u8]) -> Vec<(usize, usize)> {
+        let lower = data.to_ascii_lowercase();
+        let mut out = Vec::new();
+        for (i, k) in keywords.iter().enumerate() {
+            let k = k.as_bytes().to_ascii_lowercase();
+            for p in 0..lower.len() {
+                if lower[p..].starts_with(&k) {
+                    out.push((i, p));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    fn found(f: &KeywordFinder, data: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        f.for_each(data, |k, s, e| {
+            assert_eq!(e - s, f.keywords[k].len());
+            out.push((k, s));
+        });
+        out.sort_unstable();
+        out
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Random keyword sets (1 to 12 bytes, including one-byte keywords, shared
+    /// anchors, keywords inside keywords and, sometimes, a non-ASCII keyword)
+    /// over random payloads built from a small alphabet, in random case, at
+    /// every length up to 40 and at lengths around the SIMD block (so
+    /// occurrences sit at the start, at the end and across the 8-byte steps and
+    /// 64-byte blocks): both the finder (SIMD where the CPU has it) and its
+    /// portable path report exactly what a plain search reports.
+    #[test]
+    fn random_keywords_and_payloads_agree_with_plain_search() {
+        let mut r = Rng(0x2545f4914f6cdd1d);
+        let alphabet = b"abkeyT_.-0\xc3\xa9";
+        for round in 0..300 {
+            let nk = 1 + r.below(12);
+            let mut kws: Vec<String> = Vec::new();
+            while kws.len() < nk {
+                let len = 1 + if r.next() & 1 == 0 {
+                    r.below(4)
+                } else {
+                    r.below(12)
+                };
+                let k: Vec<u8> = (0..len)
+                    .map(|_| alphabet[r.below(alphabet.len() - 2)].to_ascii_lowercase())
+                    .collect();
+                let k = String::from_utf8(k).unwrap_or_default();
+                if !kws.contains(&k) {
+                    kws.push(k);
+                }
+            }
+            if round % 10 == 0 {
+                kws.push("\u{e9}t".to_string());
+            }
+            let finders = [KeywordFinder::new(&kws), KeywordFinder::portable(&kws)];
+            for len in (0..40).chain(60..75).chain([128, 129, 200, 301]) {
+                let mut data: Vec<u8> = (0..len)
+                    .map(|_| alphabet[r.below(alphabet.len())])
+                    .collect();
+                // Plant keywords in random case.
+                for _ in 0..1 + len / 16 {
+                    let k = kws[r.below(kws.len())].as_bytes();
+                    if len > k.len() {
+                        let at = r.below(len - k.len());
+                        for (d, &c) in data[at..].iter_mut().zip(k) {
+                            *d = if r.next() & 1 == 0 {
+                                c.to_ascii_uppercase()
+                            } else {
+                                c
+                            };
+                        }
+                    }
+                }
+                let want = plain(&kws, &data);
+                for f in &finders {
+                    assert_eq!(found(f, &data), want, "{kws:?} {data:?}");
+                }
+            }
+        }
+    }
+
+    /// More than 255 anchor pairs share table groups, more than 64 distinct
+    /// first bytes share SIMD buckets; nothing is lost or doubled.
+    #[test]
+    fn many_keywords_share_groups_and_buckets() {
+        let mut kws: Vec<String> = (0..600u32)
+            .map(|i| format!("{}{}q", (b'a' + (i % 26) as u8) as char, i))
+            .collect();
+        kws.extend((0x21u8..0x7f).map(|c| format!("{}\x7f", c as char)));
+        kws.sort();
+        kws.dedup();
+        let mut text: String = kws.iter().rev().map(|k| k.to_uppercase() + " ").collect();
+        text.push_str(&kws.concat());
+        let want = plain(&kws, text.as_bytes());
+        assert!(want.len() > kws.len());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            KeywordFinder::new(&kws).simd.is_some(),
+            is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512bw"),
+            "the SIMD filter is used where the CPU has it"
+        );
+        for f in [KeywordFinder::new(&kws), KeywordFinder::portable(&kws)] {
+            assert_eq!(found(&f, text.as_bytes()), want);
+        }
+    }
+
+    /// Anchors avoid common English pairs when the keyword has a rarer one.
+    #[test]
+    fn anchors_prefer_rare_pairs() {
+        let f = KeywordFinder::new(&["token".to_string(), "password".to_string()]);
+        let anchored = |a: &[u8; 2]| f.table[usize::from(u16::from_le_bytes(*a))] != 0;
+        assert!(!anchored(b"to") && !anchored(b"en") && !anchored(b"pa"));
+        assert!(anchored(b"ok") || anchored(b"ke"));
+        assert!(anchored(b"sw") || anchored(b"wo"));
+        assert!(anchored(b"OK") || anchored(b"KE"));
+    }
+}
