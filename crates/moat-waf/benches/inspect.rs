@@ -6,50 +6,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use moat_waf::{BodyView, RequestView, WafConfig, WafEngine};
 
-fn json_1k(attack: bool) -> Vec<u8> {
-    let mut items = Vec::new();
-    let mut i = 0;
-    loop {
-        let comment = if attack && i == 3 {
-            "1' UNION SELECT username, password FROM users-- ".to_string()
-        } else {
-            format!("Great product, arrived on time {i}")
-        };
-        items.push(format!(
-            "{{\"id\":{i},\"name\":\"Customer number {i}\",\"email\":\"user{i}@example.com\",\"comment\":\"{comment}\",\"tags\":[\"blue\",\"large\"]}}"
-        ));
-        let doc = format!("{{\"orders\":[{}],\"page\":1}}", items.join(","));
-        if doc.len() >= 1000 {
-            return doc.into_bytes();
-        }
-        i += 1;
-    }
-}
-
-fn form(len: usize) -> Vec<u8> {
-    let mut s = String::new();
-    let mut i = 0;
-    while s.len() < len {
-        s.push_str(&format!(
-            "field{i}=Hello+world+this+is+value+{i}&email{i}=someone%40example.com&qty{i}=42&"
-        ));
-        i += 1;
-    }
-    s.truncate(len);
-    s.into_bytes()
-}
-
-fn headers() -> Vec<(&'static str, &'static [u8])> {
-    vec![
-        ("host", b"shop.example.com".as_slice()),
-        (
-            "user-agent",
-            b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/114.0.0.0 Safari/537.36".as_slice(),
-        ),
-        ("accept", b"application/json".as_slice()),
-        ("content-type", b"application/json".as_slice()),
-    ]
-}
+mod common;
+use common::{form, get_view, headers, json_1k, json_view};
 
 fn benches(c: &mut Criterion) {
     let engine = match WafEngine::build(&WafConfig::default()) {
@@ -61,11 +19,7 @@ fn benches(c: &mut Criterion) {
         ("json_1k_benign", json_1k(false)),
         ("json_1k_attack", json_1k(true)),
     ] {
-        let view = RequestView {
-            method: "POST",
-            target: b"/api/orders?page=1",
-            headers: headers(),
-        };
+        let view = json_view();
         let f = engine.inspect(
             "bench",
             &view,
@@ -93,15 +47,10 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
-    let mut fh = headers();
-    fh[3] = (
-        "content-type",
-        b"application/x-www-form-urlencoded".as_slice(),
-    );
     let form_view = RequestView {
         method: "POST",
         target: b"/submit",
-        headers: fh,
+        headers: headers("application/x-www-form-urlencoded"),
     };
     let body = form(64 << 10);
     g.throughput(Throughput::Bytes(body.len() as u64));
@@ -117,16 +66,49 @@ fn benches(c: &mut Criterion) {
             ))
         })
     });
-    let get = RequestView {
-        method: "GET",
-        target: b"/search?q=blue+shoes&page=2&sort=price_asc",
-        headers: headers(),
-    };
+    let get = get_view();
     g.throughput(Throughput::Elements(1));
     g.bench_function("get_headers_benign", |b| {
         b.iter(|| black_box(engine.inspect_headers("bench", black_box(&get))))
     });
     g.finish();
+
+    // what the proxy calls per request (head phase, body need, body phase)
+    let mut px = c.benchmark_group("waf_proxy");
+    px.throughput(Throughput::Elements(1));
+    if let Some(json) = common::peer_json() {
+        let mut parts = common::parts(Some(json.len()));
+        let mut body = moat_core::Body::new(
+            bytes::Bytes::from(json),
+            None,
+            false,
+            moat_core::DecodeLimits::default(),
+        );
+        let mut ctx = moat_core::RequestCtx::for_test("bench");
+        assert!(!common::run_phases(
+            &engine,
+            &mut ctx,
+            &mut parts,
+            Some(&mut body)
+        ));
+        px.bench_function("post_json_peer", |b| {
+            b.iter(|| common::run_phases(&engine, &mut ctx, &mut parts, Some(&mut body)))
+        });
+    }
+    let mut parts = common::parts(None);
+    let mut ctx = moat_core::RequestCtx::for_test("bench");
+    px.bench_function("get_browser", |b| {
+        b.iter(|| common::run_phases(&engine, &mut ctx, &mut parts, None))
+    });
+    let mut n = 0u64;
+    px.bench_function("get_browser_new_ua", |b| {
+        b.iter(|| {
+            n += 1;
+            common::fresh_user_agent(&mut parts, n);
+            common::run_phases(&engine, &mut ctx, &mut parts, None)
+        })
+    });
+    px.finish();
 
     // linear time: one long value with many trigger characters
     let mut lin = c.benchmark_group("waf_linear");
@@ -140,7 +122,7 @@ fn benches(c: &mut Criterion) {
         let view = RequestView {
             method: "POST",
             target: b"/",
-            headers: headers(),
+            headers: headers("application/json"),
         };
         lin.throughput(Throughput::Bytes(body.len() as u64));
         lin.bench_with_input(BenchmarkId::new("hostile_value", size), &body, |b, body| {

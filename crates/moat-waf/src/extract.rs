@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::clean_cache;
 use crate::decode;
 use crate::detect::{self, misc, Attack, Classes, Hit, Scope};
 
@@ -93,6 +94,10 @@ pub(crate) struct Inspector<'e> {
     pub limits: Vec<(String, String)>,
     pub filter: &'e dyn Fn(Attack, &str) -> bool,
     stopped: bool,
+    /// Engine id, the key of the clean-header memo.
+    engine: u64,
+    /// Detector and limit hits so far, counted before exclusions and caps.
+    outcomes: usize,
 }
 
 /// Most findings kept per request.
@@ -103,7 +108,7 @@ const MAX_NEST: u8 = 3;
 const MAX_VALUE: usize = 256 << 10;
 
 impl<'e> Inspector<'e> {
-    pub fn new(lim: Lim, filter: &'e dyn Fn(Attack, &str) -> bool) -> Self {
+    pub fn new(lim: Lim, engine: u64, filter: &'e dyn Fn(Attack, &str) -> bool) -> Self {
         Inspector {
             lim,
             params: 0,
@@ -111,10 +116,13 @@ impl<'e> Inspector<'e> {
             limits: Vec::new(),
             filter,
             stopped: false,
+            engine,
+            outcomes: 0,
         }
     }
 
     pub fn limit(&mut self, what: &str, loc: Loc<'_>) {
+        self.outcomes += 1;
         if self.limits.len() < 8 {
             self.limits.push((what.to_string(), loc.to_string()));
         }
@@ -134,6 +142,7 @@ impl<'e> Inspector<'e> {
     }
 
     fn report(&mut self, loc: Loc<'_>, h: Hit) {
+        self.outcomes += 1;
         if self.findings.len() >= MAX_FINDINGS {
             return;
         }
@@ -388,6 +397,40 @@ impl<'e> Inspector<'e> {
                 self.analyze(Loc::PathSegment(i), seg, Scope::Header, 0);
             }
         }
+        self.path_base64(&p);
+    }
+
+    /// Base64 in the path: an encoded payload containing `/` is cut into
+    /// segments that do not decode on their own, and one without `+`/`=`
+    /// (unpadded, URL-safe) has no trigger byte, so the per-segment analysis
+    /// skips it. The trailing run of whole segments made only of base64
+    /// characters is decoded as one value.
+    fn path_base64(&mut self, p: &str) {
+        let b = p.as_bytes();
+        let is_b64 =
+            |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'-' | b'_');
+        let mut st = b.len();
+        while st > 0 && is_b64(b[st - 1]) {
+            st -= 1;
+        }
+        if st > 0 {
+            // the run starts inside a segment: begin at the next whole segment
+            match memchr::memchr(b'/', &b[st..]) {
+                Some(x) => st += x,
+                None => return,
+            }
+        }
+        let run = p[st..].trim_start_matches('/');
+        // one segment with `+` or `=` was already decoded by the per-segment analysis
+        let one_segment = memchr::memchr(b'/', run.as_bytes()).is_none();
+        if run.len() < 16
+            || one_segment && Classes::of(run.as_bytes()).any(Classes::PLUS | Classes::EQ)
+        {
+            return;
+        }
+        if let Some(text) = decode::base64_text(run) {
+            self.analyze(Loc::Path, &text, Scope::Header, 1);
+        }
     }
 
     /// Inspects a Cookie header.
@@ -407,11 +450,6 @@ impl<'e> Inspector<'e> {
 
     /// Inspects a header value; URL-carrying headers also get their query split.
     pub fn header(&mut self, name: &str, v: &str) {
-        if name == "user-agent" {
-            if let Some(h) = misc::scanner(v) {
-                self.report(Loc::Header(name), h);
-            }
-        }
         if name == "referer" || name == "origin" {
             if let Some(q) = v.find('?') {
                 let (path, query) = (&v[..q], &v[q + 1..]);
@@ -433,7 +471,21 @@ impl<'e> Inspector<'e> {
                 return;
             }
         }
+        // a value this engine found clean before on this thread: counted, not re-analysed
+        if !self.stopped && clean_cache::seen(self.engine, name, v) {
+            self.count(Loc::Header(name));
+            return;
+        }
+        let before = self.outcomes;
+        if name == "user-agent" {
+            if let Some(h) = misc::scanner(v) {
+                self.report(Loc::Header(name), h);
+            }
+        }
         self.value(Loc::Header(name), v, Scope::Header);
+        if self.outcomes == before && !self.stopped {
+            clean_cache::insert(self.engine, name, v);
+        }
     }
 
     /// Inspects a JSON document: every key and string value, with a depth limit.
@@ -667,6 +719,8 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
     let mut i = 0;
     let b = data;
     let mut scratch = String::new();
+    // validated once; string contents are then borrowed by index
+    let whole = std::str::from_utf8(data).ok();
     let mut expect_key = false;
     let mut type_key = false;
     let ws = |b: &[u8], mut i: usize| {
@@ -715,9 +769,8 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                         expect_key = true;
                     } else {
                         top.2 += 1;
-                        let idx = top.2;
-                        use std::fmt::Write;
-                        let _ = write!(ptr, "/{idx}");
+                        ptr.push('/');
+                        push_decimal(&mut ptr, top.2);
                     }
                 }
                 i += 1;
@@ -728,46 +781,62 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
             }
             b'"' => {
                 let st = i + 1;
+                // jump between quotes and backslashes instead of walking every byte
                 let mut j = st;
                 let mut esc = false;
-                while j < b.len() && b[j] != b'"' {
-                    if b[j] == b'\\' {
-                        esc = true;
-                        j += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &b[j.min(b.len())..]) {
+                        None => {
+                            j = b.len();
+                            break;
+                        }
+                        Some(k) => {
+                            j += k;
+                            if b[j] == b'"' {
+                                break;
+                            }
+                            esc = true;
+                            j += 2;
+                            if j >= b.len() {
+                                break;
+                            }
+                        }
                     }
-                    j += 1;
                 }
-                let rawstr = &b[st..j.min(b.len())];
+                let end = j.min(b.len());
+                let rawstr = &b[st..end];
                 i = (j + 1).min(b.len());
                 let text: &str = if esc {
                     scratch.clear();
-                    let l = String::from_utf8_lossy(rawstr);
-                    scratch.push_str(&json_unescape(&l));
+                    json_unescape_into(&String::from_utf8_lossy(rawstr), &mut scratch);
                     &scratch
                 } else {
-                    match std::str::from_utf8(rawstr) {
-                        Ok(t) => t,
-                        Err(_) => {
-                            scratch.clear();
-                            scratch.push_str(&String::from_utf8_lossy(rawstr));
-                            &scratch
-                        }
+                    // `st` follows a quote and `end` is a quote or the end, so both are
+                    // char boundaries of a valid document: no per-string validation
+                    match whole.and_then(|w| w.get(st..end)) {
+                        Some(t) => t,
+                        None => match std::str::from_utf8(rawstr) {
+                            Ok(t) => t,
+                            Err(_) => {
+                                scratch.clear();
+                                scratch.push_str(&String::from_utf8_lossy(rawstr));
+                                &scratch
+                            }
+                        },
                     }
                 };
                 if expect_key {
-                    let owned;
-                    let key: &str = if esc {
-                        owned = text.to_string();
-                        &owned
-                    } else {
-                        text
-                    };
+                    let key = text;
                     ptr.push('/');
-                    for ch in key.chars() {
-                        match ch {
-                            '~' => ptr.push_str("~0"),
-                            '/' => ptr.push_str("~1"),
-                            c => ptr.push(c),
+                    if memchr::memchr2(b'~', b'/', key.as_bytes()).is_none() {
+                        ptr.push_str(key);
+                    } else {
+                        for ch in key.chars() {
+                            match ch {
+                                '~' => ptr.push_str("~0"),
+                                '/' => ptr.push_str("~1"),
+                                c => ptr.push(c),
+                            }
                         }
                     }
                     ins.name(Loc::Json(&ptr), key);
@@ -814,10 +883,27 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
     true
 }
 
-/// Decodes JSON string escapes (`\n`, `\uXXXX` with surrogate pairs, ...).
-fn json_unescape(s: &str) -> String {
+/// Appends `n` in decimal without the formatting machinery (array indexes in pointers).
+fn push_decimal(out: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[k..] {
+        out.push(d as char);
+    }
+}
+
+/// Decodes JSON string escapes (`\n`, `\uXXXX` with surrogate pairs, ...),
+/// appending to `out` (a buffer reused across strings).
+fn json_unescape_into(s: &str, out: &mut String) {
     let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] != b'\\' || i + 1 >= b.len() {
@@ -866,5 +952,4 @@ fn json_unescape(s: &str) -> String {
         }
         i += 2;
     }
-    out
 }

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+mod clean_cache;
 pub mod config;
 pub mod decode;
 pub mod detect;
@@ -164,7 +165,12 @@ pub struct WafEngine {
     exclusions: Vec<Exclusion>,
     routes: std::collections::HashMap<String, RouteMode>,
     extra_headers: Vec<String>,
+    /// Distinguishes engines (configurations) in the per-thread clean-header memo.
+    id: u64,
 }
+
+/// Source of [`WafEngine`] ids.
+static NEXT_ENGINE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl std::fmt::Debug for WafEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -268,6 +274,7 @@ impl WafEngine {
                 .iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
+            id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }))
     }
 
@@ -318,7 +325,8 @@ impl WafEngine {
             ins.urlencoded(q, false);
         }
         for (name, value) in &req.headers {
-            let v = String::from_utf8_lossy(value);
+            // converted only for headers that are inspected
+            let v = || String::from_utf8_lossy(value);
             let lname_buf;
             let lname: &str = if name.bytes().any(|c| c.is_ascii_uppercase()) {
                 lname_buf = name.to_ascii_lowercase();
@@ -327,13 +335,13 @@ impl WafEngine {
                 name
             };
             match lname {
-                "cookie" => ins.cookies(&v),
+                "cookie" => ins.cookies(&v()),
                 "content-length" | "host" | "authorization" | "connection" => {}
-                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, &v),
+                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, &v()),
                 other => {
                     if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other)
                     {
-                        ins.header(lname, &v)
+                        ins.header(lname, &v())
                     }
                 }
             }
@@ -348,18 +356,18 @@ impl WafEngine {
         if data.is_empty() {
             return;
         }
-        let ct = req
-            .header("content-type")
-            .map(|c| String::from_utf8_lossy(c).to_ascii_lowercase())
-            .unwrap_or_default();
+        // matched case-insensitively in place: no lowercased copy per request
+        let ct: &[u8] = req.header("content-type").unwrap_or_default();
+        let has = |needle: &[u8]| util::contains_ci(ct, needle);
         let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
-        if ct.contains("multipart/") {
-            if let Some(b) = boundary(&ct, req) {
+        if has(b"multipart/") {
+            let lower = String::from_utf8_lossy(ct).to_ascii_lowercase();
+            if let Some(b) = boundary(&lower, req) {
                 ins.multipart(data, &b);
                 return;
             }
         }
-        if ct.contains("json") || (ct.is_empty() && matches!(first, Some(b'{' | b'['))) {
+        if has(b"json") || (ct.is_empty() && matches!(first, Some(b'{' | b'['))) {
             let utf8;
             let d: &[u8] = match decode::utf16_to_utf8(data) {
                 Some(s) if data.len() >= 2 && (data[0] == 0 || data[1] == 0 || data[0] >= 0xFE) => {
@@ -372,7 +380,7 @@ impl WafEngine {
                 return;
             }
         }
-        if ct.contains("xml") || (ct.is_empty() && first == Some(b'<')) {
+        if has(b"xml") || (ct.is_empty() && first == Some(b'<')) {
             ins.xml(data);
             if ct.is_empty() {
                 let s = String::from_utf8_lossy(data);
@@ -380,17 +388,11 @@ impl WafEngine {
             }
             return;
         }
-        if ct.contains("x-www-form-urlencoded") {
+        if has(b"x-www-form-urlencoded") {
             ins.urlencoded(data, true);
             return;
         }
-        if ct.contains("octet-stream")
-            || ct.starts_with("image/")
-            || ct.starts_with("video/")
-            || ct.starts_with("audio/")
-            || ct.contains("protobuf")
-            || ct.contains("grpc")
-        {
+        if unparsed_type(ct) {
             return;
         }
         // unknown or text: a urlencoded-looking body is a form, anything else one value
@@ -421,7 +423,7 @@ impl WafEngine {
         body: Option<BodyView<'_>>,
     ) -> Findings {
         let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
-        let mut ins = Inspector::new(self.lim(), &filter);
+        let mut ins = Inspector::new(self.lim(), self.id, &filter);
         self.inspect_head(&mut ins, req);
         if let Some(b) = body {
             self.inspect_body(&mut ins, req, b);
@@ -442,7 +444,7 @@ impl WafEngine {
         body: BodyView<'_>,
     ) -> Findings {
         let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
-        let mut ins = Inspector::new(self.lim(), &filter);
+        let mut ins = Inspector::new(self.lim(), self.id, &filter);
         self.inspect_body(&mut ins, req, body);
         self.finish(ins)
     }
@@ -551,14 +553,18 @@ impl WafEngine {
             return req.headers.contains_key(http::header::CONTENT_LENGTH)
                 || req.headers.contains_key(http::header::TRANSFER_ENCODING);
         };
-        let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-        !(ct.contains("octet-stream")
-            || ct.starts_with("image/")
-            || ct.starts_with("video/")
-            || ct.starts_with("audio/")
-            || ct.contains("protobuf")
-            || ct.contains("grpc"))
+        !unparsed_type(ct.to_str().unwrap_or("").as_bytes())
     }
+}
+
+/// Binary media types the engine streams instead of parsing (case-insensitive).
+fn unparsed_type(ct: &[u8]) -> bool {
+    util::contains_ci(ct, b"octet-stream")
+        || util::starts_with_ci(ct, b"image/")
+        || util::starts_with_ci(ct, b"video/")
+        || util::starts_with_ci(ct, b"audio/")
+        || util::contains_ci(ct, b"protobuf")
+        || util::contains_ci(ct, b"grpc")
 }
 
 fn boundary(ct: &str, req: &RequestView<'_>) -> Option<String> {

