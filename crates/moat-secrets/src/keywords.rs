@@ -61,6 +61,10 @@ pub(crate) struct KeywordFinder {
     /// Group -> its range in `anchors` (group 0 is empty). Beyond 255 pairs,
     /// pairs share groups.
     groups: Box<[(u32, u32); 256]>,
+    /// Group -> the bytes that may follow its pairs in its keywords (a 256-bit
+    /// set; all bytes when a keyword ends with the pair): most pairs found in
+    /// text are not followed by one, and this test is cheaper than the keywords.
+    third: Box<[[u64; 4]; 256]>,
     /// Anchors, by group.
     anchors: Vec<Anchor>,
     /// The keywords, lowercase.
@@ -151,8 +155,12 @@ impl KeywordFinder {
                     }
                 }
                 _ => {
+                    // A pair followed by a keyword byte is preferred: that byte
+                    // is checked before the keyword (see `third`).
                     let j = (0..k.len() - 1)
-                        .min_by_key(|&j| pair_weight(k[j], k[j + 1]))
+                        .min_by_key(|&j| {
+                            pair_weight(k[j], k[j + 1]) * if j + 2 < k.len() { 1 } else { 2 }
+                        })
                         .unwrap_or(0);
                     by_pair.entry((k[j], k[j + 1])).or_default().push((i, j));
                 }
@@ -179,8 +187,19 @@ impl KeywordFinder {
             }
         }
         let mut groups = Box::new([(0u32, 0u32); 256]);
+        let mut third = Box::new([[0u64; 4]; 256]);
         let mut anchors = Vec::new();
         for (g, members) in by_group.into_iter().enumerate() {
+            for &(k, off) in &members {
+                match keywords[k].get(off + 2) {
+                    Some(&c) => {
+                        for c in cases(c) {
+                            third[g + 1][usize::from(c >> 6)] |= 1 << (c & 63);
+                        }
+                    }
+                    None => third[g + 1] = [u64::MAX; 4],
+                }
+            }
             let start = anchors.len() as u32;
             anchors.extend(
                 members
@@ -191,9 +210,10 @@ impl KeywordFinder {
         }
         KeywordFinder {
             #[cfg(target_arch = "x86_64")]
-            simd: simd::PairFilter::new(&table),
+            simd: simd::PairFilter::new(&table, &third),
             table,
             groups,
+            third,
             anchors,
             keywords,
         }
@@ -278,6 +298,11 @@ impl KeywordFinder {
     /// Compares the keywords anchored in group `g` at position `at`.
     #[inline(always)]
     fn verify(&self, g: u8, at: usize, data: &[u8], f: &mut impl FnMut(usize, usize, usize)) {
+        if let Some(&c) = data.get(at + 2) {
+            if self.third[usize::from(g)][usize::from(c >> 6)] >> (c & 63) & 1 == 0 {
+                return;
+            }
+        }
         let (lo, hi) = self.groups[usize::from(g)];
         let Some(anchors) = self.anchors.get(lo as usize..hi as usize) else {
             return;
@@ -327,26 +352,28 @@ impl KeywordFinder {
 ///
 /// The anchor pairs are split into buckets by their first byte (one bucket per
 /// distinct first byte, the two cases of a letter together; beyond 64 first
-/// bytes, buckets are shared). Two 128-entry tables per 8 buckets map a byte to
-/// the buckets it may start (first byte) or end (second byte); a position is a
-/// candidate when some bucket accepts both of its bytes. With at most 64
-/// distinct first bytes that is exactly "the pair is anchored"; shared buckets
-/// only add candidates, and every candidate is checked against the exact table.
+/// bytes, buckets are shared). Three 128-entry tables per 8 buckets map a byte
+/// to the buckets it may start (first byte), continue (second byte) or follow
+/// (the group's `third` bytes); a position is a candidate when some bucket
+/// accepts its three bytes. With at most 64 distinct first bytes the first two
+/// are exactly "the pair is anchored"; shared buckets and the union of third
+/// bytes only add candidates, and every candidate is checked exactly.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
 
-    /// The tables: for each group of 8 buckets, `[first-byte map, second-byte map]`,
-    /// each 128 bytes (ASCII only; pairs with other bytes disable the filter).
+    /// The tables: for each group of 8 buckets, the first-, second- and
+    /// third-byte maps, each 128 bytes (ASCII only: pairs with other bytes
+    /// disable the filter, and any third byte >= 128 passes).
     #[derive(Debug)]
     pub(super) struct PairFilter {
-        tables: Vec<[[u8; 128]; 2]>,
+        tables: Vec<[[u8; 128]; 3]>,
     }
 
     impl PairFilter {
         /// The filter for the pairs set in `table`, if the CPU supports it and
         /// every anchored pair is ASCII.
-        pub(super) fn new(table: &[u8; 1 << 16]) -> Option<PairFilter> {
+        pub(super) fn new(table: &[u8; 1 << 16], third: &[[u64; 4]; 256]) -> Option<PairFilter> {
             if !(is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vbmi"))
@@ -360,25 +387,34 @@ mod simd {
             if pairs.is_empty() || pairs.iter().any(|&(a, b)| a >= 128 || b >= 128) {
                 return None;
             }
-            let mut firsts: Vec<u8> = pairs.iter().map(|p| p.0.to_ascii_lowercase()).collect();
-            firsts.sort_unstable();
-            firsts.dedup();
-            let buckets = firsts.len().min(64);
-            let mut tables = vec![[[0u8; 128]; 2]; buckets.div_ceil(8)];
+            // Pairs that any byte may follow get buckets of their own, so
+            // that they do not open the third-byte test of the others.
+            let next =
+                |a: u8, b: u8| &third[usize::from(table[usize::from(u16::from_le_bytes([a, b]))])];
+            let key = |a: u8, b: u8| (a.to_ascii_lowercase(), next(a, b) == &[u64::MAX; 4]);
+            let mut keys: Vec<(u8, bool)> = pairs.iter().map(|&(a, b)| key(a, b)).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let buckets = keys.len().min(64);
+            let mut tables = vec![[[0u8; 128]; 3]; buckets.div_ceil(8)];
             for (a, b) in pairs {
-                let rank = firsts
-                    .iter()
-                    .position(|&x| x == a.to_ascii_lowercase())
-                    .unwrap_or(0);
+                let rank = keys.iter().position(|&x| x == key(a, b)).unwrap_or(0);
                 let bucket = rank % 64;
+                let bit = 1 << (bucket % 8);
                 let t = &mut tables[bucket / 8];
-                t[0][usize::from(a)] |= 1 << (bucket % 8);
-                t[1][usize::from(b)] |= 1 << (bucket % 8);
+                t[0][usize::from(a)] |= bit;
+                t[1][usize::from(b)] |= bit;
+                let next = next(a, b);
+                for c in 0..128 {
+                    if next[c >> 6] >> (c & 63) & 1 == 1 {
+                        t[2][c] |= bit;
+                    }
+                }
             }
             Some(PairFilter { tables })
         }
 
-        /// Calls `f(position)` for every candidate position `p` with `p + 65 <=
+        /// Calls `f(position)` for every candidate position `p` with `p + 66 <=
         /// data.len()` in 64-byte blocks; returns where the blocks stopped.
         pub(super) fn candidates(&self, data: &[u8], f: impl FnMut(usize)) -> usize {
             // SAFETY: `new` only builds a filter when the CPU has these features.
@@ -392,27 +428,32 @@ mod simd {
                 unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
             };
             let mut i = 0;
-            while let Some(w) = data.get(i..i + 65) {
-                let (Ok(w0), Ok(w1)) = (
+            while let Some(w) = data.get(i..i + 66) {
+                let (Ok(w0), Ok(w1), Ok(w2)) = (
                     <&[u8; 64]>::try_from(&w[..64]),
-                    <&[u8; 64]>::try_from(&w[1..]),
+                    <&[u8; 64]>::try_from(&w[1..65]),
+                    <&[u8; 64]>::try_from(&w[2..]),
                 ) else {
                     break;
                 };
-                let (v0, v1) = (load(w0), load(w1));
-                // Bytes >= 128 start and end no pair (the tables are ASCII).
+                let (v0, v1, v2) = (load(w0), load(w1), load(w2));
+                // Bytes >= 128 start and continue no pair (the tables are
+                // ASCII); as third bytes they pass.
                 let (a0, a1) = (!_mm512_movepi8_mask(v0), !_mm512_movepi8_mask(v1));
+                let high2 = _mm512_movepi8_mask(v2);
                 let mut acc = _mm512_setzero_si512();
                 for t in &self.tables {
-                    let (f0, f1, s0, s1) = (
-                        load(first_half(&t[0])),
-                        load(second_half(&t[0])),
-                        load(first_half(&t[1])),
-                        load(second_half(&t[1])),
+                    let map = |m: &[u8; 128], v| {
+                        _mm512_permutex2var_epi8(load(first_half(m)), v, load(second_half(m)))
+                    };
+                    let starts = _mm512_maskz_mov_epi8(a0, map(&t[0], v0));
+                    let seconds = _mm512_maskz_mov_epi8(a1, map(&t[1], v1));
+                    let thirds = _mm512_mask_mov_epi8(map(&t[2], v2), high2, _mm512_set1_epi8(-1));
+                    // acc | (starts & seconds & thirds)
+                    acc = _mm512_or_si512(
+                        acc,
+                        _mm512_ternarylogic_epi64::<0x80>(starts, seconds, thirds),
                     );
-                    let starts = _mm512_maskz_permutex2var_epi8(a0, f0, v0, f1);
-                    let ends = _mm512_maskz_permutex2var_epi8(a1, s0, v1, s1);
-                    acc = _mm512_or_si512(acc, _mm512_and_si512(starts, ends));
                 }
                 let mut m = _mm512_test_epi8_mask(acc, acc);
                 while m != 0 {
