@@ -431,12 +431,23 @@ fn windowed(
     }
 }
 
+/// Anchored attempts [`prefixed`] makes per rule and scan before it falls back
+/// to unanchored searches. An attempt that fails scans as far as the rule's
+/// unbounded part runs (at worst the rest of the payload), so the budget bounds
+/// the extra work on hostile input to this many passes over the payload.
+const ANCHORED_ATTEMPTS: usize = 16;
+
 /// Like [`windowed`] for a rule whose matches are unbounded but always start
 /// where `pre` matches (bounded by `l`, containing a keyword). In a region, the
 /// leftmost start `q` of `pre` is found first; no match of the rule starts
-/// before it, so the rule's leftmost match from `q` (searched over the rest of
-/// the payload) is the one `find_iter` reports. That result is kept until the
-/// scan reaches it, and a search that finds nothing ends the rule.
+/// before it. The rule's match anchored at `q`, if any, is then the one
+/// `find_iter` reports (the leftmost start, and at that start the same
+/// preferred match); if there is none, the next start of `pre` is tried. Most
+/// prefixes that fail (`key: &str`) fail within a few bytes, where an
+/// unanchored search would run to the end of the payload. Past
+/// [`ANCHORED_ATTEMPTS`], the rule's leftmost match from `q` is searched over the
+/// rest of the payload instead; that result is kept until the scan reaches it,
+/// and a search that finds nothing ends the rule.
 fn prefixed(
     re: &regex_automata::meta::Regex,
     pre: &regex_automata::meta::Regex,
@@ -446,6 +457,7 @@ fn prefixed(
     out: &mut Vec<(usize, usize)>,
 ) {
     let mut pos = 0usize;
+    let mut attempts = ANCHORED_ATTEMPTS;
     // (searched from, leftmost match at or after it)
     let mut cache: Option<(usize, Option<(usize, usize)>)> = None;
     let mut i = 0;
@@ -485,6 +497,25 @@ fn prefixed(
                 Some(m) if m.start() <= hi => m.start(),
                 _ => break,
             };
+            if attempts > 0 {
+                attempts -= 1;
+                let input = Input::new(data)
+                    .range(q..data.len())
+                    .anchored(regex_automata::Anchored::Yes);
+                match re.find(input) {
+                    Some(m) => {
+                        out.push((m.start(), m.end()));
+                        pos = if m.end() > m.start() {
+                            m.end()
+                        } else {
+                            m.end() + 1
+                        };
+                        at = pos;
+                    }
+                    None => at = q + 1,
+                }
+                continue;
+            }
             let found = re
                 .find(Input::new(data).range(q..data.len()))
                 .map(|m| (m.start(), m.end()));

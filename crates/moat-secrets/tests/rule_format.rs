@@ -387,3 +387,59 @@ fn windowed_matching_equals_whole_payload_matching() {
     }
     assert!(checked > 300);
 }
+
+/// Rules with unbounded matches (`generic-api-key`) try the match anchored at
+/// each start of their bounded prefix, up to a budget, then search unanchored:
+/// both ways report what a whole-payload search reports, with failing prefixes
+/// (`KEY: &str`) before, between and after real assignments, below and above
+/// the budget.
+#[test]
+fn prefixed_rules_equal_whole_payload_matching_across_the_attempt_budget() {
+    let toml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/datasets/gitleaks/gitleaks.toml"
+    ))
+    .expect("gitleaks.toml");
+    let s = Scanner::from_toml(&toml, "gitleaks.toml").unwrap();
+    let fakes = [
+        "const AWS_KEY: &str = \"x\";\n",
+        "let token_id: u64 = 7;\n",
+        "secret-key, other\n",
+        "auth.password := \n",
+    ];
+    let reals = [
+        "api_key = \"Zq8vR3mW9xT2bK7nP4sL\"\n",
+        "{\"client_secret\": \"f0Xk29Qv7LmZpR4tW8yB3nHs\"}\n",
+        "PASSWORD=Hq7#kT2pLw9xVb4m\n",
+    ];
+    for n in [0usize, 1, 5, 15, 16, 17, 40] {
+        for layout in 0..3 {
+            let mut payload = String::new();
+            for i in 0..n {
+                if layout == 1 && i % 7 == 3 {
+                    payload.push_str(reals[i % reals.len()]);
+                }
+                payload.push_str(fakes[i % fakes.len()]);
+            }
+            if layout != 1 {
+                for r in reals {
+                    payload.push_str(r);
+                }
+            }
+            if layout == 2 {
+                for f in fakes.iter().cycle().take(n) {
+                    payload.push_str(f);
+                }
+            }
+            let a = s.scan(payload.as_bytes(), None);
+            let b = s.scan_reference(payload.as_bytes(), None);
+            assert_eq!(a, b, "n={n} layout={layout} payload: {payload:?}");
+            if layout != 1 {
+                assert!(
+                    a.iter().any(|f| &*f.rule_id == "generic-api-key"),
+                    "n={n} layout={layout}: {a:?}"
+                );
+            }
+        }
+    }
+}
