@@ -50,14 +50,12 @@ pub(crate) async fn handle(
     let (mut parts, body) = req.into_parts();
 
     let request_id = request_id(&mut parts.headers);
-    // Parsed only when moat answers itself.
-    let accept = parts.headers.get(ACCEPT).cloned();
 
     // Request head limits (hyper enforces a hard cap on the raw head before this).
     if parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes {
         let reply = error_page(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            accept.as_ref(),
+            parts.headers.get(ACCEPT),
             "request header fields too large",
             &request_id,
         );
@@ -69,7 +67,7 @@ pub(crate) async fn handle(
         snap.no_route.record(Decision::Error, 404);
         let reply = error_page(
             StatusCode::NOT_FOUND,
-            accept.as_ref(),
+            parts.headers.get(ACCEPT),
             "no route",
             &request_id,
         );
@@ -95,7 +93,6 @@ pub(crate) async fn handle(
         monitor_only: route.monitor_only,
     };
     let mut state = ReqState {
-        accept,
         user_agent: if shared.events.is_some() {
             parts.headers.get(USER_AGENT).cloned()
         } else {
@@ -123,7 +120,6 @@ pub(crate) async fn handle(
 
 /// Per-request state that outlives the phases (for records).
 struct ReqState<'a> {
-    accept: Option<HeaderValue>,
     user_agent: Option<HeaderValue>,
     shared: &'a Arc<Shared>,
     snap: &'a Snapshot,
@@ -178,7 +174,7 @@ async fn proxy(
         return Err((
             error_page(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                st.accept.as_ref(),
+                parts.headers.get(ACCEPT),
                 "request body too large",
                 &ctx.request_id,
             ),
@@ -212,7 +208,7 @@ async fn proxy(
                             return Err((
                                 error_page(
                                     StatusCode::BAD_REQUEST,
-                                    st.accept.as_ref(),
+                                    parts.headers.get(ACCEPT),
                                     "request body could not be read",
                                     &ctx.request_id,
                                 ),
@@ -232,7 +228,7 @@ async fn proxy(
                         return Err((
                             error_page(
                                 StatusCode::BAD_REQUEST,
-                                st.accept.as_ref(),
+                                parts.headers.get(ACCEPT),
                                 "request body could not be read",
                                 &ctx.request_id,
                             ),
@@ -246,7 +242,7 @@ async fn proxy(
                         return Err((
                             error_page(
                                 StatusCode::PAYLOAD_TOO_LARGE,
-                                st.accept.as_ref(),
+                                parts.headers.get(ACCEPT),
                                 "request body too large",
                                 &ctx.request_id,
                             ),
@@ -366,7 +362,7 @@ async fn proxy(
                 return Err((
                     error_page(
                         StatusCode::PAYLOAD_TOO_LARGE,
-                        st.accept.as_ref(),
+                        parts.headers.get(ACCEPT),
                         "request body too large",
                         &ctx.request_id,
                     ),
@@ -397,7 +393,7 @@ async fn proxy(
             };
             tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
             return Err((
-                error_page(status, st.accept.as_ref(), title, &ctx.request_id),
+                error_page(status, parts.headers.get(ACCEPT), title, &ctx.request_id),
                 Decision::Error,
             ));
         }
@@ -465,7 +461,7 @@ async fn proxy(
                         return Err((
                             error_page(
                                 StatusCode::BAD_GATEWAY,
-                                st.accept.as_ref(),
+                                parts.headers.get(ACCEPT),
                                 "upstream error",
                                 &ctx.request_id,
                             ),
@@ -487,7 +483,7 @@ async fn proxy(
                     return Err((
                         error_page(
                             StatusCode::BAD_GATEWAY,
-                            st.accept.as_ref(),
+                            parts.headers.get(ACCEPT),
                             "upstream error",
                             &ctx.request_id,
                         ),
@@ -668,23 +664,27 @@ fn request_id(headers: &mut HeaderMap) -> String {
             }
         }
     }
-    let id = new_request_id();
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    let digits = request_id_digits();
+    if let Ok(v) = HeaderValue::from_bytes(&digits) {
         headers.insert(X_REQUEST_ID.clone(), v);
     }
-    id
+    String::from_utf8_lossy(&digits).into_owned()
 }
 
 /// 32 lowercase hex digits.
 pub fn new_request_id() -> String {
+    String::from_utf8_lossy(&request_id_digits()).into_owned()
+}
+
+/// A random request id as ASCII hex digits (filled in place: this runs per request).
+fn request_id_digits() -> [u8; 32] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut n: u128 = rand::random();
-    let mut s = String::with_capacity(32);
-    for _ in 0..32 {
-        s.push(HEX[(n & 0xf) as usize] as char);
-        n >>= 4;
+    let n: u128 = rand::random();
+    let mut digits = [0u8; 32];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = HEX[((n >> (4 * i)) & 0xf) as usize];
     }
-    s
+    digits
 }
 
 /// Host addressed by the request (authority for HTTP/2 and absolute-form, else `Host`), without port.
