@@ -1,5 +1,10 @@
 //! JSON-lines sinks: standard output, or a file rotated by size.
 //!
+//! The writer serializes a whole batch into one [`Lines`] buffer and hands it
+//! to [`Sink::write_batch`], which writes it with one `write` call (more only
+//! when the file rotates inside the batch or the OS takes a partial write):
+//! the sink costs one system call per batch, not one per record.
+//!
 //! The file sink writes `path`; when the next line would push it past
 //! `max_bytes` it renames `path.(N-1)` to `path.N`, ..., `path` to `path.1`
 //! (the oldest, `path.N` with N = `max_files`, is overwritten) and starts a
@@ -7,16 +12,79 @@
 //! in its file.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 use crate::config::{SinkConfig, SinkKind};
 use crate::EventsError;
 
+/// Capacity a [`Lines`] buffer keeps between batches; a larger one (after a
+/// batch of unusually big records) is released so an idle writer holds little memory.
+const LINES_KEEP_BYTES: usize = 4 << 20;
+
+/// The JSON lines of one batch, back to back in one buffer, each ending with `\n`.
+#[derive(Debug, Default)]
+pub struct Lines {
+    buf: Vec<u8>,
+    /// End of each line (exclusive, after its `\n`).
+    ends: Vec<usize>,
+}
+
+impl Lines {
+    /// Empties the buffer for the next batch.
+    pub fn clear(&mut self) {
+        if self.buf.capacity() > LINES_KEEP_BYTES {
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
+        self.ends.clear();
+    }
+
+    /// Serializes `value` as one line and returns its index. On error nothing is added.
+    pub fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<usize, serde_json::Error> {
+        let start = self.buf.len();
+        if let Err(e) = serde_json::to_writer(&mut self.buf, value) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        self.buf.push(b'\n');
+        self.ends.push(self.buf.len());
+        Ok(self.ends.len() - 1)
+    }
+
+    /// Number of lines.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there is no line.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Every line, newlines included.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Byte range of line `i` in [`as_bytes`](Self::as_bytes), without its newline.
+    ///
+    /// # Panics
+    /// When `i >= self.len()`.
+    pub fn span(&self, i: usize) -> Range<usize> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        start..self.ends[i] - 1
+    }
+}
+
 /// An open JSON-lines sink.
 pub enum Sink {
-    /// Lines go to standard output.
-    Stdout(BufWriter<io::Stdout>),
+    /// Lines go to standard output (one write per batch: a batch ends with a
+    /// newline, so the standard library's line buffer passes it straight through).
+    Stdout(io::Stdout),
     /// Lines go to a size-rotated file.
     File(RotatingFile),
     /// No output.
@@ -28,7 +96,7 @@ impl Sink {
     pub fn open(cfg: &SinkConfig, base_dir: &Path) -> Result<Sink, EventsError> {
         Ok(match cfg.kind {
             SinkKind::None => Sink::None,
-            SinkKind::Stdout => Sink::Stdout(BufWriter::with_capacity(64 << 10, io::stdout())),
+            SinkKind::Stdout => Sink::Stdout(io::stdout()),
             SinkKind::File => Sink::File(RotatingFile::open(
                 base_dir.join(&cfg.path),
                 cfg.max_bytes,
@@ -42,24 +110,17 @@ impl Sink {
         !matches!(self, Sink::None)
     }
 
-    /// Writes one line (a newline is appended).
-    pub fn write_line(&mut self, line: &str) -> io::Result<()> {
+    /// Writes a batch of lines and hands them to the OS (no fsync: a line
+    /// written here survives the death of the process, not of the machine).
+    pub fn write_batch(&mut self, lines: &Lines) -> io::Result<()> {
         match self {
             Sink::None => Ok(()),
-            Sink::Stdout(w) => {
-                w.write_all(line.as_bytes())?;
-                w.write_all(b"\n")
+            Sink::Stdout(out) => {
+                let mut out = out.lock();
+                out.write_all(lines.as_bytes())?;
+                out.flush()
             }
-            Sink::File(f) => f.write_line(line),
-        }
-    }
-
-    /// Flushes buffered lines to the OS.
-    pub fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Sink::None => Ok(()),
-            Sink::Stdout(w) => w.flush(),
-            Sink::File(f) => f.flush(),
+            Sink::File(f) => f.write_batch(lines),
         }
     }
 }
@@ -69,7 +130,7 @@ pub struct RotatingFile {
     path: PathBuf,
     max_bytes: u64,
     max_files: u32,
-    file: BufWriter<File>,
+    file: File,
     size: u64,
 }
 
@@ -93,7 +154,7 @@ impl RotatingFile {
             path,
             max_bytes,
             max_files,
-            file: BufWriter::with_capacity(64 << 10, file),
+            file,
             size,
         })
     }
@@ -110,19 +171,25 @@ impl RotatingFile {
         PathBuf::from(s)
     }
 
-    fn write_line(&mut self, line: &str) -> io::Result<()> {
-        let len = line.len() as u64 + 1;
-        if self.size > 0 && self.size + len > self.max_bytes {
-            self.rotate()?;
+    /// Writes the lines in as few writes as rotation allows: one per file they land in.
+    fn write_batch(&mut self, lines: &Lines) -> io::Result<()> {
+        let bytes = lines.as_bytes();
+        // Start of the bytes not written yet.
+        let mut chunk = 0;
+        for i in 0..lines.len() {
+            let line = lines.span(i);
+            let len = (line.end + 1 - line.start) as u64;
+            if self.size > 0 && self.size + len > self.max_bytes {
+                self.file.write_all(&bytes[chunk..line.start])?;
+                chunk = line.start;
+                self.rotate()?;
+            }
+            self.size += len;
         }
-        self.file.write_all(line.as_bytes())?;
-        self.file.write_all(b"\n")?;
-        self.size += len;
-        Ok(())
+        self.file.write_all(&bytes[chunk..])
     }
 
     fn rotate(&mut self) -> io::Result<()> {
-        self.file.flush()?;
         if self.max_files > 0 {
             for n in (1..self.max_files).rev() {
                 let from = self.rotated_path(n);
@@ -137,12 +204,8 @@ impl RotatingFile {
             .write(true)
             .truncate(true)
             .open(&self.path)?;
-        self.file = BufWriter::with_capacity(64 << 10, file);
+        self.file = file;
         self.size = 0;
         Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
     }
 }

@@ -261,11 +261,12 @@ impl EventStore {
             .iter()
             .filter_map(|r| serde_json::to_string(r).ok().map(|s| (r, s)))
             .collect();
-        self.insert_serialized(&lines)
+        let rows: Vec<(&Record, &str)> = lines.iter().map(|(r, s)| (*r, s.as_str())).collect();
+        self.insert_serialized(&rows)
     }
 
     /// Inserts already serialized records (record, its JSON) in one transaction.
-    pub fn insert_serialized(&self, rows: &[(&Record, String)]) -> Result<usize, EventsError> {
+    pub fn insert_serialized(&self, rows: &[(&Record, &str)]) -> Result<usize, EventsError> {
         let err = store_err(&self.path);
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(err)?;

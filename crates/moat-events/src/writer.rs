@@ -1,4 +1,15 @@
 //! The bounded queue and the background writer thread.
+//!
+//! The writer must cost the request threads as little as possible. Pushing a
+//! record is a `try_send` into a bounded lock-free channel; what would cost
+//! more is waking the writer for every record (a futex call by the producer
+//! and two context switches, on a core the proxy shares with the writer). So
+//! the writer is woken only for the first record after it went idle; it then
+//! naps for one batch interval while records pile up, and writes them all as
+//! one batch. A producer wakes it early only when the queue is half full, so
+//! it cannot overflow while the writer naps. Each record thus waits at most one
+//! batch interval (plus the time to write the batch before it) between `push`
+//! and its write.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +21,7 @@ use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
 
 use crate::config::EventsConfig;
 use crate::record::{now_ms, Record};
-use crate::sink::Sink;
+use crate::sink::{Lines, Sink};
 use crate::store::EventStore;
 use crate::EventsError;
 
@@ -28,6 +39,10 @@ struct Stats {
 #[derive(Clone)]
 pub struct EventQueue {
     tx: Sender<Record>,
+    /// Wakes the napping writer early (a token channel of capacity 1).
+    wake: Sender<()>,
+    /// Queue depth at which a push wakes the writer before its interval is over.
+    wake_depth: usize,
     stats: Arc<Stats>,
     capacity: usize,
 }
@@ -49,7 +64,15 @@ impl EventQueue {
     /// and `false` is returned.
     pub fn push(&self, record: Record) -> bool {
         match self.tx.try_send(record) {
-            Ok(()) => true,
+            Ok(()) => {
+                // An idle writer waits on the channel itself and was woken by
+                // `try_send`; a napping one is woken only when the queue fills up.
+                if self.tx.len() >= self.wake_depth {
+                    // Full token channel: a wake-up is already pending.
+                    let _ = self.wake.try_send(());
+                }
+                true
+            }
             Err(_) => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
                 false
@@ -103,6 +126,7 @@ impl std::fmt::Debug for EventWriter {
 struct Worker {
     rx: Receiver<Record>,
     stop: Receiver<()>,
+    wake: Receiver<()>,
     stats: Arc<Stats>,
     sink: Sink,
     store: Option<EventStore>,
@@ -111,6 +135,8 @@ struct Worker {
     retention_max_bytes: u64,
     batch_max: usize,
     interval: Duration,
+    /// The serialized batch, reused from batch to batch.
+    lines: Lines,
     last_warning: Option<Instant>,
 }
 
@@ -135,15 +161,19 @@ impl EventWriter {
         };
         let (tx, rx) = bounded(cfg.queue_capacity);
         let (stop_tx, stop_rx) = bounded(1);
+        let (wake_tx, wake_rx) = bounded(1);
         let stats = Arc::new(Stats::default());
         let queue = EventQueue {
             tx,
+            wake: wake_tx,
+            wake_depth: (cfg.queue_capacity / 2).max(1),
             stats: stats.clone(),
             capacity: cfg.queue_capacity,
         };
         let worker = Worker {
             rx,
             stop: stop_rx,
+            wake: wake_rx,
             stats,
             sink,
             store,
@@ -160,6 +190,7 @@ impl EventWriter {
                 .unwrap_or(u64::MAX),
             batch_max: cfg.batch_max(),
             interval: cfg.batch_interval(),
+            lines: Lines::default(),
             last_warning: None,
         };
         let thread = std::thread::Builder::new()
@@ -213,30 +244,41 @@ impl Drop for EventWriter {
 impl Worker {
     fn run(mut self) {
         let mut batch: Vec<Record> = Vec::with_capacity(self.batch_max.min(4096));
-        let mut first_at: Option<Instant> = None;
         let mut last_retention = Instant::now();
+        // `None`: the queue was found empty, wait for its next record.
+        // `Some(t)`: the queue was empty at `t`, so no queued record is older.
+        let mut since: Option<Instant> = None;
         loop {
-            let timeout = match first_at {
-                Some(t) => (t + self.interval).saturating_duration_since(Instant::now()),
-                None => RETENTION_EVERY,
-            };
+            let retention_at = last_retention + RETENTION_EVERY;
             let mut stopping = false;
-            select! {
-                recv(self.rx) -> msg => match msg {
-                    Ok(r) => {
-                        if batch.is_empty() {
-                            first_at = Some(Instant::now());
+            let mut drain = false;
+            match since {
+                None => select! {
+                    // The first record wakes the writer; the next ones do not
+                    // (nobody waits on the channel while it naps).
+                    recv(self.rx) -> msg => match msg {
+                        Ok(r) => {
+                            batch.push(r);
+                            since = Some(Instant::now());
                         }
-                        batch.push(r);
-                        self.fill(&mut batch);
-                    }
-                    Err(_) => stopping = true,
+                        Err(_) => stopping = true,
+                    },
+                    recv(self.stop) -> _ => stopping = true,
+                    default(retention_at.saturating_duration_since(Instant::now())) => {}
                 },
-                recv(self.stop) -> _ => stopping = true,
-                default(timeout) => {}
+                Some(t) => {
+                    let deadline = (t + self.interval).min(retention_at);
+                    select! {
+                        recv(self.stop) -> _ => stopping = true,
+                        recv(self.wake) -> _ => drain = true,
+                        default(deadline.saturating_duration_since(Instant::now())) => {
+                            drain = t.elapsed() >= self.interval;
+                        }
+                    }
+                }
             }
             if stopping {
-                // Drain what is queued now, in batches, then stop.
+                // Write what is queued now, in batches, then stop.
                 loop {
                     self.fill(&mut batch);
                     if batch.is_empty() {
@@ -247,10 +289,19 @@ impl Worker {
                 self.apply_retention();
                 return;
             }
-            let due = first_at.is_some_and(|t| t.elapsed() >= self.interval);
-            if !batch.is_empty() && (due || batch.len() >= self.batch_max) {
-                self.write(&mut batch);
-                first_at = None;
+            if drain {
+                loop {
+                    self.fill(&mut batch);
+                    let emptied = batch.len() < self.batch_max;
+                    let at = Instant::now();
+                    if !batch.is_empty() {
+                        self.write(&mut batch);
+                    }
+                    if emptied {
+                        since = if self.rx.is_empty() { None } else { Some(at) };
+                        break;
+                    }
+                }
             }
             if last_retention.elapsed() >= RETENTION_EVERY {
                 self.apply_retention();
@@ -269,33 +320,46 @@ impl Worker {
         }
     }
 
+    /// Serializes the batch once into one buffer, writes it to the sink with
+    /// one write, and inserts it into the store in one transaction.
     fn write(&mut self, batch: &mut Vec<Record>) {
         let n = batch.len() as u64;
-        let mut rows: Vec<(&Record, String)> = Vec::with_capacity(batch.len());
         let mut failed = 0u64;
+        self.lines.clear();
+        // Records the store takes, with the index of their line.
+        let mut rows: Vec<(&Record, usize)> = Vec::new();
         for rec in batch.iter() {
-            match serde_json::to_string(rec) {
-                Ok(s) => rows.push((rec, s)),
+            match self.lines.push(rec) {
+                Ok(i) => {
+                    if self.store.is_some()
+                        && (self.store_access || !matches!(rec, Record::Access(_)))
+                    {
+                        rows.push((rec, i));
+                    }
+                }
                 Err(_) => failed += 1,
             }
         }
         let mut error: Option<String> = None;
-        if self.sink.enabled() {
-            let res = rows
-                .iter()
-                .try_for_each(|(_, line)| self.sink.write_line(line))
-                .and_then(|_| self.sink.flush());
-            if let Err(e) = res {
-                error = Some(format!("event sink: {e}"));
-            }
+        if let Err(e) = self.sink.write_batch(&self.lines) {
+            error = Some(format!("event sink: {e}"));
         }
         if let Some(store) = &self.store {
-            if !self.store_access {
-                rows.retain(|(r, _)| !matches!(r, Record::Access(_)));
-            }
-            if let Err(e) = store.insert_serialized(&rows) {
+            // serde_json writes UTF-8, so this check passes; it is what lets
+            // the store borrow the lines as text without copying them.
+            let res = match std::str::from_utf8(self.lines.as_bytes()) {
+                Ok(text) => {
+                    let rows: Vec<(&Record, &str)> = rows
+                        .iter()
+                        .map(|&(r, i)| (r, &text[self.lines.span(i)]))
+                        .collect();
+                    store.insert_serialized(&rows).map_err(|e| e.to_string())
+                }
+                Err(e) => Err(format!("event store: serialized records: {e}")),
+            };
+            if let Err(e) = res {
                 failed += rows.len() as u64;
-                error = Some(e.to_string());
+                error = Some(e);
             }
         }
         drop(rows);
