@@ -7,9 +7,11 @@
 //! - [`scenario`]: experiment files (`bench/scenarios/*.yaml`).
 //! - [`generate`]: Istio policies, JWTs, certificates and moat configs per variant.
 //! - [`runner`]: runs a scenario: variants × loads × repetitions.
+//! - [`allocs`]: allocations per request of moat, from its admin `/metrics`.
 //! - [`stats`], [`report`], [`compare`]: statistics, Markdown/HTML/JSON reports,
 //!   baseline-vs-candidate verdicts.
 
+pub mod allocs;
 pub mod compare;
 pub mod generate;
 pub mod http1;

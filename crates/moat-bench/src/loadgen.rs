@@ -173,6 +173,20 @@ pub enum Mode {
     },
 }
 
+/// Called on the generator thread when the measured window starts (warm-up over).
+///
+/// It must not block: the generator thread is the one sending requests, and a
+/// blocked generator would charge its own delay to the server in an open loop.
+/// Hand the work to another thread (the scenario runner sends on a channel).
+#[derive(Clone)]
+pub struct MeasureHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for MeasureHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MeasureHook")
+    }
+}
+
 /// A load to generate.
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
@@ -198,6 +212,8 @@ pub struct LoadSpec {
     pub new_connection_per_request: bool,
     /// How long in-flight requests may finish after the end before they count as timeouts.
     pub grace: Duration,
+    /// Called when the measured window starts.
+    pub on_measure_start: Option<MeasureHook>,
 }
 
 impl LoadSpec {
@@ -215,6 +231,7 @@ impl LoadSpec {
             max_requests: None,
             new_connection_per_request: false,
             grace: Duration::from_secs(2),
+            on_measure_start: None,
         }
     }
 }
@@ -468,7 +485,13 @@ async fn run_local(spec: LoadSpec) -> anyhow::Result<LoadResult> {
     let end = measure_start + spec.duration;
     let hard_end = end + spec.grace;
     let n_templates = ctx.h1_requests.len().max(ctx.h2_requests.len());
-    let mut handles = Vec::with_capacity(workers);
+    let mut handles = Vec::with_capacity(workers + 1);
+    if let Some(hook) = spec.on_measure_start.clone() {
+        handles.push(tokio::task::spawn_local(async move {
+            tokio::time::sleep_until(measure_start.into()).await;
+            (hook.0)();
+        }));
+    }
     for (w, conn) in conns.into_iter().enumerate() {
         let shared = shared.clone();
         let plan = Plan {
@@ -526,21 +549,31 @@ struct Plan {
     n_templates: usize,
 }
 
+/// The closed loop of one connection: the next request as soon as the previous answered.
+async fn closed_loop(conn: &mut Conn, plan: Plan, shared: &Rc<Shared>, mut template: usize) {
+    loop {
+        let sent = Instant::now();
+        if sent >= plan.end {
+            break;
+        }
+        let measured = sent >= plan.measure_start;
+        if measured && !shared.claim() {
+            break;
+        }
+        one(conn, template, sent, measured, shared).await;
+        template = (template + 1) % plan.n_templates;
+    }
+}
+
 async fn worker(mut conn: Conn, plan: Plan, shared: Rc<Shared>) {
     let mut template = plan.worker % plan.n_templates;
     match plan.mode {
-        Mode::Closed => loop {
-            let sent = Instant::now();
-            if sent >= plan.end {
-                break;
-            }
-            let measured = sent >= plan.measure_start;
-            if measured && !shared.claim() {
-                break;
-            }
-            one(&mut conn, template, sent, measured, &shared).await;
-            template = (template + 1) % plan.n_templates;
-        },
+        // Start together at `start`: sending before it would add unrecorded
+        // requests even with no warm-up (and `-n N` would send more than N).
+        Mode::Closed => {
+            tokio::time::sleep_until(plan.start.into()).await;
+            closed_loop(&mut conn, plan, &shared, template).await;
+        }
         Mode::Open { rate } => {
             let interval = Duration::from_secs_f64(plan.workers as f64 / rate);
             let offset = Duration::from_secs_f64(plan.worker as f64 / rate);

@@ -121,6 +121,13 @@ pub struct RunMetrics {
     pub cpu_ms_per_1k: Option<f64>,
     /// Peak RSS of the gateway process in KiB (VmHWM).
     pub peak_rss_kib: Option<u64>,
+    /// Heap allocations of the gateway process per measured response (moat
+    /// built with `--features alloc-stats`; `None` otherwise).
+    #[serde(default)]
+    pub allocs_per_req: Option<f64>,
+    /// Bytes requested from the heap per measured response (same condition).
+    #[serde(default)]
+    pub alloc_bytes_per_req: Option<f64>,
 }
 
 /// A metric that can be compared across runs.
@@ -145,11 +152,15 @@ pub enum Metric {
     PeakRss,
     /// Errors.
     Errors,
+    /// Heap allocations per request.
+    AllocsPerReq,
+    /// Heap bytes allocated per request.
+    AllocBytesPerReq,
 }
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 11] = [
         Metric::Rps,
         Metric::P50,
         Metric::P90,
@@ -159,6 +170,8 @@ impl Metric {
         Metric::CpuPer1k,
         Metric::PeakRss,
         Metric::Errors,
+        Metric::AllocsPerReq,
+        Metric::AllocBytesPerReq,
     ];
     /// Label with unit.
     pub fn label(self) -> &'static str {
@@ -172,6 +185,8 @@ impl Metric {
             Metric::CpuPer1k => "CPU ms/1k req",
             Metric::PeakRss => "peak RSS KiB",
             Metric::Errors => "errors",
+            Metric::AllocsPerReq => "allocs/req",
+            Metric::AllocBytesPerReq => "alloc B/req",
         }
     }
     /// Whether larger values are better.
@@ -190,6 +205,8 @@ impl Metric {
             Metric::CpuPer1k => r.cpu_ms_per_1k?,
             Metric::PeakRss => r.peak_rss_kib? as f64,
             Metric::Errors => r.errors.total() as f64,
+            Metric::AllocsPerReq => r.allocs_per_req?,
+            Metric::AllocBytesPerReq => r.alloc_bytes_per_req?,
         })
     }
     /// Values over runs (runs where it was not measured are skipped).
@@ -345,9 +362,9 @@ pub fn markdown(r: &Report) -> String {
         } else {
             "req/s"
         };
-        o.push_str(&format!("| variant | {rate} | errors | mean µs | p50 µs | p90 µs | p95 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | p50 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
+        o.push_str(&format!("| variant | {rate} | errors | mean µs | p50 µs | p90 µs | p95 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | allocs/req | alloc KiB/req | p50 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
         o.push_str(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n",
         );
         for v in &r.variants {
             let Some(c) = r.cell(&l.name, &v.name) else {
@@ -359,7 +376,7 @@ pub fn markdown(r: &Report) -> String {
                 .map_or("–".to_string(), |k| format!("{:.1}", k / 1024.0));
             let d = |base: &str, x: Metric| c.against(base, x).map_or("–".into(), fmt_diff);
             o.push_str(&format!(
-                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 v.name,
                 c.failure
                     .as_ref()
@@ -375,6 +392,8 @@ pub fn markdown(r: &Report) -> String {
                 m(Metric::Max),
                 m(Metric::CpuPer1k),
                 rss,
+                allocs(c),
+                alloc_kib(c),
                 d("direct", Metric::P50),
                 d("direct", Metric::P99),
                 d("proxy", Metric::P50),
@@ -389,6 +408,27 @@ pub fn markdown(r: &Report) -> String {
         o.push_str(&format!("- `{}`: {}\n", v.name, v.description));
     }
     o
+}
+
+/// Allocations per request; `n/a` when not measured (direct, an external target,
+/// or a moat binary built without `alloc-stats`).
+fn allocs(c: &Cell) -> String {
+    c.mean(Metric::AllocsPerReq)
+        .map_or_else(|| na(c), |v| format!("{v:.1}"))
+}
+
+/// Heap KiB allocated per request, `n/a` as [`allocs`].
+fn alloc_kib(c: &Cell) -> String {
+    c.mean(Metric::AllocBytesPerReq)
+        .map_or_else(|| na(c), |v| format!("{:.2}", v / 1024.0))
+}
+
+fn na(c: &Cell) -> String {
+    if c.runs.is_empty() {
+        "–".into()
+    } else {
+        "n/a".into()
+    }
 }
 
 fn mean_of(c: &Cell, f: impl Fn(&RunMetrics) -> f64) -> String {
@@ -518,6 +558,8 @@ pub fn html(r: &Report) -> String {
             "max µs",
             "CPU ms/1k",
             "RSS MiB",
+            "allocs/req",
+            "alloc KiB/req",
             "p50 vs direct",
             "p99 vs direct",
             "p50 vs proxy",
@@ -535,7 +577,7 @@ pub fn html(r: &Report) -> String {
             let m = |x: Metric| c.mean(x).map_or("–".to_string(), fmt_num);
             let d = |b: &str, x: Metric| c.against(b, x).map_or("–".into(), fmt_diff);
             o.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                 esc(&v.name),
                 m(Metric::Rps),
                 m(Metric::Errors),
@@ -546,6 +588,8 @@ pub fn html(r: &Report) -> String {
                 m(Metric::Max),
                 m(Metric::CpuPer1k),
                 c.mean(Metric::PeakRss).map_or("–".into(), |k| format!("{:.1}", k / 1024.0)),
+                allocs(c),
+                alloc_kib(c),
                 esc(&d("direct", Metric::P50)),
                 esc(&d("direct", Metric::P99)),
                 esc(&d("proxy", Metric::P50)),
@@ -676,18 +720,35 @@ mod tests {
     #[test]
     fn renders_markdown_html_and_json() {
         let mut r = report();
+        for c in r.cells.iter_mut().filter(|c| c.variant == "waf") {
+            for (i, run) in c.runs.iter_mut().enumerate() {
+                run.allocs_per_req = Some(11.0 + i as f64);
+                run.alloc_bytes_per_req = Some(2048.0);
+            }
+        }
         r.compute_comparisons();
         let md = markdown(&r);
         assert!(md.contains("| waf | 80 | 0 |"), "{md}");
+        // Allocations: the mean where measured, n/a where not.
+        let waf = md.lines().find(|l| l.starts_with("| waf |")).unwrap();
+        assert!(waf.contains("| 12.0 | 2.00 |"), "{waf}");
+        let proxy = md.lines().find(|l| l.starts_with("| proxy |")).unwrap();
+        assert!(proxy.contains("| n/a | n/a |"), "{proxy}");
         assert!(md.contains("+20 ["), "{md}");
         // A chart with no data (every run of a variant failed) still renders.
         let empty = svg_chart("none", &[("a", &[])]);
         assert!(empty.contains("</svg>"));
         let page = html(&r);
         assert!(page.contains("<svg") && page.contains("<polyline"));
+        assert!(page.contains("<td>12.0</td><td>2.00</td>"), "{page}");
         assert!(!page.contains("<script"));
         let json = serde_json::to_string(&r).unwrap();
         let back: Report = serde_json::from_str(&json).unwrap();
         assert_eq!(back.cells.len(), 3);
+        // Reports written before allocations were measured still load.
+        let old = json.replace("\"allocs_per_req\":null,", "");
+        assert!(!old.contains("\"allocs_per_req\":null"));
+        let back: Report = serde_json::from_str(&old).unwrap();
+        assert_eq!(back.cells[0].runs[0].allocs_per_req, None);
     }
 }

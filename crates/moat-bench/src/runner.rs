@@ -21,6 +21,9 @@ use crate::scenario::{Cpus, LoadDef, RequestDef, Scenario, VariantDef, VariantKi
 use crate::stats;
 use crate::upstream::{Upstream, UpstreamConfig};
 
+/// How long a `/metrics` read of the moat under test may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Options of a scenario run (command-line overrides).
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -174,8 +177,11 @@ pub fn describe_load(l: &LoadDef) -> String {
     )
 }
 
-fn describe_variant(v: &VariantDef) -> String {
+fn describe_variant(v: &VariantDef, tls: bool) -> String {
     match v.kind() {
+        VariantKind::Direct if tls => {
+            "straight to the upstream (no gateway), which terminates TLS itself (rustls, the same certificate type)".into()
+        }
         VariantKind::Direct => "straight to the upstream (no gateway)".into(),
         VariantKind::External(u) => format!("external target {u}"),
         VariantKind::Moat(e) if e.is_empty() => "moat, every engine off".into(),
@@ -200,6 +206,8 @@ pub struct MoatProcess {
     pub pid: u32,
     /// Where it listens.
     pub listener: std::net::SocketAddr,
+    /// Its admin listener (`/metrics`).
+    pub admin: std::net::SocketAddr,
     log: PathBuf,
 }
 
@@ -236,6 +244,7 @@ impl MoatProcess {
             pid: child.id(),
             child,
             listener: layout.listener,
+            admin: layout.admin,
             log,
         };
         let deadline = Instant::now() + timeout;
@@ -350,6 +359,19 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
         up.content_type = ct.clone();
     }
     up.gzip = s.upstream.gzip;
+    // With a TLS listener, `direct` gets a second copy of the upstream that
+    // terminates TLS itself (same response, same CPU), so the baseline does the
+    // same handshakes the gateway does. moat variants still use the plain one.
+    let tls_upstream = if s.moat.tls && s.variants.iter().any(|v| v.kind() == VariantKind::Direct) {
+        let cert = crate::tls::self_signed(&["localhost", "127.0.0.1"])?;
+        let mut c = up.clone();
+        c.tls = Some(std::sync::Arc::new(crate::tls::server_config(&cert)?));
+        let u = Upstream::start(c)?;
+        log(&format!("TLS upstream (direct) listening on {}", u.addr()));
+        Some(u)
+    } else {
+        None
+    };
     let upstream = Upstream::start(up)?;
     log(&format!("upstream listening on {}", upstream.addr()));
 
@@ -363,16 +385,12 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
             // Reach the variant.
             let mut proc_: Option<MoatProcess> = None;
             let target = match v.kind() {
-                VariantKind::Direct => {
-                    if s.moat.tls {
-                        for li in 0..s.loads.len() {
-                            failures.insert((li, vi), "the built-in upstream speaks no TLS".into());
-                        }
-                        continue;
-                    }
-                    Target::parse(&format!("http://{}", upstream.addr()))
-                        .map_err(|e| anyhow::anyhow!(e))?
-                }
+                VariantKind::Direct => match &tls_upstream {
+                    Some(t) => Target::parse(&format!("https://{}", t.addr()))
+                        .map_err(|e| anyhow::anyhow!(e))?,
+                    None => Target::parse(&format!("http://{}", upstream.addr()))
+                        .map_err(|e| anyhow::anyhow!(e))?,
+                },
                 VariantKind::External(u) => Target::parse(&u).map_err(|e| anyhow::anyhow!(e))?,
                 VariantKind::Moat(engines) => {
                     let policies = v.authz.as_ref().map(|a| generate::istio_policies(a, &jwt));
@@ -421,6 +439,12 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     // Measure this load's peak only (needs permission; otherwise peak since start).
                     let _ = crate::sys::reset_peak_rss(p.pid);
                 }
+                // Allocations of the measured window: read when it starts (on a
+                // helper thread) and after the load; None without `alloc-stats`.
+                let alloc_start = match proc_.as_ref() {
+                    Some(p) => Some(crate::allocs::StartReading::new(p.admin, ADMIN_TIMEOUT)?),
+                    None => None,
+                };
                 let spec = LoadSpec {
                     target: target.clone(),
                     protocol: l.protocol,
@@ -433,10 +457,14 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     max_requests: l.requests_limit,
                     new_connection_per_request: l.new_connection_per_request,
                     grace: Duration::from_secs(2),
+                    on_measure_start: alloc_start.as_ref().map(|a| a.hook()),
                 };
                 let pid = proc_.as_ref().map(|p| p.pid);
                 let cpu0 = pid.and_then(|p| crate::sys::cpu_seconds(p).ok());
-                let res = match loadgen::run(&spec, Some(s.cpus.load)) {
+                let res = loadgen::run(&spec, Some(s.cpus.load));
+                drop(spec);
+                let alloc0 = alloc_start.and_then(|a| a.finish());
+                let res = match res {
                     Ok(r) => r,
                     Err(e) => {
                         failures.insert((li, vi), first_line(&e.to_string()));
@@ -444,6 +472,16 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     }
                 };
                 let cpu1 = pid.and_then(|p| crate::sys::cpu_seconds(p).ok());
+                let alloc1 = match (&alloc0, proc_.as_ref()) {
+                    (Some(_), Some(p)) => {
+                        crate::allocs::read(p.admin, ADMIN_TIMEOUT).ok().flatten()
+                    }
+                    _ => None,
+                };
+                let per_req = match (alloc0, alloc1) {
+                    (Some(a), Some(b)) => a.per_response(&b, res.responses),
+                    _ => None,
+                };
                 let rss = pid.and_then(|p| crate::sys::peak_rss_kib(p).ok());
                 let cpu_ms_per_1k = match (cpu0, cpu1) {
                     (Some(a), Some(b)) if res.total_responses > 0 => {
@@ -458,9 +496,11 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     latency: res.summary(),
                     cpu_ms_per_1k,
                     peak_rss_kib: rss,
+                    allocs_per_req: per_req.map(|p| p.0),
+                    alloc_bytes_per_req: per_req.map(|p| p.1),
                 };
                 log(&format!(
-                    "[{}/{}] {:<12} {:<14} {:>9.0} req/s  err {:>5}  p50 {:>8.1}µs  p99 {:>9.1}µs  {}",
+                    "[{}/{}] {:<12} {:<14} {:>9.0} req/s  err {:>5}  p50 {:>8.1}µs  p99 {:>9.1}µs  {}{}",
                     rep + 1,
                     s.repetitions,
                     v.name,
@@ -471,6 +511,8 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     m.latency.p99_us,
                     m.cpu_ms_per_1k
                         .map_or(String::new(), |c| format!("cpu {c:.1} ms/1k")),
+                    m.allocs_per_req
+                        .map_or(String::new(), |a| format!("  {a:.1} allocs/req")),
                 ));
                 let h = hists.entry((li, vi)).or_insert_with(stats::new_histogram);
                 let _ = h.add(&res.histogram);
@@ -482,6 +524,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
         }
     }
     drop(upstream);
+    drop(tls_upstream);
     machine.loadavg_end = crate::report::loadavg();
 
     let mut cells = Vec::new();
@@ -531,7 +574,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
             .iter()
             .map(|v| VariantInfo {
                 name: v.name.clone(),
-                description: describe_variant(v),
+                description: describe_variant(v, s.moat.tls),
             })
             .collect(),
         cells,

@@ -37,6 +37,10 @@ pub struct UpstreamConfig {
     pub stall: Option<(u64, Duration)>,
     /// CPU to pin the server thread to.
     pub cpu: Option<usize>,
+    /// Terminate TLS with this config (ALPN `h2` or `http/1.1` picks the
+    /// protocol): the `direct` baseline of a TLS scenario, where the upstream
+    /// does the handshakes a gateway would otherwise do.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for UpstreamConfig {
@@ -49,6 +53,7 @@ impl Default for UpstreamConfig {
             gzip: false,
             stall: None,
             cpu: None,
+            tls: None,
         }
     }
 }
@@ -87,6 +92,7 @@ impl Upstream {
             requests: requests.clone(),
         });
         let cpu = cfg.cpu;
+        let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         let thread = std::thread::Builder::new()
             .name("moat-bench-upstream".into())
@@ -117,7 +123,7 @@ impl Upstream {
                         }
                     };
                     let _ = ready_tx.send(Ok(()));
-                    serve(listener, state, stop_rx).await;
+                    serve(listener, state, tls, stop_rx).await;
                 });
             })?;
         match ready_rx.recv() {
@@ -200,7 +206,12 @@ fn h1_response(cfg: &UpstreamConfig, body: &Bytes) -> Bytes {
     Bytes::from(out)
 }
 
-async fn serve(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiver<bool>) {
+async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -213,10 +224,16 @@ async fn serve(listener: TcpListener, state: Arc<State>, mut stop: watch::Receiv
                 let _ = stream.set_nodelay(true);
                 let state = state.clone();
                 let mut stop = stop.clone();
+                let tls = tls.clone();
                 tokio::task::spawn_local(async move {
                     tokio::select! {
                         _ = stop.changed() => {}
-                        _ = connection(stream, state) => {}
+                        _ = async move {
+                            match tls {
+                                Some(acceptor) => tls_connection(stream, acceptor, state).await,
+                                None => connection(stream, state).await,
+                            }
+                        } => {}
                     }
                 });
             }
@@ -243,7 +260,22 @@ async fn connection(stream: TcpStream, state: Arc<State>) {
     }
 }
 
-async fn serve_h2(stream: TcpStream, state: Arc<State>) -> Result<(), hyper::Error> {
+/// A TLS connection: the handshake, then h2 or HTTP/1.1 as negotiated by ALPN.
+async fn tls_connection(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor, state: Arc<State>) {
+    let Ok(tls) = acceptor.accept(stream).await else {
+        return;
+    };
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let _ = serve_h2(tls, state).await;
+    } else {
+        let _ = serve_h1(tls, state).await;
+    }
+}
+
+async fn serve_h2<S>(stream: S, state: Arc<State>) -> Result<(), hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let state = state.clone();
         async move {
@@ -265,7 +297,10 @@ async fn serve_h2(stream: TcpStream, state: Arc<State>) -> Result<(), hyper::Err
         .await
 }
 
-async fn serve_h1(mut stream: TcpStream, state: Arc<State>) -> io::Result<()> {
+async fn serve_h1<S>(mut stream: S, state: Arc<State>) -> io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut out: Vec<u8> = Vec::with_capacity(4 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -294,6 +329,8 @@ async fn serve_h1(mut stream: TcpStream, state: Arc<State>) -> io::Result<()> {
         }
         if !out.is_empty() {
             stream.write_all(&out).await?;
+            // A no-op on TCP; pushes buffered records out on TLS.
+            stream.flush().await?;
             out.clear();
         }
         if buf.len() > MAX_REQUEST {

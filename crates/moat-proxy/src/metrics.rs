@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -151,6 +151,21 @@ pub struct ClusterMetrics {
     pub other_errors: AtomicU64,
     /// Endpoint ejections.
     pub ejections: AtomicU64,
+}
+
+/// Process-wide allocation totals `(allocation calls, bytes requested)` since start.
+pub type AllocationCounter = fn() -> (u64, u64);
+
+/// Set once by a binary whose global allocator counts (moat's `alloc-stats`
+/// feature). Process-wide rather than per [`Metrics`]: the allocator is global.
+static ALLOCATION_COUNTER: OnceLock<AllocationCounter> = OnceLock::new();
+
+/// Installs the allocation counter rendered as `moat_allocations_total` and
+/// `moat_allocated_bytes_total`. Returns false if one was already installed
+/// (the first one stays). Without it those series are absent from `/metrics`,
+/// which tells `moat bench` that allocations are not measured.
+pub fn set_allocation_counter(f: AllocationCounter) -> bool {
+    ALLOCATION_COUNTER.set(f).is_ok()
 }
 
 /// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
@@ -323,6 +338,14 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "moat_tls_handshakes_total{{version=\"{version}\",cipher=\"{cipher}\",group=\"{group}\"}} {n}"
+            );
+        }
+        if let Some(counter) = ALLOCATION_COUNTER.get() {
+            let (allocs, bytes) = counter();
+            let _ = write!(
+                out,
+                "# HELP moat_allocations_total Heap allocation calls (alloc, alloc_zeroed, realloc) since start.\n# TYPE moat_allocations_total counter\nmoat_allocations_total {allocs}\n\
+                 # HELP moat_allocated_bytes_total Bytes requested from the heap allocator since start.\n# TYPE moat_allocated_bytes_total counter\nmoat_allocated_bytes_total {bytes}\n"
             );
         }
         out

@@ -1,5 +1,7 @@
 //! The `moat` command line: one binary for the gateway and its tools.
 
+#[cfg(feature = "alloc-stats")]
+mod alloc_stats;
 mod cmd;
 
 use std::process::ExitCode;
@@ -7,8 +9,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// mimalloc: the request path allocates small, short-lived objects on every request.
+#[cfg(not(feature = "alloc-stats"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc with allocation counters, exposed as `moat_allocations_total` on
+/// `/metrics` (feature `alloc-stats`, for `moat bench`'s allocations per request).
+#[cfg(feature = "alloc-stats")]
+#[global_allocator]
+static GLOBAL: alloc_stats::CountingMimalloc = alloc_stats::CountingMimalloc;
 
 /// moat: a security gateway (access control, attack detection, secret detection,
 /// API discovery and audit in one reverse proxy).
@@ -40,6 +49,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "alloc-stats")]
+    moat_proxy::metrics::set_allocation_counter(alloc_stats::totals);
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(a) => cmd::serve::run(a),

@@ -227,3 +227,130 @@ fn compare_exits_1_on_a_regression_beyond_the_threshold() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// Runs a one-variant `proxy` scenario against this moat binary and returns the report.
+fn run_proxy_scenario(dir: &Path) -> (Report, String) {
+    let sc = dir.join("p.yaml");
+    std::fs::write(
+        &sc,
+        "name: proxy-smoke\nrepetitions: 1\ncpus: {load: 0, upstream: 0, moat: 0}\nrequests:\n  - {method: GET, path: /api/x}\nloads:\n  - {name: closed, connections: 2, duration: 1s, warmup: 200ms}\nvariants:\n  - name: proxy\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let out = moat()
+        .args(["bench", "run"])
+        .arg(&sc)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    (report, md)
+}
+
+#[test]
+fn proxy_variant_reports_allocations_per_request_only_with_alloc_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (report, md) = run_proxy_scenario(dir.path());
+    let cell = report.cell("closed", "proxy").unwrap();
+    assert!(cell.failure.is_none(), "{cell:?}");
+    let run = &cell.runs[0];
+    assert!(run.responses > 0);
+    assert_eq!(run.errors.total(), 0);
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| proxy |"))
+        .unwrap()
+        .to_string();
+    if cfg!(feature = "alloc-stats") {
+        let a = run.allocs_per_req.expect("allocs/req measured");
+        let b = run.alloc_bytes_per_req.expect("bytes/req measured");
+        // Forwarding a GET allocates (headers, the upstream request, buffers),
+        // but not thousands of times.
+        assert!((1.0..5_000.0).contains(&a), "{a} allocs/req");
+        assert!((16.0..10_000_000.0).contains(&b), "{b} bytes/req");
+        assert!(row.contains(&format!("| {a:.1} |")), "{row}");
+    } else {
+        assert_eq!(run.allocs_per_req, None);
+        assert!(row.contains("| n/a | n/a |"), "{row}");
+    }
+}
+
+/// The counter itself, through a real moat process: a proxied request adds a
+/// plausible number of allocations, and the counter is absent without the feature.
+#[test]
+fn moat_allocations_total_counts_proxied_requests() {
+    use moat_bench::allocs;
+    use moat_bench::loadgen::{self, LoadSpec, RequestTemplate, Target};
+    use moat_bench::upstream::{Upstream, UpstreamConfig};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let layout = moat_bench::generate::moat_config(&moat_bench::generate::MoatConfigInput {
+        dir: dir.path(),
+        upstream: up.addr(),
+        engines: &[],
+        threads: 1,
+        tls: false,
+        policies: None,
+        overrides: &[],
+    })
+    .unwrap();
+    let mut p = moat_bench::runner::MoatProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_moat")),
+        &layout,
+        1,
+        0,
+        dir.path(),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let t = Duration::from_secs(5);
+    let first = allocs::read(p.admin, t).unwrap();
+    if !cfg!(feature = "alloc-stats") {
+        assert_eq!(first, None, "no counter without the feature");
+        p.stop();
+        return;
+    }
+    let a0 = first.expect("moat_allocations_total on /metrics");
+    // What one /metrics scrape costs (it is part of every measurement).
+    let a1 = allocs::read(p.admin, t).unwrap().unwrap();
+    let scrape = a1.allocs - a0.allocs;
+    assert!(scrape > 0 && scrape < 5_000, "a scrape allocated {scrape}");
+
+    let n = 200;
+    let served0 = up.requests();
+    let mut spec = LoadSpec::closed(
+        Target::parse(&format!("http://{}", p.listener)).unwrap(),
+        vec![RequestTemplate::get("/api/items")],
+        1,
+    );
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(30);
+    spec.max_requests = Some(n);
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, n);
+    assert_eq!(
+        up.requests() - served0,
+        n,
+        "every request reached the upstream"
+    );
+    let a2 = allocs::read(p.admin, t).unwrap().unwrap();
+    let per_req = (a2.allocs - a1.allocs).saturating_sub(scrape) as f64 / n as f64;
+    let bytes_per_req = (a2.bytes - a1.bytes) as f64 / n as f64;
+    assert!(
+        (1.0..5_000.0).contains(&per_req),
+        "{per_req} allocations per proxied request"
+    );
+    assert!(bytes_per_req >= 16.0, "{bytes_per_req} bytes per request");
+    p.stop();
+}

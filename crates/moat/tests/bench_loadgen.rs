@@ -113,3 +113,72 @@ fn refused_connections_are_counted_as_errors() {
     assert_eq!(res.responses, 0);
     assert!(res.errors.io > 0);
 }
+
+#[test]
+fn tls_upstream_serves_full_handshakes_over_http1_and_h2() {
+    // The `direct` baseline of the TLS scenario: the upstream terminates TLS.
+    let cert = moat_bench::tls::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+    let up = Upstream::start(UpstreamConfig {
+        tls: Some(std::sync::Arc::new(
+            moat_bench::tls::server_config(&cert).unwrap(),
+        )),
+        ..Default::default()
+    })
+    .unwrap();
+    let t = Target::parse(&format!("https://{}", up.addr())).unwrap();
+    let mut spec = LoadSpec::closed(t, vec![RequestTemplate::get("/")], 2);
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(20);
+    spec.max_requests = Some(100);
+    spec.new_connection_per_request = true;
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 100, "{:?}", res.errors);
+    assert_eq!(res.errors.total(), 0);
+    assert!(res.connections_opened >= 100);
+
+    spec.new_connection_per_request = false;
+    spec.protocol = Protocol::H2;
+    spec.streams = 2;
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 100, "{:?}", res.errors);
+    assert_eq!(res.errors.total(), 0);
+    assert_eq!(res.connections_opened, 2);
+    assert!(up.requests() >= 200);
+}
+
+#[test]
+fn measure_hook_runs_once_after_the_warm_up() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let up = Arc::new(Upstream::start(UpstreamConfig::default()).unwrap());
+    let calls = Arc::new(AtomicU64::new(0));
+    let served_at_call = Arc::new(AtomicU64::new(0));
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 2);
+    spec.mode = Mode::Open { rate: 500.0 };
+    spec.warmup = Duration::from_millis(400);
+    spec.duration = Duration::from_millis(400);
+    let (c, s, u) = (calls.clone(), served_at_call.clone(), up.clone());
+    spec.on_measure_start = Some(loadgen::MeasureHook(Arc::new(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        s.store(u.requests(), Ordering::SeqCst);
+    })));
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Warm-up requests were served before the hook, measured ones after it.
+    let at_call = served_at_call.load(Ordering::SeqCst);
+    assert!(at_call > 0, "no warm-up request before the hook");
+    assert!(res.responses > 0 && up.requests() > at_call);
+}
+
+#[test]
+fn closed_loop_with_a_request_count_sends_exactly_that_many() {
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let mut spec = LoadSpec::closed(target(&up), vec![RequestTemplate::get("/")], 3);
+    spec.warmup = Duration::ZERO;
+    spec.duration = Duration::from_secs(30);
+    spec.max_requests = Some(300);
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 300);
+    // Nothing unrecorded before the clock starts.
+    assert_eq!(up.requests(), 300);
+}

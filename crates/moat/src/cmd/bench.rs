@@ -284,6 +284,7 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         max_requests: a.requests,
         new_connection_per_request: a.new_connection_per_request,
         grace: Duration::from_secs(2),
+        on_measure_start: None,
     };
     let res = loadgen::run(&spec, a.cpu)?;
     print_result(&res, a.json)?;
