@@ -762,13 +762,28 @@ fn keyword_window(hir: &regex_syntax::hir::Hir, keywords: &[String]) -> Option<u
     }
 }
 
-/// The bounded leading part of a top-level concatenation, when its matches
-/// contain one of `keywords`, compiled, with its maximum length.
+/// The elements of the top-level concatenation of `h`, with capture groups and
+/// nested concatenations spliced in: where a match starts does not depend on
+/// groups (`\b(ey[a-z]{17,}...)` starts with `\b`, `e`, `y`).
+fn flat_concat(h: &regex_syntax::hir::Hir, out: &mut Vec<regex_syntax::hir::Hir>) {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Concat(hs) => {
+            for c in hs {
+                flat_concat(c, out);
+            }
+        }
+        HirKind::Capture(c) => flat_concat(&c.sub, out),
+        _ => out.push(h.clone()),
+    }
+}
+
+/// The bounded leading part of a top-level concatenation (see [`flat_concat`]),
+/// when its matches contain one of `keywords`, compiled, with its maximum length.
 fn prefix_filter(hir: &regex_syntax::hir::Hir, keywords: &[String]) -> Option<(Regex, usize)> {
-    use regex_syntax::hir::{Hir, HirKind};
-    let HirKind::Concat(children) = hir.kind() else {
-        return None;
-    };
+    use regex_syntax::hir::Hir;
+    let mut children = Vec::new();
+    flat_concat(hir, &mut children);
     let n = children
         .iter()
         .take_while(|c| c.properties().maximum_len().is_some())

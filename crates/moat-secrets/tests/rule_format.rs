@@ -388,7 +388,7 @@ fn windowed_matching_equals_whole_payload_matching() {
     assert!(checked > 300);
 }
 
-/// Rules with unbounded matches (`generic-api-key`) try the match anchored at
+/// Rules with unbounded matches (`generic-api-key`, `jwt`) try the match anchored at
 /// each start of their bounded prefix, up to a budget, then search unanchored:
 /// both ways report what a whole-payload search reports, with failing prefixes
 /// (`KEY: &str`) before, between and after real assignments, below and above
@@ -406,11 +406,13 @@ fn prefixed_rules_equal_whole_payload_matching_across_the_attempt_budget() {
         "let token_id: u64 = 7;\n",
         "secret-key, other\n",
         "auth.password := \n",
+        "they key the monkey, eyes on EY_\n",
     ];
     let reals = [
         "api_key = \"Zq8vR3mW9xT2bK7nP4sL\"\n",
         "{\"client_secret\": \"f0Xk29Qv7LmZpR4tW8yB3nHs\"}\n",
         "PASSWORD=Hq7#kT2pLw9xVb4m\n",
+        "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk\n",
     ];
     for n in [0usize, 1, 5, 15, 16, 17, 40] {
         for layout in 0..3 {
@@ -435,10 +437,12 @@ fn prefixed_rules_equal_whole_payload_matching_across_the_attempt_budget() {
             let b = s.scan_reference(payload.as_bytes(), None);
             assert_eq!(a, b, "n={n} layout={layout} payload: {payload:?}");
             if layout != 1 {
-                assert!(
-                    a.iter().any(|f| &*f.rule_id == "generic-api-key"),
-                    "n={n} layout={layout}: {a:?}"
-                );
+                for id in ["generic-api-key", "jwt"] {
+                    assert!(
+                        a.iter().any(|f| &*f.rule_id == id),
+                        "{id} n={n} layout={layout}: {a:?}"
+                    );
+                }
             }
         }
     }
