@@ -8,6 +8,11 @@
 //!   (method, template) and at most `max_samples_per_sec` times per second overall.
 //! - [`after_response`](AfterResponsePhase::after_response): one `try_send` of the
 //!   `Arc<Exchange>` into a bounded queue; when full the exchange is dropped and counted.
+//!   It does not wake the worker per exchange (a futex call and two context
+//!   switches on the core the proxy shares with the worker): only the first
+//!   exchange after the worker went idle wakes it; it then takes the queue every
+//!   [`DRAIN_INTERVAL`] until the queue stays empty, and a push that finds the
+//!   queue half full wakes it early.
 //!
 //! The worker counts every exchange it receives in the inventory and extracts
 //! schemas when the (method, template, status) window has expired (at most once
@@ -30,6 +35,9 @@ use crate::scanner::Scanners;
 use crate::schema::{from_json, from_multimap, from_string_map, Node};
 use crate::template::{template, template_hash};
 use crate::DiscoveryError;
+
+/// How long the busy worker lets exchanges pile up in the queue before taking them all.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The `discovery:` section of moat.yaml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -233,6 +241,10 @@ impl Counters {
 pub struct Discovery {
     cfg: DiscoveryConfig,
     tx: Sender<Arc<Exchange>>,
+    /// Wakes the napping worker early (a token channel of capacity 1).
+    wake: Sender<()>,
+    /// Queue depth at which `after_response` wakes the worker early.
+    wake_depth: usize,
     stop: Mutex<Option<Sender<()>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
@@ -264,9 +276,11 @@ impl Discovery {
         let counters = Arc::new(Counters::default());
         let (tx, rx) = bounded(cfg.queue_capacity);
         let (stop_tx, stop_rx) = bounded(1);
+        let (wake_tx, wake_rx) = bounded(1);
         let worker = Worker {
             rx,
             stop: stop_rx,
+            wake: wake_rx,
             counters: counters.clone(),
             inventory: inventory.clone(),
             store,
@@ -282,6 +296,8 @@ impl Discovery {
         Ok(Arc::new(Discovery {
             cfg: cfg.clone(),
             tx,
+            wake: wake_tx,
+            wake_depth: (cfg.queue_capacity / 2).max(1),
             stop: Mutex::new(Some(stop_tx)),
             worker: Mutex::new(Some(handle)),
             counters,
@@ -384,6 +400,9 @@ impl AfterResponsePhase for Discovery {
         self.counters.received.fetch_add(1, Ordering::Relaxed);
         if self.tx.try_send(exchange).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        } else if self.tx.len() >= self.wake_depth {
+            // Full token channel: a wake-up is already pending.
+            let _ = self.wake.try_send(());
         }
     }
 }
@@ -409,6 +428,7 @@ struct Window {
 struct Worker {
     rx: Receiver<Arc<Exchange>>,
     stop: Receiver<()>,
+    wake: Receiver<()>,
     counters: Arc<Counters>,
     inventory: Arc<Mutex<Inventory>>,
     store: InventoryStore,
@@ -421,16 +441,39 @@ struct Worker {
 impl Worker {
     fn run(mut self) {
         let mut last_flush = Instant::now();
+        // Exchanges arrived since the worker last found the queue empty.
+        let mut busy = false;
         loop {
-            let timeout = self.cfg.flush_interval.saturating_sub(last_flush.elapsed());
+            let flush_in = self.cfg.flush_interval.saturating_sub(last_flush.elapsed());
             let mut stopping = false;
-            select! {
-                recv(self.rx) -> msg => match msg {
-                    Ok(ex) => self.process(&ex),
-                    Err(_) => stopping = true,
-                },
-                recv(self.stop) -> _ => stopping = true,
-                default(timeout) => {}
+            if busy {
+                // Nap: nobody waits on the queue, so pushes do not wake the worker.
+                select! {
+                    recv(self.stop) -> _ => stopping = true,
+                    recv(self.wake) -> _ => {}
+                    default(DRAIN_INTERVAL.min(flush_in)) => {}
+                }
+                // At most one queue's worth, so a flood cannot hold off the flush.
+                let mut taken = 0;
+                while taken < self.cfg.queue_capacity {
+                    let Ok(ex) = self.rx.try_recv() else { break };
+                    self.process(&ex);
+                    taken += 1;
+                }
+                busy = taken > 0;
+            } else {
+                // Idle: the first exchange wakes the worker.
+                select! {
+                    recv(self.rx) -> msg => match msg {
+                        Ok(ex) => {
+                            self.process(&ex);
+                            busy = true;
+                        }
+                        Err(_) => stopping = true,
+                    },
+                    recv(self.stop) -> _ => stopping = true,
+                    default(flush_in) => {}
+                }
             }
             if stopping {
                 while let Ok(ex) = self.rx.try_recv() {
