@@ -9,13 +9,19 @@
 //! A 64 KiB table indexed by the two bytes at each payload position says whether
 //! that pair (in any ASCII case) anchors some keyword; the test is one table load
 //! per byte with no dependency between positions, so eight positions are tested
-//! per branch (64 per step with AVX-512 VBMI, in the `simd` module). A position that
+//! per branch (64 per step with AVX-512 VBMI, in the `avx512` module; 32 per
+//! step with AVX2, in the `avx2` module). A position that
 //! passes is then tested on the byte after the pair (a 256-bit set per anchor
 //! group), and only then are the keywords of that anchor compared with the
 //! payload, exactly. A keyword occurs at `p` if and only if its anchor pair
 //! occurs at `p + offset`, followed by the keyword's next byte, and the
 //! comparison succeeds, so the finder reports exactly the occurrences a plain
 //! search reports.
+//!
+//! The SIMD paths are chosen at run time from what the CPU has; the environment
+//! variable `MOAT_SECRETS_SIMD` (`avx2` or `portable`), read when a ruleset is
+//! compiled, caps the choice, so that the slower paths can be measured on a
+//! machine that has the faster ones. All paths report the same occurrences.
 
 /// One keyword anchored at a table slot, with what is needed to compare it.
 #[derive(Debug)]
@@ -72,9 +78,49 @@ pub(crate) struct KeywordFinder {
     anchors: Vec<Anchor>,
     /// The keywords, lowercase.
     keywords: Vec<Box<[u8]>>,
-    /// The AVX-512 pair filter, when the CPU has it.
+    /// The SIMD pair filter, when the CPU has one.
     #[cfg(target_arch = "x86_64")]
-    simd: Option<simd::PairFilter>,
+    simd: Option<Filter>,
+}
+
+/// A keyword finder code path, from the narrowest to the widest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Path {
+    /// 8 positions per branch, any CPU.
+    Portable,
+    /// 32 positions per step (x86-64 with AVX2).
+    Avx2,
+    /// 64 positions per step (x86-64 with AVX-512 VBMI).
+    Avx512,
+}
+
+impl Path {
+    /// The widest path allowed by `MOAT_SECRETS_SIMD` (`avx2` or
+    /// `portable`; unset or any other value allows every path).
+    fn allowed() -> Path {
+        match std::env::var("MOAT_SECRETS_SIMD").as_deref() {
+            Ok("portable") => Path::Portable,
+            Ok("avx2") => Path::Avx2,
+            _ => Path::Avx512,
+        }
+    }
+
+    /// The name reported by `Scanner::keyword_path`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Path::Portable => "portable",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512",
+        }
+    }
+}
+
+/// The SIMD pair filter in use.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+enum Filter {
+    Avx512(avx512::PairFilter),
+    Avx2(avx2::PairFilter),
 }
 
 /// Heuristic frequency of a (lowercase) byte in text, code, logs and JSON, in
@@ -135,8 +181,14 @@ fn cases(b: u8) -> impl Iterator<Item = u8> {
 
 impl KeywordFinder {
     /// Builds the finder for non-empty, distinct keywords (compared ASCII
-    /// case-insensitively).
+    /// case-insensitively), with the widest path that the CPU and
+    /// `MOAT_SECRETS_SIMD` allow.
     pub(crate) fn new(keywords: &[String]) -> KeywordFinder {
+        KeywordFinder::with_path(keywords, Path::allowed())
+    }
+
+    /// Builds the finder with the widest path up to `widest` that the CPU has.
+    fn with_path(keywords: &[String], widest: Path) -> KeywordFinder {
         let keywords: Vec<Box<[u8]>> = keywords
             .iter()
             .map(|k| k.as_bytes().to_ascii_lowercase().into_boxed_slice())
@@ -211,9 +263,25 @@ impl KeywordFinder {
             );
             groups[g + 1] = (start, anchors.len() as u32);
         }
+        #[cfg(target_arch = "x86_64")]
+        let simd = None
+            .or_else(|| {
+                (widest >= Path::Avx512)
+                    .then(|| avx512::PairFilter::new(&table, &third))
+                    .flatten()
+                    .map(Filter::Avx512)
+            })
+            .or_else(|| {
+                (widest >= Path::Avx2)
+                    .then(|| avx2::PairFilter::new(&table, &third))
+                    .flatten()
+                    .map(Filter::Avx2)
+            });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = widest;
         KeywordFinder {
             #[cfg(target_arch = "x86_64")]
-            simd: simd::PairFilter::new(&table, &third),
+            simd,
             table,
             groups,
             third,
@@ -222,16 +290,15 @@ impl KeywordFinder {
         }
     }
 
-    /// Builds the finder without the SIMD filter (to test the portable path).
-    #[cfg(test)]
-    fn portable(keywords: &[String]) -> KeywordFinder {
-        #[allow(unused_mut)]
-        let mut f = KeywordFinder::new(keywords);
+    /// The code path in use.
+    pub(crate) fn path(&self) -> Path {
         #[cfg(target_arch = "x86_64")]
-        {
-            f.simd = None;
+        match self.simd {
+            Some(Filter::Avx512(_)) => return Path::Avx512,
+            Some(Filter::Avx2(_)) => return Path::Avx2,
+            None => {}
         }
-        f
+        Path::Portable
     }
 
     /// Calls `f(keyword index, start, end)` for every keyword occurrence.
@@ -239,13 +306,18 @@ impl KeywordFinder {
         let t = &*self.table;
         let mut i = 0;
         #[cfg(target_arch = "x86_64")]
-        if let Some(simd) = &self.simd {
-            i = simd.candidates(data, |at| {
+        {
+            let candidate = |at: usize| {
                 let g = t[usize::from(u16::from_le_bytes([data[at], data[at + 1]]))];
                 if g != 0 {
                     self.verify(g, at, data, &mut f);
                 }
-            });
+            };
+            match &self.simd {
+                Some(Filter::Avx512(simd)) => i = simd.candidates(data, candidate),
+                Some(Filter::Avx2(simd)) => i = simd.candidates(data, candidate),
+                None => {}
+            }
         }
         // Eight positions per step and one branch: most steps find nothing. The
         // pairs are cut from two overlapping 8-byte loads, and their groups are
@@ -362,7 +434,7 @@ impl KeywordFinder {
 /// are exactly "the pair is anchored"; shared buckets and the union of third
 /// bytes only add candidates, and every candidate is checked exactly.
 #[cfg(target_arch = "x86_64")]
-mod simd {
+mod avx512 {
     use std::arch::x86_64::*;
 
     /// The tables: for each group of 8 buckets, the first-, second- and
@@ -478,6 +550,231 @@ mod simd {
     }
 }
 
+/// The pair test of 32 positions at once with AVX2 nibble lookups.
+///
+/// AVX2 has no 128-entry byte permute, only `vpshufb`, a 16-entry lookup per
+/// 128-bit lane, so each byte is looked up by its low and its high nibble and
+/// the two results are AND-ed (as Teddy does). Buckets start as those of the
+/// AVX-512 filter (one per distinct first byte and "any third byte" flag), 8
+/// per table: for each of the first, second and third byte, a bucket accepts
+/// a byte when it accepts both its nibbles, so it accepts the products of the
+/// nibbles of its bytes. That is exact for a lone first byte (the two cases of
+/// a letter differ in one high-nibble bit) and only adds candidates
+/// otherwise: every candidate is checked on the pair table, then exactly.
+/// Each table costs 6 lookups per step, so buckets are merged down to
+/// `MAX_BUCKETS`, the pairs of buckets whose union adds the fewest estimated
+/// candidates first. Non-ASCII bytes are looked up like any other, so unlike
+/// the AVX-512 filter this one has no ASCII restriction.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// At most this many buckets (5 tables). Measured on the bench's clean
+    /// payloads with gitleaks' rules (55 keys): 16 buckets let 10.0 k of the
+    /// 50 k positions through, 24 let 5.5 k, 40 let 3.0 k and 64 (7 tables)
+    /// 2.5 k; the whole scan took fewest cycles with 24 to 40 (`perf stat`:
+    /// 91 k cycles at 16, 73-76 k at 24-40, 83 k at 64), and 40 keeps the
+    /// candidates low on text with more keyword-like letters.
+    const MAX_BUCKETS: usize = 40;
+
+    /// Per 8 buckets: the low- and high-nibble tables of the first, second and
+    /// third bytes, each 16 entries repeated for both lanes of `vpshufb`.
+    #[derive(Debug)]
+    pub(super) struct PairFilter {
+        tables: Vec<[[u8; 32]; 6]>,
+    }
+
+    impl PairFilter {
+        /// The filter for the pairs set in `table`, if the CPU has AVX2.
+        pub(super) fn new(table: &[u8; 1 << 16], third: &[[u64; 4]; 256]) -> Option<PairFilter> {
+            if !is_x86_feature_detected!("avx2") {
+                return None;
+            }
+            // One bucket per key, as in the AVX-512 filter: pairs that any
+            // byte may follow get buckets of their own, so that they do not
+            // open the third-byte test of the others.
+            let mut by_key: std::collections::BTreeMap<(u8, bool), Bucket> = Default::default();
+            for i in 0..=u16::MAX {
+                let g = table[usize::from(i)];
+                if g == 0 {
+                    continue;
+                }
+                let (a, b) = (i as u8, (i >> 8) as u8);
+                let next = &third[usize::from(g)];
+                let any = next == &[u64::MAX; 4];
+                let bucket = by_key.entry((a.to_ascii_lowercase(), any)).or_default();
+                bucket.add(0, a);
+                bucket.add(2, b);
+                for c in 0..=255u8 {
+                    if next[usize::from(c >> 6)] >> (c & 63) & 1 == 1 {
+                        bucket.add(4, c);
+                    }
+                }
+            }
+            let mut buckets: Vec<Bucket> = by_key.into_values().collect();
+            if buckets.is_empty() {
+                return None;
+            }
+            merge(&mut buckets, MAX_BUCKETS);
+            let mut tables = vec![[[0u8; 32]; 6]; buckets.len().div_ceil(8)];
+            for (i, bucket) in buckets.iter().enumerate() {
+                let t = &mut tables[i / 8];
+                for (k, &mask) in bucket.0.iter().enumerate() {
+                    for n in 0..16 {
+                        if mask >> n & 1 == 1 {
+                            t[k][n] |= 1 << (i % 8);
+                            t[k][16 + n] |= 1 << (i % 8);
+                        }
+                    }
+                }
+            }
+            Some(PairFilter { tables })
+        }
+
+        /// Calls `f(position)` for every candidate position `p` with `p + 34 <=
+        /// data.len()` in 32-byte blocks; returns where the blocks stopped.
+        pub(super) fn candidates(&self, data: &[u8], f: impl FnMut(usize)) -> usize {
+            // SAFETY: `new` only builds a filter when the CPU has AVX2.
+            unsafe { self.candidates_avx2(data, f) }
+        }
+
+        #[target_feature(enable = "avx2")]
+        fn candidates_avx2(&self, data: &[u8], mut f: impl FnMut(usize)) -> usize {
+            let load = |b: &[u8; 32]| {
+                // SAFETY: reads exactly the 32 bytes of `b`.
+                unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+            };
+            let low = _mm256_set1_epi8(0x0f);
+            // The nibbles of 32 bytes: `vpshufb` indices.
+            let nibbles = |v| {
+                (
+                    _mm256_and_si256(v, low),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                )
+            };
+            let mut i = 0;
+            while let Some(w) = data.get(i..i + 34) {
+                let (Ok(w0), Ok(w1), Ok(w2)) = (
+                    <&[u8; 32]>::try_from(&w[..32]),
+                    <&[u8; 32]>::try_from(&w[1..33]),
+                    <&[u8; 32]>::try_from(&w[2..]),
+                ) else {
+                    break;
+                };
+                let (l0, h0) = nibbles(load(w0));
+                let (l1, h1) = nibbles(load(w1));
+                let (l2, h2) = nibbles(load(w2));
+                let mut acc = _mm256_setzero_si256();
+                for t in &self.tables {
+                    let map = |k: usize, l, h| {
+                        _mm256_and_si256(
+                            _mm256_shuffle_epi8(load(&t[k]), l),
+                            _mm256_shuffle_epi8(load(&t[k + 1]), h),
+                        )
+                    };
+                    let hit = _mm256_and_si256(
+                        _mm256_and_si256(map(0, l0, h0), map(2, l1, h1)),
+                        map(4, l2, h2),
+                    );
+                    acc = _mm256_or_si256(acc, hit);
+                }
+                let zero = _mm256_cmpeq_epi8(acc, _mm256_setzero_si256());
+                let mut m = !(_mm256_movemask_epi8(zero) as u32);
+                while m != 0 {
+                    f(i + m.trailing_zeros() as usize);
+                    m &= m - 1;
+                }
+                i += 32;
+            }
+            i
+        }
+    }
+
+    /// A bucket as its nibble sets: bit `n` of `.0[2 * k]` (`.0[2 * k + 1]`)
+    /// is set when the bucket accepts low (high) nibble `n` as byte `k` of a
+    /// pair and its next byte (k = 0, 1, 2). The bucket accepts a byte at `k`
+    /// when it accepts both its nibbles.
+    #[derive(Clone, Copy, Debug, Default)]
+    struct Bucket([u16; 6]);
+
+    impl Bucket {
+        fn add(&mut self, k: usize, byte: u8) {
+            self.0[k] |= 1 << (byte & 15);
+            self.0[k + 1] |= 1 << (byte >> 4);
+        }
+
+        fn union(&self, other: &Bucket) -> Bucket {
+            Bucket(std::array::from_fn(|k| self.0[k] | other.0[k]))
+        }
+
+        /// Estimated share of text positions the bucket accepts.
+        fn cost(&self, share: &[f64; 256]) -> f64 {
+            (0..3)
+                .map(|k| {
+                    let (lo, hi) = (self.0[2 * k], self.0[2 * k + 1]);
+                    let bits = |m: u16| (0..16).filter(move |&n| m >> n & 1 == 1);
+                    bits(hi)
+                        .flat_map(|h| bits(lo).map(move |l| share[h << 4 | l]))
+                        .sum::<f64>()
+                })
+                .product()
+        }
+    }
+
+    /// Merges buckets until at most `max` are left, each time the two whose
+    /// union adds the fewest estimated candidates (byte frequencies from
+    /// `byte_weight`, capitals rarer): each table of 8 buckets costs 6
+    /// lookups per 32 positions, a false candidate costs a pair-table load.
+    fn merge(buckets: &mut Vec<Bucket>, max: usize) {
+        let weight = |x: u8| {
+            let w = super::byte_weight(x.to_ascii_lowercase()) as f64;
+            if x.is_ascii_uppercase() {
+                w / 8.0
+            } else {
+                w
+            }
+        };
+        let total: f64 = (0..=255u8).map(weight).sum();
+        let share: [f64; 256] = std::array::from_fn(|x| weight(x as u8) / total);
+        let cost = |b: &Bucket| b.cost(&share);
+        let n = buckets.len();
+        let mut costs: Vec<f64> = buckets.iter().map(cost).collect();
+        // united[i][j], i < j: the cost of the union of buckets i and j.
+        let mut united = vec![vec![0.0; n]; n];
+        for i in 0..n {
+            for j in i + 1..n {
+                united[i][j] = cost(&buckets[i].union(&buckets[j]));
+            }
+        }
+        let mut alive = vec![true; n];
+        let mut left = n;
+        while left > max {
+            let mut best = (f64::INFINITY, 0, 0);
+            for i in (0..n).filter(|&i| alive[i]) {
+                for j in (i + 1..n).filter(|&j| alive[j]) {
+                    let added = united[i][j] - costs[i] - costs[j];
+                    if added < best.0 {
+                        best = (added, i, j);
+                    }
+                }
+            }
+            let (_, i, j) = best;
+            buckets[i] = buckets[i].union(&buckets[j]);
+            costs[i] = united[i][j];
+            alive[j] = false;
+            left -= 1;
+            for k in (0..n).filter(|&k| alive[k] && k != i) {
+                united[i.min(k)][i.max(k)] = cost(&buckets[i].union(&buckets[k]));
+            }
+        }
+        let mut k = 0;
+        buckets.retain(|_| {
+            k += 1;
+            alive[k - 1]
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,6 +793,38 @@ mod tests {
         }
         out.sort_unstable();
         out
+    }
+
+    /// Whether this CPU can run `path`.
+    fn cpu_has(path: Path) -> bool {
+        match path {
+            Path::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vbmi")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// One finder per code path this CPU has, each forced. A path may fall
+    /// back to a narrower one for some keyword sets (the AVX-512 filter needs
+    /// ASCII pairs, so not with one-byte or non-ASCII keywords).
+    fn every_path(kws: &[String]) -> Vec<KeywordFinder> {
+        [Path::Portable, Path::Avx2, Path::Avx512]
+            .into_iter()
+            .filter(|&p| cpu_has(p))
+            .map(|p| {
+                let f = KeywordFinder::with_path(kws, p);
+                assert!(f.path() <= p);
+                f
+            })
+            .collect()
     }
 
     fn found(f: &KeywordFinder, data: &[u8]) -> Vec<(usize, usize)> {
@@ -526,8 +855,8 @@ mod tests {
     /// over random payloads built from a small alphabet, in random case, at
     /// every length up to 40 and at lengths around the SIMD block (so
     /// occurrences sit at the start, at the end and across the 8-byte steps and
-    /// 64-byte blocks): both the finder (SIMD where the CPU has it) and its
-    /// portable path report exactly what a plain search reports.
+    /// 32- and 64-byte blocks): every code path the CPU has (portable, AVX2,
+    /// AVX-512) reports exactly what a plain search reports.
     #[test]
     fn random_keywords_and_payloads_agree_with_plain_search() {
         let mut r = Rng(0x2545f4914f6cdd1d);
@@ -552,7 +881,7 @@ mod tests {
             if round % 10 == 0 {
                 kws.push("\u{e9}t".to_string());
             }
-            let finders = [KeywordFinder::new(&kws), KeywordFinder::portable(&kws)];
+            let finders = every_path(&kws);
             for len in (0..40).chain(60..75).chain([128, 129, 200, 301]) {
                 let mut data: Vec<u8> = (0..len)
                     .map(|_| alphabet[r.below(alphabet.len())])
@@ -593,20 +922,21 @@ mod tests {
         text.push_str(&kws.concat());
         let want = plain(&kws, text.as_bytes());
         assert!(want.len() > kws.len());
-        #[cfg(target_arch = "x86_64")]
-        assert_eq!(
-            KeywordFinder::new(&kws).simd.is_some(),
-            is_x86_feature_detected!("avx512vbmi") && is_x86_feature_detected!("avx512bw"),
-            "the SIMD filter is used where the CPU has it"
-        );
-        for f in [KeywordFinder::new(&kws), KeywordFinder::portable(&kws)] {
-            assert_eq!(found(&f, text.as_bytes()), want);
+        let finders = every_path(&kws);
+        for f in &finders {
+            assert_eq!(found(f, text.as_bytes()), want, "{:?}", f.path());
         }
+        let widest = finders.iter().map(KeywordFinder::path).max();
+        assert_eq!(
+            KeywordFinder::new(&kws).path(),
+            widest.unwrap_or(Path::Portable).min(Path::allowed()),
+            "the widest path the CPU (and MOAT_SECRETS_SIMD) allows is used"
+        );
     }
 
     /// gitleaks' own keywords over its samples (upper-cased, as is and
-    /// concatenated, in payloads longer than the SIMD blocks): both paths agree
-    /// with a plain search.
+    /// concatenated, in payloads longer than the SIMD blocks): every code path
+    /// the CPU has agrees with a plain search.
     #[test]
     fn gitleaks_keywords_over_gitleaks_samples() {
         let dir = concat!(
@@ -620,7 +950,13 @@ mod tests {
         kws.dedup();
         let samples = std::fs::read_to_string(format!("{dir}samples-dev.jsonl")).expect("samples");
         let lines: Vec<&str> = samples.lines().collect();
-        let finders = [KeywordFinder::new(&kws), KeywordFinder::portable(&kws)];
+        let finders = every_path(&kws);
+        for (f, p) in finders
+            .iter()
+            .zip([Path::Portable, Path::Avx2, Path::Avx512])
+        {
+            assert_eq!(f.path(), p, "each path runs on gitleaks' keywords");
+        }
         let mut hits = 0;
         for chunk in lines.chunks(25) {
             let payload = chunk.join("\n").to_uppercase() + &chunk.concat();

@@ -149,6 +149,14 @@ impl Scanner {
         })
     }
 
+    /// The keyword finder's code path: `"avx512"` (AVX-512 VBMI), `"avx2"` or
+    /// `"portable"`, the widest the CPU has unless the environment variable
+    /// `MOAT_SECRETS_SIMD` (`avx2` or `portable`, read when the rules are
+    /// compiled) caps it. Every path finds the same keywords; benches print it.
+    pub fn keyword_path(&self) -> &'static str {
+        self.prefilter.path().name()
+    }
+
     /// Every keyword occurrence as `(keyword, start)`, in start order; the
     /// prefilter's output, exposed to check it against a plain search.
     pub fn keyword_hits(&self, data: &[u8]) -> Vec<(String, usize)> {
