@@ -1,7 +1,11 @@
 //! The bounded queue and the background writer thread.
 //!
 //! The writer must cost the request threads as little as possible. Pushing a
-//! record is a `try_send` into a bounded lock-free channel; what would cost
+//! record is a `send` into a lock-free linked-block channel, bounded by an
+//! atomic count of waiting records: the channel allocates its blocks as records
+//! arrive and frees them as they are read, so an idle queue holds no memory
+//! (a preallocated array of `queue_capacity` records would pin tens of MB of
+//! RSS for a queue that is almost always nearly empty). What would cost
 //! more is waking the writer for every record (a futex call by the producer
 //! and two context switches, on a core the proxy shares with the writer). So
 //! the writer is woken only for the first record after it went idle; it then
@@ -12,12 +16,12 @@
 //! and its write.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender, TryRecvError};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvError};
 
 use crate::config::EventsConfig;
 use crate::record::{now_ms, Record};
@@ -30,6 +34,8 @@ pub const RETENTION_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct Stats {
+    /// Records pushed and not yet taken by the writer: the queue's bound.
+    queued: AtomicUsize,
     dropped: AtomicU64,
     written: AtomicU64,
     failed: AtomicU64,
@@ -63,26 +69,34 @@ impl EventQueue {
     /// has stopped) the record is dropped, counted in [`dropped`](Self::dropped),
     /// and `false` is returned.
     pub fn push(&self, record: Record) -> bool {
-        match self.tx.try_send(record) {
-            Ok(()) => {
-                // An idle writer waits on the channel itself and was woken by
-                // `try_send`; a napping one is woken only when the queue fills up.
-                if self.tx.len() >= self.wake_depth {
-                    // Full token channel: a wake-up is already pending.
-                    let _ = self.wake.try_send(());
-                }
-                true
-            }
-            Err(_) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                false
-            }
+        // Reserve a place first, so concurrent producers never exceed the bound.
+        let depth = self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        if depth >= self.capacity {
+            self.refuse();
+            return false;
         }
+        if self.tx.send(record).is_err() {
+            // The writer has stopped.
+            self.refuse();
+            return false;
+        }
+        // An idle writer waits on the channel itself and was woken by `send`;
+        // a napping one is woken only when the queue fills up.
+        if depth + 1 >= self.wake_depth {
+            // Full token channel: a wake-up is already pending.
+            let _ = self.wake.try_send(());
+        }
+        true
+    }
+
+    fn refuse(&self) {
+        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records waiting in the queue now.
     pub fn depth(&self) -> usize {
-        self.tx.len()
+        self.stats.queued.load(Ordering::Relaxed)
     }
 
     /// Maximum number of waiting records.
@@ -159,7 +173,7 @@ impl EventWriter {
             }
             None => (None, None),
         };
-        let (tx, rx) = bounded(cfg.queue_capacity);
+        let (tx, rx) = unbounded();
         let (stop_tx, stop_rx) = bounded(1);
         let (wake_tx, wake_rx) = bounded(1);
         let stats = Arc::new(Stats::default());
@@ -258,6 +272,7 @@ impl Worker {
                     // (nobody waits on the channel while it naps).
                     recv(self.rx) -> msg => match msg {
                         Ok(r) => {
+                            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
                             batch.push(r);
                             since = Some(Instant::now());
                         }
@@ -314,7 +329,10 @@ impl Worker {
     fn fill(&self, batch: &mut Vec<Record>) {
         while batch.len() < self.batch_max {
             match self.rx.try_recv() {
-                Ok(r) => batch.push(r),
+                Ok(r) => {
+                    self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                    batch.push(r);
+                }
                 Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
             }
         }
