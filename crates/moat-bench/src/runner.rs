@@ -180,7 +180,7 @@ pub fn describe_load(l: &LoadDef) -> String {
 fn describe_variant(v: &VariantDef, tls: bool) -> String {
     match v.kind() {
         VariantKind::Direct if tls => {
-            "straight to the upstream (no gateway), which terminates TLS itself (rustls, the same certificate type)".into()
+            "straight to the upstream (no gateway), which terminates TLS itself (rustls, the same certificate type) on moat's CPU".into()
         }
         VariantKind::Direct => "straight to the upstream (no gateway)".into(),
         VariantKind::External(u) => format!("external target {u}"),
@@ -360,11 +360,14 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
     }
     up.gzip = s.upstream.gzip;
     // With a TLS listener, `direct` gets a second copy of the upstream that
-    // terminates TLS itself (same response, same CPU), so the baseline does the
-    // same handshakes the gateway does. moat variants still use the plain one.
+    // terminates TLS itself (same response), so the baseline does the same
+    // handshakes the gateway does. It runs on moat's CPU: on the generator's CPU
+    // both ends of every handshake would share one core and the baseline would
+    // measure that, not the server side. moat variants use the plain upstream.
     let tls_upstream = if s.moat.tls && s.variants.iter().any(|v| v.kind() == VariantKind::Direct) {
         let cert = crate::tls::self_signed(&["localhost", "127.0.0.1"])?;
         let mut c = up.clone();
+        c.cpu = Some(s.cpus.moat);
         c.tls = Some(std::sync::Arc::new(crate::tls::server_config(&cert)?));
         let u = Upstream::start(c)?;
         log(&format!("TLS upstream (direct) listening on {}", u.addr()));
