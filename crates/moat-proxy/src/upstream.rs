@@ -289,8 +289,10 @@ impl Conn {
                 self.rbuf.reserve(READ_CHUNK);
             }
             // A pooled connection the upstream closed just before our request arrived
-            // fails here with nothing received: the request can be sent again.
-            let replayable = self.reused && !received;
+            // fails here with nothing received: the request can be sent again, unless
+            // the upstream may have acted on it (like nginx, POST and PATCH are not
+            // repeated once written).
+            let replayable = self.reused && !received && method.is_idempotent();
             match self.io.read_buf(&mut self.rbuf).await {
                 Ok(0) => {
                     return Err(Failure {
@@ -626,8 +628,9 @@ impl Cluster {
     ///
     /// The whole call is bounded by the cluster's `request_timeout`
     /// ([`UpstreamError::Timeout`]). When a pooled connection turns out to have been
-    /// closed by the upstream before any response byte arrived (the usual keep-alive
-    /// race), a request whose body is in memory is sent again once on a new connection.
+    /// closed by the upstream (the usual keep-alive race) before the request could be
+    /// written, or, for idempotent methods, before any response byte arrived, a request
+    /// whose body is in memory is sent again once on a new connection.
     pub async fn send(
         &self,
         i: usize,

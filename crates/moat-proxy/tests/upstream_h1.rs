@@ -290,7 +290,7 @@ async fn pooled_connection_closed_by_the_upstream_is_replaced() {
         assert_eq!(body_of(&resp), "once");
         assert_eq!(connections.load(Ordering::SeqCst), round);
     }
-    // Also with a small POST body (sent again on the new connection).
+    // Also with a small POST body (the closed connection is found at checkout).
     let resp = raw(
         addr,
         b"POST /then-idle-close HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc",
