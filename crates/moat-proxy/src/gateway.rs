@@ -187,24 +187,27 @@ impl Drop for ExchangeGuard {
     }
 }
 
-/// Closes an HTTP/1 connection that completes no request head for
-/// [`WATCH_IDLE_TICKS`] ticks in a row while nothing is in flight: idle keep-alive
-/// connections and clients that send their head too slowly. It runs as its own task
-/// next to the connection (one timer per connection, nothing on the request path).
-async fn watchdog(watch: Arc<ConnWatch>, conn: tokio::task::AbortHandle) {
+/// Returns when an HTTP/1 connection has completed no request head for
+/// [`WATCH_IDLE_TICKS`] ticks in a row while nothing was in flight (idle keep-alive
+/// connections, clients that send their head or their TLS handshake too slowly); the
+/// caller then drops the connection. Never returns for HTTP/2 connections, which
+/// hyper's keep-alive pings watch. It is polled inside the connection's own task, so
+/// its one timer goes away with the connection: as a task of its own it outlived
+/// every connection by up to a tick and held the finished connection's task memory
+/// (several KiB) through its abort handle, which grew RSS by gigabytes under a load of
+/// short connections.
+async fn watchdog(watch: Arc<ConnWatch>) {
     let mut last_heads = 0;
     let mut idle_ticks = 0;
     loop {
         tokio::time::sleep(WATCH_TICK).await;
-        if conn.is_finished() || watch.h2.load(Ordering::Relaxed) {
-            return;
+        if watch.h2.load(Ordering::Relaxed) {
+            return std::future::pending().await;
         }
         let heads = watch.heads.load(Ordering::Relaxed);
         if heads == last_heads && watch.active.load(Ordering::Relaxed) == 0 {
             idle_ticks += 1;
             if idle_ticks >= WATCH_IDLE_TICKS {
-                tracing::trace!("closing a connection that sent no request head in time");
-                conn.abort();
                 return;
             }
         } else {
@@ -560,7 +563,7 @@ async fn accept_loop(
         let watcher = graceful.watcher();
         let watch = Arc::new(ConnWatch::default());
         let conn_watch = watch.clone();
-        let task = tokio::spawn(async move {
+        let conn = async move {
             let watch = conn_watch;
             match tls {
                 None => {
@@ -593,8 +596,16 @@ async fn accept_loop(
                     }
                 }
             }
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = conn => {}
+                () = watchdog(watch) => {
+                    tracing::trace!("closing a connection that sent no request head in time");
+                }
+            }
         });
-        tokio::spawn(watchdog(watch, task.abort_handle()));
     }
 }
 

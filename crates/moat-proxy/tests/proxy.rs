@@ -105,6 +105,49 @@ async fn keep_alive_reuses_upstream_connections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_connections_leave_no_tasks_behind() {
+    // Every downstream connection's state (its task, its idle watchdog) must go away
+    // when it closes: a watchdog that outlived its connection by a 10 s tick once held
+    // every finished connection's memory, gigabytes under short-connection load.
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
+    let addr = gw.listener_addr("main").unwrap();
+    let close = b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n";
+    // Warm up: the upstream connection is pooled, its task exists from now on.
+    assert!(raw(addr, close).await.starts_with("HTTP/1.1 200"));
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let settle = |base: usize| async move {
+        for _ in 0..500 {
+            if metrics.num_alive_tasks() <= base {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    };
+    let base = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    for _ in 0..50 {
+        assert!(raw(addr, close).await.starts_with("HTTP/1.1 200"));
+    }
+    assert!(
+        settle(base).await,
+        "tasks still alive after 50 closed connections: {} (before: {base})",
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    );
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_down_is_502_and_slow_is_504() {
     // A port with nothing listening.
     let dead = {
