@@ -464,7 +464,16 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                 };
                 let pid = proc_.as_ref().map(|p| p.pid);
                 let cpu0 = pid.and_then(|p| crate::sys::cpu_seconds(p).ok());
+                // `direct`: the server side is the upstream's one thread; its CPU
+                // time is the counterpart of moat's, and its run-queue wait shows
+                // how much of the run other processes held its core.
+                let direct_server = match v.kind() {
+                    VariantKind::Direct => Some(tls_upstream.as_ref().unwrap_or(&upstream)),
+                    _ => None,
+                };
+                let sched0 = direct_server.and_then(|u| u.thread_sched().ok());
                 let res = loadgen::run(&spec, Some(s.cpus.load));
+                let sched1 = direct_server.and_then(|u| u.thread_sched().ok());
                 drop(spec);
                 let alloc0 = alloc_start.and_then(|a| a.finish());
                 let res = match res {
@@ -486,12 +495,25 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     _ => None,
                 };
                 let rss = pid.and_then(|p| crate::sys::peak_rss_kib(p).ok());
-                let cpu_ms_per_1k = match (cpu0, cpu1) {
-                    (Some(a), Some(b)) if res.total_responses > 0 => {
-                        Some((b - a) * 1000.0 / res.total_responses as f64 * 1000.0)
+                let server_cpu = match (cpu0, cpu1, sched0, sched1) {
+                    (Some(a), Some(b), _, _) => Some(b - a),
+                    (_, _, Some(a), Some(b)) => Some(b.run_s - a.run_s),
+                    _ => None,
+                };
+                let cpu_ms_per_1k = match server_cpu {
+                    Some(c) if res.total_responses > 0 => {
+                        Some(c * 1000.0 / res.total_responses as f64 * 1000.0)
                     }
                     _ => None,
                 };
+                if let (Some(a), Some(b)) = (sched0, sched1) {
+                    log(&format!(
+                        "  upstream thread: {:.2} s on the CPU, {:.2} s runnable but waiting for it; generator thread: {:.2} s on the CPU",
+                        b.run_s - a.run_s,
+                        b.wait_s - a.wait_s,
+                        res.generator_cpu_s,
+                    ));
+                }
                 let m = RunMetrics {
                     rps: res.rps(),
                     responses: res.responses,

@@ -76,6 +76,33 @@ pub fn parse_stat_cpu(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// Scheduler statistics of one thread (`/proc/PID/task/TID/schedstat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SchedStat {
+    /// Seconds on the CPU.
+    pub run_s: f64,
+    /// Seconds runnable but waiting for the CPU (other threads had it).
+    pub wait_s: f64,
+}
+
+/// Scheduler statistics of thread `tid` of process `pid` so far.
+pub fn thread_schedstat(pid: u32, tid: i32) -> io::Result<SchedStat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))?;
+    parse_schedstat(&s)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed schedstat"))
+}
+
+/// `run_ns wait_ns timeslices` from a schedstat line.
+pub fn parse_schedstat(s: &str) -> Option<SchedStat> {
+    let mut it = s.split_whitespace().map(|f| f.parse::<u64>().ok());
+    let run = it.next()??;
+    let wait = it.next()??;
+    Some(SchedStat {
+        run_s: run as f64 / 1e9,
+        wait_s: wait as f64 / 1e9,
+    })
+}
+
 /// Peak resident set size (`VmHWM`) of process `pid`, in KiB.
 pub fn peak_rss_kib(pid: u32) -> io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -116,6 +143,14 @@ mod tests {
         let s = "Name:\tmoat\nVmPeak:\t  9000 kB\nVmHWM:\t    4242 kB\n";
         assert_eq!(parse_status_kib(s, "VmHWM:"), Some(4242));
         assert_eq!(parse_status_kib(s, "VmRSS:"), None);
+    }
+
+    #[test]
+    fn parses_schedstat() {
+        let s = parse_schedstat("1500000000 250000000 42\n").unwrap();
+        assert_eq!((s.run_s, s.wait_s), (1.5, 0.25));
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        assert_eq!(parse_schedstat(""), None);
     }
 
     #[test]

@@ -61,6 +61,7 @@ impl Default for UpstreamConfig {
 /// A running upstream; stopped when dropped.
 pub struct Upstream {
     addr: SocketAddr,
+    tid: i32,
     requests: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -83,7 +84,8 @@ impl Upstream {
             cfg.body.clone()
         };
         let state = Arc::new(State {
-            response_h1: h1_response(&cfg, &body),
+            response_h1: h1_response(&cfg, &body, false),
+            response_h1_close: h1_response(&cfg, &body, true),
             body,
             status: cfg.status,
             content_type: cfg.content_type.clone(),
@@ -93,7 +95,7 @@ impl Upstream {
         });
         let cpu = cfg.cpu;
         let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<i32, String>>();
         let thread = std::thread::Builder::new()
             .name("moat-bench-upstream".into())
             .spawn(move || {
@@ -122,17 +124,20 @@ impl Upstream {
                             return;
                         }
                     };
-                    let _ = ready_tx.send(Ok(()));
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    let _ = ready_tx.send(Ok(tid));
                     serve(listener, state, tls, stop_rx).await;
                 });
             })?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
+        let tid = match ready_rx.recv() {
+            Ok(Ok(tid)) => tid,
             Ok(Err(e)) => anyhow::bail!("upstream failed to start: {e}"),
             Err(_) => anyhow::bail!("upstream thread exited during start"),
-        }
+        };
         Ok(Upstream {
             addr,
+            tid,
             requests,
             stop,
             thread: Some(thread),
@@ -148,6 +153,12 @@ impl Upstream {
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
+
+    /// Scheduler statistics of the server thread so far (the whole upstream runs
+    /// on it): time on the CPU, and time runnable but waiting for the CPU.
+    pub fn thread_sched(&self) -> io::Result<crate::sys::SchedStat> {
+        crate::sys::thread_schedstat(std::process::id(), self.tid)
+    }
 }
 
 impl Drop for Upstream {
@@ -161,6 +172,8 @@ impl Drop for Upstream {
 
 struct State {
     response_h1: Bytes,
+    /// The same response with `Connection: close`, for a request that asked for it.
+    response_h1_close: Bytes,
     body: Bytes,
     status: u16,
     content_type: String,
@@ -188,9 +201,9 @@ fn reason(status: u16) -> &'static str {
         .unwrap_or("Unknown")
 }
 
-fn h1_response(cfg: &UpstreamConfig, body: &Bytes) -> Bytes {
+fn h1_response(cfg: &UpstreamConfig, body: &Bytes, close: bool) -> Bytes {
     let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}{}\r\n",
         cfg.status,
         reason(cfg.status),
         cfg.content_type,
@@ -199,7 +212,8 @@ fn h1_response(cfg: &UpstreamConfig, body: &Bytes) -> Bytes {
             "Content-Encoding: gzip\r\n"
         } else {
             ""
-        }
+        },
+        if close { "Connection: close\r\n" } else { "" }
     )
     .into_bytes();
     out.extend_from_slice(body);
@@ -307,22 +321,32 @@ where
     loop {
         // Answer every complete request in the buffer (pipelining), then write once.
         let mut consumed = 0;
-        loop {
-            match request_len(&buf[consumed..]) {
-                Ok(Some(n)) => {
-                    consumed += n;
+        let mut close = false;
+        while !close {
+            match request_head(&buf[consumed..]) {
+                Ok(Some(head)) => {
+                    consumed += head.len;
+                    close = head.close;
                     state.on_request();
-                    out.extend_from_slice(&state.response_h1);
+                    out.extend_from_slice(if close {
+                        &state.response_h1_close
+                    } else {
+                        &state.response_h1
+                    });
                 }
                 Ok(None) => break,
                 Err(_) => {
                     out.extend_from_slice(
                         b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                     );
-                    stream.write_all(&out).await?;
-                    return Ok(());
+                    return write_and_close(&mut stream, &out).await;
                 }
             }
+        }
+        if close {
+            // The client asked to close after this response (RFC 9112 §9.6):
+            // nothing after it is read, and the server closes its side.
+            return write_and_close(&mut stream, &out).await;
         }
         if consumed > 0 {
             buf.drain(..consumed);
@@ -334,10 +358,11 @@ where
             out.clear();
         }
         if buf.len() > MAX_REQUEST {
-            stream
-                .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                .await?;
-            return Ok(());
+            return write_and_close(
+                &mut stream,
+                b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )
+            .await;
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
@@ -347,8 +372,34 @@ where
     }
 }
 
+/// Writes `bytes`, flushes (TLS records), then closes the write side (TLS
+/// `close_notify`, then FIN), so the client sees the end of the connection.
+async fn write_and_close<S>(stream: &mut S, bytes: &[u8]) -> io::Result<()>
+where
+    S: tokio::io::AsyncWrite + Unpin,
+{
+    stream.write_all(bytes).await?;
+    stream.flush().await?;
+    stream.shutdown().await
+}
+
 /// Length of the first complete request in `buf` (head and body), `None` if incomplete.
 pub fn request_len(buf: &[u8]) -> io::Result<Option<usize>> {
+    Ok(request_head(buf)?.map(|h| h.len))
+}
+
+/// The first complete request in a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Length of the request (head and body).
+    pub len: usize,
+    /// The connection closes after this request's response: `Connection: close`,
+    /// or HTTP/1.0 without `Connection: keep-alive`.
+    pub close: bool,
+}
+
+/// The first complete request in `buf`, `None` if incomplete.
+pub fn request_head(buf: &[u8]) -> io::Result<Option<RequestHead>> {
     let bad = |m: &'static str| io::Error::new(io::ErrorKind::InvalidData, m);
     let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else {
         if buf.len() > crate::http1::MAX_HEAD {
@@ -359,6 +410,10 @@ pub fn request_len(buf: &[u8]) -> io::Result<Option<usize>> {
     let head = &buf[..end];
     let mut length = 0usize;
     let mut chunked = false;
+    let request_line = head.split(|&b| b == b'\n').next().unwrap_or(head);
+    let request_line = request_line.strip_suffix(b"\r").unwrap_or(request_line);
+    let http10 = request_line.ends_with(b" HTTP/1.0");
+    let (mut saw_close, mut keep_alive) = (false, false);
     for line in head.split(|&b| b == b'\n').skip(1) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = memchr::memchr(b':', line) else {
@@ -375,11 +430,22 @@ pub fn request_len(buf: &[u8]) -> io::Result<Option<usize>> {
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(',').map(str::trim) {
+                saw_close |= token.eq_ignore_ascii_case("close");
+                keep_alive |= token.eq_ignore_ascii_case("keep-alive");
+            }
         }
     }
+    let close = saw_close || (http10 && !keep_alive);
     let body_start = end + 4;
+    let done = |len: usize| Ok(Some(RequestHead { len, close }));
     if !chunked {
-        return Ok((buf.len() >= body_start + length).then_some(body_start + length));
+        return if buf.len() >= body_start + length {
+            done(body_start + length)
+        } else {
+            Ok(None)
+        };
     }
     // Chunked: walk chunk headers.
     let mut pos = body_start;
@@ -408,7 +474,7 @@ pub fn request_len(buf: &[u8]) -> io::Result<Option<usize>> {
                 let empty = nl <= 1;
                 pos += nl + 1;
                 if empty {
-                    return Ok(Some(pos));
+                    return done(pos);
                 }
             }
         }
@@ -441,5 +507,105 @@ mod tests {
         assert_eq!(request_len(&ch[..ch.len() - 1]).unwrap(), None);
         assert!(request_len(b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n").is_err());
         assert!(request_len(b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n").is_err());
+    }
+}
+
+#[cfg(test)]
+mod connection_tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn parses_connection_close() {
+        let h = |b: &[u8]| request_head(b).unwrap().unwrap();
+        assert!(!h(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").close);
+        assert!(h(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").close);
+        assert!(h(b"GET / HTTP/1.1\r\nconnection: Upgrade, CLOSE\r\n\r\n").close);
+        assert!(h(b"GET / HTTP/1.0\r\nHost: a\r\n\r\n").close);
+        assert!(!h(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").close);
+        assert!(h(b"GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n").close);
+        let post = b"POST / HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}";
+        assert_eq!(h(post).len, post.len());
+    }
+
+    /// N full TLS handshakes in a row, one `Connection: close` request each: every
+    /// response says `Connection: close` and is followed by the server's
+    /// `close_notify` and FIN, so reading to the end finishes cleanly.
+    #[test]
+    fn sequential_tls_connections_with_connection_close() {
+        const N: u64 = 20;
+        let cert = crate::tls::self_signed(&["localhost", "127.0.0.1"]).unwrap();
+        let up = Upstream::start(UpstreamConfig {
+            tls: Some(Arc::new(crate::tls::server_config(&cert).unwrap())),
+            ..Default::default()
+        })
+        .unwrap();
+        let client = crate::tls::client_config(&[b"http/1.1"], false).unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        runtime().block_on(async {
+            for i in 0..N {
+                let tcp = TcpStream::connect(up.addr()).await.unwrap();
+                let mut tls = connector.connect(name.clone(), tcp).await.unwrap();
+                tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    .await
+                    .unwrap();
+                tls.flush().await.unwrap();
+                let mut resp = Vec::new();
+                // Err(UnexpectedEof) here would mean a FIN without close_notify; the
+                // timeout turns a server that never closes into a failure, not a hang.
+                tokio::time::timeout(Duration::from_secs(30), tls.read_to_end(&mut resp))
+                    .await
+                    .expect("the server did not close the connection")
+                    .unwrap();
+                let text = String::from_utf8(resp).unwrap();
+                assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{i}: {text}");
+                assert!(text.contains("\r\nConnection: close\r\n"), "{i}: {text}");
+                assert!(text.ends_with("\r\n\r\nhello\n"), "{i}: {text}");
+            }
+        });
+        assert_eq!(up.requests(), N);
+    }
+
+    /// On one plain connection: a keep-alive request, then one that asks to close:
+    /// the first response keeps the connection, the second says `Connection:
+    /// close` and the server ends the connection (EOF).
+    #[test]
+    fn connection_close_ends_a_keep_alive_connection() {
+        let up = Upstream::start(UpstreamConfig::default()).unwrap();
+        runtime().block_on(async {
+            let mut s = TcpStream::connect(up.addr()).await.unwrap();
+            s.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            let mut first = vec![0u8; 4096];
+            let mut got = 0;
+            while !first[..got].ends_with(b"hello\n") {
+                let n = s.read(&mut first[got..]).await.unwrap();
+                assert!(n > 0, "closed after a keep-alive request");
+                got += n;
+            }
+            let first = String::from_utf8_lossy(&first[..got]).to_string();
+            assert!(!first.contains("Connection: close"), "{first}");
+            s.write_all(b"GET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut rest = Vec::new();
+            tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut rest))
+                .await
+                .expect("the server did not close the connection")
+                .unwrap();
+            let rest = String::from_utf8_lossy(&rest).to_string();
+            assert_eq!(rest.matches("HTTP/1.1 200 OK").count(), 1, "{rest}");
+            assert!(rest.contains("\r\nConnection: close\r\n"), "{rest}");
+        });
+        assert_eq!(up.requests(), 2);
     }
 }
