@@ -69,15 +69,22 @@ impl EventQueue {
     /// has stopped) the record is dropped, counted in [`dropped`](Self::dropped),
     /// and `false` is returned.
     pub fn push(&self, record: Record) -> bool {
-        // Reserve a place first, so concurrent producers never exceed the bound.
-        let depth = self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        if depth >= self.capacity {
-            self.refuse();
+        // Reserve a place first (never past the bound, even for a moment, so
+        // `depth` never reads more than `capacity`), then send.
+        let reserved = self
+            .stats
+            .queued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.capacity).then_some(n + 1)
+            });
+        let Ok(depth) = reserved else {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
-        }
+        };
         if self.tx.send(record).is_err() {
             // The writer has stopped.
-            self.refuse();
+            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         // An idle writer waits on the channel itself and was woken by `send`;
@@ -87,11 +94,6 @@ impl EventQueue {
             let _ = self.wake.try_send(());
         }
         true
-    }
-
-    fn refuse(&self) {
-        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records waiting in the queue now.
