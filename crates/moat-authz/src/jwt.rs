@@ -757,6 +757,28 @@ impl<'t> TokenIssuers<'t> {
         TokenIssuers { seen: Vec::new() }
     }
 
+    /// [`verify_cached`] for one of the request's tokens. Until the token has been
+    /// parsed in this request, the cache is tried first: a token `p` verified before
+    /// has `p`'s issuer, so the common case (one provider, a repeated token) costs one
+    /// lookup and no parsing. Once parsed, the issuer check comes first, so N
+    /// providers cost N string comparisons, not N cache lookups.
+    fn verify(
+        &mut self,
+        token: &'t str,
+        p: &Provider,
+        cache: &TokenCache,
+        now: i64,
+        skew: i64,
+    ) -> Result<Arc<VerifiedJwt>, JwtError> {
+        if !self.seen.iter().any(|(t, _)| *t == token) {
+            if let Some(j) = cache.get(p.id, token, now, skew) {
+                return Ok(j);
+            }
+        }
+        self.precheck(token, p)?;
+        verify_cached(token, p, cache, now, skew)
+    }
+
     /// What [`verify`] would answer before its provider-specific checks:
     /// `Ok` when the token is well formed and `p` is its issuer's provider.
     fn precheck(&mut self, token: &'t str, p: &Provider) -> Result<(), JwtError> {
@@ -829,10 +851,7 @@ pub fn authenticate(
         let mut first: Option<Arc<VerifiedJwt>> = None;
         let mut all_ok = true;
         for (_, t) in &per[i] {
-            let verified = issuers
-                .precheck(t, p)
-                .and_then(|()| verify_cached(t, p, cache, now, skew));
-            match verified {
+            match issuers.verify(t, p, cache, now, skew) {
                 Ok(j) => {
                     first.get_or_insert(j);
                 }
@@ -863,10 +882,7 @@ pub fn authenticate(
                 if !q.locations.contains(loc) {
                     continue;
                 }
-                if issuers.precheck(t, q).is_err() {
-                    continue;
-                }
-                if let Ok(j) = verify_cached(t, q, cache, now, skew) {
+                if let Ok(j) = issuers.verify(t, q, cache, now, skew) {
                     ok = Some((j, k));
                     break;
                 }
