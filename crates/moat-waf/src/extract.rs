@@ -900,9 +900,16 @@ fn push_decimal(out: &mut String, mut n: usize) {
     }
 }
 
-/// Decodes JSON string escapes (`\n`, `\uXXXX` with surrogate pairs, ...),
-/// appending to `out` (a buffer reused across strings).
+/// Decodes JSON string escapes (`\n \r \t \b \f`, `\uXXXX` with surrogate pairs;
+/// any other escaped character stands for itself), appending to `out` (a buffer
+/// reused across strings).
 fn json_unescape_into(s: &str, out: &mut String) {
+    // Hex digits are read from bytes: the four bytes after `\u` in hostile input need
+    // not end on a char boundary, so slicing the `str` there would panic.
+    fn hex4(d: &[u8]) -> Option<u32> {
+        d.iter()
+            .try_fold(0u32, |v, &c| Some(v << 4 | (c as char).to_digit(16)?))
+    }
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -919,14 +926,14 @@ fn json_unescape_into(s: &str, out: &mut String) {
             b'b' => out.push('\u{8}'),
             b'f' => out.push('\u{c}'),
             b'u' if i + 5 < b.len() => {
-                if let Ok(v) = u32::from_str_radix(&s[i + 2..i + 6], 16) {
+                if let Some(v) = hex4(&b[i + 2..i + 6]) {
                     let mut cp = v;
                     let mut adv = 6;
                     if (0xD800..0xDC00).contains(&v)
                         && i + 11 < b.len()
                         && &b[i + 6..i + 8] == b"\\u"
                     {
-                        if let Ok(lo) = u32::from_str_radix(&s[i + 8..i + 12], 16) {
+                        if let Some(lo) = hex4(&b[i + 8..i + 12]) {
                             if (0xDC00..0xE000).contains(&lo) {
                                 cp = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
                                 adv = 12;

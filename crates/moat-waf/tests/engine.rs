@@ -477,6 +477,32 @@ fn invalid_utf8_is_inspected_without_panic() {
 }
 
 #[test]
+fn unicode_escapes_cut_by_multibyte_characters_do_not_panic() {
+    // `\u` followed by fewer than four ASCII bytes before a multi-byte character:
+    // the four bytes after `\u` are not a char boundary of the string.
+    let e = engine(&WafConfig::default());
+    for body_text in [
+        "{\"a\":\"\\u00\u{e9}x\"}",
+        "{\"a\":\"\\ud83d\\u0\u{e9}\u{e9}\"}",
+        "{\"a\":\"\\u\u{1F600}\"}",
+        "{\"\\u0\u{e9}\":\"' UNION SELECT password FROM users--\"}",
+    ] {
+        let mut b = body(body_text.as_bytes().to_vec(), None, false);
+        let _ = run_body(&e, "application/json", &mut b);
+    }
+    // an attack after such an escape is still found
+    let mut b = body(
+        "{\"a\":\"\\u0\u{e9} ' UNION SELECT password FROM users-- \"}"
+            .as_bytes()
+            .to_vec(),
+        None,
+        false,
+    );
+    let (v, _) = run_body(&e, "application/json", &mut b);
+    assert!(matches!(v, Verdict::Respond(_)));
+}
+
+#[test]
 fn decompression_bomb_is_a_limit_not_an_allocation() {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     enc.write_all(&vec![b'a'; 64 << 20]).expect("gzip");
