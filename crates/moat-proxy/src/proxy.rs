@@ -443,6 +443,17 @@ async fn proxy(
         rneed = max_need(rneed, p.body_need(ctx, parts, &rparts));
     }
     rneed = max_need(rneed, keep_bodies);
+    // The upstream failed while sending the response body, before any of it left.
+    let body_failed = || {
+        cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+        let page = error_page(
+            StatusCode::BAD_GATEWAY,
+            parts.headers.get(ACCEPT),
+            "upstream error",
+            &ctx.request_id,
+        );
+        (page, Decision::Error)
+    };
     let out_body = match rneed {
         BodyNeed::None => {
             let small = http_body::Body::size_hint(&rbody)
@@ -456,18 +467,7 @@ async fn proxy(
                 let mut rbody = rbody;
                 match gather_ready(&mut rbody, GATHER_MAX).await {
                     Ok(g) => g.into_body(|| ProxyBody::Upstream(rbody)),
-                    Err(_) => {
-                        cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
-                        return Err((
-                            error_page(
-                                StatusCode::BAD_GATEWAY,
-                                parts.headers.get(ACCEPT),
-                                "upstream error",
-                                &ctx.request_id,
-                            ),
-                            Decision::Error,
-                        ));
-                    }
+                    Err(_) => return Err(body_failed()),
                 }
             } else {
                 ProxyBody::Upstream(rbody)
@@ -478,18 +478,7 @@ async fn proxy(
             let mut rbody = rbody;
             let buffered = match read_prefix(&mut rbody, cap).await {
                 Ok(b) => b,
-                Err(_) => {
-                    cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
-                    return Err((
-                        error_page(
-                            StatusCode::BAD_GATEWAY,
-                            parts.headers.get(ACCEPT),
-                            "upstream error",
-                            &ctx.request_id,
-                        ),
-                        Decision::Error,
-                    ));
-                }
+                Err(_) => return Err(body_failed()),
             };
             if buffered.truncated && cap as u64 == st.route.response_max {
                 ctx.events.push(
