@@ -289,16 +289,103 @@ pub struct Exchange {
     pub duration_us: u64,
 }
 
+/// A finished exchange as after-response phases see it: borrowed from the
+/// request's own state, so a phase that skips a request (most are not sampled)
+/// costs no copy. [`Finished::exchange`] makes the owned [`Exchange`] a phase
+/// keeps, once per request however many phases ask.
+#[derive(Debug)]
+pub struct Finished<'a> {
+    /// Request context as it stood at the end of the request.
+    pub ctx: &'a RequestCtx,
+    /// Request head.
+    pub request: &'a http::request::Parts,
+    /// Buffered request body, if any.
+    pub request_body: Option<&'a bytes::Bytes>,
+    /// Response status.
+    pub status: http::StatusCode,
+    /// Response headers.
+    pub response_headers: &'a http::HeaderMap,
+    /// Buffered response body, if any.
+    pub response_body: Option<&'a bytes::Bytes>,
+    /// Total time from request head to response end, microseconds.
+    pub duration_us: u64,
+    owned: std::cell::OnceCell<Arc<Exchange>>,
+}
+
+impl<'a> Finished<'a> {
+    /// A view of a finished exchange.
+    pub fn new(
+        ctx: &'a RequestCtx,
+        request: &'a http::request::Parts,
+        status: http::StatusCode,
+        response_headers: &'a http::HeaderMap,
+    ) -> Self {
+        Finished {
+            ctx,
+            request,
+            request_body: None,
+            status,
+            response_headers,
+            response_body: None,
+            duration_us: 0,
+            owned: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// With the buffered bodies.
+    pub fn with_bodies(
+        mut self,
+        request_body: Option<&'a bytes::Bytes>,
+        response_body: Option<&'a bytes::Bytes>,
+    ) -> Self {
+        self.request_body = request_body;
+        self.response_body = response_body;
+        self
+    }
+
+    /// With the exchange's duration.
+    pub fn with_duration_us(mut self, duration_us: u64) -> Self {
+        self.duration_us = duration_us;
+        self
+    }
+
+    /// A view of an owned exchange (its [`exchange`](Self::exchange) is a copy).
+    pub fn of(ex: &'a Exchange) -> Self {
+        Finished::new(&ex.ctx, &ex.request, ex.status, &ex.response_headers)
+            .with_bodies(ex.request_body.as_ref(), ex.response_body.as_ref())
+            .with_duration_us(ex.duration_us)
+    }
+
+    /// The exchange as an owned value a phase may keep or send to a worker
+    /// (copied on the first call, shared after).
+    pub fn exchange(&self) -> Arc<Exchange> {
+        self.owned
+            .get_or_init(|| {
+                Arc::new(Exchange {
+                    ctx: self.ctx.clone(),
+                    request: self.request.clone(),
+                    request_body: self.request_body.cloned(),
+                    status: self.status,
+                    response_headers: self.response_headers.clone(),
+                    response_body: self.response_body.cloned(),
+                    duration_us: self.duration_us,
+                })
+            })
+            .clone()
+    }
+}
+
 /// Work done after the response has been sent (API discovery, analytics).
 ///
-/// Implementations must return quickly: hand the exchange to a bounded
-/// background queue and drop it when full.
+/// Implementations must return quickly: decide on the borrowed [`Finished`]
+/// view, and hand what they keep to a bounded background queue, dropping it
+/// when full.
 pub trait AfterResponsePhase: Send + Sync {
     /// Engine name.
     fn name(&self) -> &'static str;
     /// Whether this request's bodies should be kept for [`after_response`](Self::after_response)
     /// (e.g. the request is sampled), and up to what size.
     fn wants_bodies(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed;
-    /// Receives the finished exchange.
-    fn after_response(&self, exchange: Arc<Exchange>);
+    /// Sees the finished exchange.
+    fn after_response(&self, done: &Finished<'_>);
 }

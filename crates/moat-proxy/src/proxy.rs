@@ -14,7 +14,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use moat_core::{
-    Body, BodyNeed, DecodeLimits, EventAction, Exchange, Reply, ReplyFormat, RequestCtx,
+    Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
     SecurityEvent, Verdict,
 };
 
@@ -596,17 +596,11 @@ impl ReqState<'_> {
             }
         }
         if !pipeline.after_response.is_empty() {
-            let exchange = Arc::new(Exchange {
-                ctx,
-                request: parts,
-                request_body: self.request_body.take(),
-                status,
-                response_headers: resp.headers().clone(),
-                response_body: self.response_body.take(),
-                duration_us,
-            });
+            let done = Finished::new(&ctx, &parts, status, resp.headers())
+                .with_bodies(self.request_body.as_ref(), self.response_body.as_ref())
+                .with_duration_us(duration_us);
             for p in &pipeline.after_response {
-                p.after_response(exchange.clone());
+                p.after_response(&done);
             }
         }
         self.shared

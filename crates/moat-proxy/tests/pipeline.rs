@@ -11,9 +11,9 @@ use common::*;
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::Full;
 use moat_core::{
-    AfterResponsePhase, Body, BodyNeed, Connection, EventAction, Exchange, HandshakeRecord, Reply,
-    ReplyFormat, RequestBodyPhase, RequestCtx, RequestHeadersPhase, ResponseBodyPhase,
-    ResponseHeadersPhase, SecurityEvent, Verdict,
+    AfterResponsePhase, Body, BodyNeed, Connection, EventAction, Exchange, Finished,
+    HandshakeRecord, Reply, ReplyFormat, RequestBodyPhase, RequestCtx, RequestHeadersPhase,
+    ResponseBodyPhase, ResponseHeadersPhase, SecurityEvent, Verdict,
 };
 use moat_proxy::config::{self, ConfigSource};
 use moat_proxy::events::{AccessInfo, EventSink};
@@ -151,8 +151,8 @@ impl AfterResponsePhase for Recorder {
     fn wants_bodies(&self, _ctx: &RequestCtx, _req: &http::request::Parts) -> BodyNeed {
         BodyNeed::None
     }
-    fn after_response(&self, exchange: Arc<Exchange>) {
-        self.exchanges.lock().push(exchange);
+    fn after_response(&self, done: &Finished<'_>) {
+        self.exchanges.lock().push(done.exchange());
     }
 }
 

@@ -20,6 +20,7 @@
 //! bodies for that key are older than the window), under the same global cap.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,13 +28,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender};
-use moat_core::{AfterResponsePhase, BodyNeed, DecodeLimits, Exchange, RequestCtx};
+use moat_core::{AfterResponsePhase, BodyNeed, DecodeLimits, Exchange, Finished, RequestCtx};
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::{flush_dirty, load_into, Inventory, InventoryStore, Observation, Sample};
 use crate::scanner::Scanners;
 use crate::schema::{from_json, from_multimap, from_string_map, Node};
-use crate::template::{template, template_hash};
+use crate::template::{hash_template, template};
 use crate::DiscoveryError;
 
 /// How long the busy worker lets exchanges pile up in the queue before taking them all.
@@ -186,17 +187,19 @@ const SHARDS: usize = 16;
 /// Counters exposed by [`Discovery::stats`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct DiscoveryStats {
-    /// Exchanges handed to `after_response`.
+    /// Requests seen by `after_response`.
     pub received: u64,
-    /// Exchanges dropped because the queue was full.
+    /// Requests not counted because every sampler slot was in use (see `max_sampler_keys`).
+    pub untracked: u64,
+    /// Samples dropped because the queue was full (the requests are still counted).
     pub dropped: u64,
-    /// Exchanges the worker has processed.
-    pub processed: u64,
-    /// Exchanges whose schemas were extracted.
+    /// Samples queued for the worker.
     pub sampled: u64,
+    /// Samples whose schemas the worker has extracted.
+    pub processed: u64,
     /// Requests whose bodies were asked for.
     pub body_requests: u64,
-    /// Extractions skipped by the global cap.
+    /// Samples skipped by the global cap.
     pub rate_limited: u64,
     /// Requests to new endpoints not recorded because the inventory was full.
     pub endpoints_dropped: u64,
@@ -209,9 +212,10 @@ pub struct DiscoveryStats {
 #[derive(Debug, Default)]
 struct Counters {
     received: AtomicU64,
+    untracked: AtomicU64,
     dropped: AtomicU64,
-    processed: AtomicU64,
     sampled: AtomicU64,
+    processed: AtomicU64,
     body_requests: AtomicU64,
     rate_limited: AtomicU64,
     endpoints_dropped: AtomicU64,
@@ -224,15 +228,78 @@ impl Counters {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         DiscoveryStats {
             received: l(&self.received),
+            untracked: l(&self.untracked),
             dropped: l(&self.dropped),
-            processed: l(&self.processed),
             sampled: l(&self.sampled),
+            processed: l(&self.processed),
             body_requests: l(&self.body_requests),
             rate_limited: l(&self.rate_limited),
             endpoints_dropped: l(&self.endpoints_dropped),
             store_errors: l(&self.store_errors),
             schemas_dropped: l(&self.schemas_dropped),
         }
+    }
+}
+
+/// Map keys that are already random hashes: used as they are.
+#[derive(Default, Clone, Copy)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed; fold anything else in for completeness.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<PreHashed>>;
+
+/// Authentication kinds, in the order of [`Tally::auth`].
+const AUTH_KINDS: [&str; 3] = ["none", "jwt", "mtls"];
+
+/// Requests to one (method, template, status) counted on the request thread
+/// since the worker last folded them into the inventory.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    count: u64,
+    /// Per [`AUTH_KINDS`].
+    auth: [u64; 3],
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// One (method, template, status) key of the request-side sampler: its
+/// sampling windows and its uncounted requests.
+#[derive(Debug)]
+struct Slot {
+    method: http::Method,
+    template: Box<str>,
+    status: u16,
+    route: Arc<str>,
+    last_any: Option<Instant>,
+    last_body: Option<Instant>,
+    tally: Tally,
+}
+
+impl Slot {
+    /// Whether a request with (or without) bodies is to be sampled now.
+    fn due(&self, now: Instant, has_body: bool, window: Duration) -> bool {
+        let expired = |t: Option<Instant>| t.is_none_or(|t| now.duration_since(t) >= window);
+        expired(self.last_any) || (has_body && expired(self.last_body))
+    }
+
+    /// Whether the slot holds nothing the sampler or the inventory still needs.
+    fn idle(&self, now: Instant, window: Duration) -> bool {
+        let expired = |t: Option<Instant>| t.is_none_or(|t| now.duration_since(t) >= window);
+        self.tally.count == 0 && expired(self.last_any) && expired(self.last_body)
     }
 }
 
@@ -247,11 +314,70 @@ pub struct Discovery {
     wake_depth: usize,
     stop: Mutex<Option<Sender<()>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
-    counters: Arc<Counters>,
-    inventory: Arc<Mutex<Inventory>>,
+    shared: Arc<Shared>,
+    /// Randomly keyed: clients cannot aim paths at another endpoint's key.
+    keys: RandomState,
+    sample_limiter: RateLimiter,
     body_limiter: RateLimiter,
-    body_windows: Vec<Mutex<HashMap<u64, Instant>>>,
+    body_windows: Vec<Mutex<KeyMap<Instant>>>,
     inventory_path: PathBuf,
+}
+
+/// What the request threads, the worker and the admin readers share.
+struct Shared {
+    counters: Counters,
+    inventory: Mutex<Inventory>,
+    slots: Vec<Mutex<KeyMap<Slot>>>,
+}
+
+impl Shared {
+    /// Moves the requests counted in the sampler's slots into the inventory.
+    fn fold(&self) {
+        // Unix time of each slot's Instants, from one reading of both clocks.
+        let (now, now_unix) = (Instant::now(), now_ms());
+        let unix = |t: Option<Instant>| {
+            t.map_or(now_unix, |t| {
+                now_unix.saturating_sub(now.saturating_duration_since(t).as_millis() as u64)
+            })
+        };
+        let mut batch = Vec::new();
+        for shard in &self.slots {
+            let mut map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for slot in map.values_mut().filter(|s| s.tally.count > 0) {
+                let t = std::mem::take(&mut slot.tally);
+                batch.push((
+                    slot.method.clone(),
+                    slot.template.clone(),
+                    slot.status,
+                    slot.route.clone(),
+                    t,
+                ));
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let mut inv = self.inventory.lock().unwrap_or_else(|p| p.into_inner());
+        for (method, template, status, route, t) in &batch {
+            let auth: [(&'static str, u64); 3] =
+                std::array::from_fn(|i| (AUTH_KINDS[i], t.auth[i]));
+            let obs = Observation {
+                method: method.as_str(),
+                path: template,
+                route,
+                status: *status,
+                count: t.count,
+                auth: &auth,
+                first_ms: unix(t.first),
+                last_ms: unix(t.last),
+            };
+            if inv.observe(obs, None).is_none() {
+                self.counters
+                    .endpoints_dropped
+                    .fetch_add(t.count, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Discovery {
@@ -272,8 +398,11 @@ impl Discovery {
         let store = InventoryStore::open(&inventory_path)?;
         let mut inv = Inventory::new(cfg.max_endpoints, cfg.max_schema_weight);
         load_into(&mut inv, &store)?;
-        let inventory = Arc::new(Mutex::new(inv));
-        let counters = Arc::new(Counters::default());
+        let shared = Arc::new(Shared {
+            counters: Counters::default(),
+            inventory: Mutex::new(inv),
+            slots: (0..SHARDS).map(|_| Mutex::new(KeyMap::default())).collect(),
+        });
         let (tx, rx) = bounded(cfg.queue_capacity);
         let (stop_tx, stop_rx) = bounded(1);
         let (wake_tx, wake_rx) = bounded(1);
@@ -281,12 +410,9 @@ impl Discovery {
             rx,
             stop: stop_rx,
             wake: wake_rx,
-            counters: counters.clone(),
-            inventory: inventory.clone(),
+            shared: shared.clone(),
             store,
             scanners: Scanners::builtin(),
-            windows: HashMap::new(),
-            limiter: RateLimiter::new(cfg.max_samples_per_sec),
             cfg: cfg.clone(),
         };
         let handle = std::thread::Builder::new()
@@ -300,10 +426,11 @@ impl Discovery {
             wake_depth: (cfg.queue_capacity / 2).max(1),
             stop: Mutex::new(Some(stop_tx)),
             worker: Mutex::new(Some(handle)),
-            counters,
-            inventory,
+            shared,
+            keys: RandomState::new(),
+            sample_limiter: RateLimiter::new(cfg.max_samples_per_sec),
             body_limiter: RateLimiter::new(cfg.max_samples_per_sec),
-            body_windows: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            body_windows: (0..SHARDS).map(|_| Mutex::new(KeyMap::default())).collect(),
             inventory_path,
         }))
     }
@@ -320,32 +447,36 @@ impl Discovery {
 
     /// Counters.
     pub fn stats(&self) -> DiscoveryStats {
-        self.counters.snapshot()
+        self.shared.counters.snapshot()
     }
 
-    /// Exchanges waiting for the worker.
+    /// Samples waiting for the worker.
     pub fn queue_depth(&self) -> usize {
         self.tx.len()
     }
 
     /// Total weight of the inventory's schemas (see `max_schema_weight`).
     pub fn schema_weight(&self) -> usize {
-        self.inventory
+        self.shared
+            .inventory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .weight()
     }
 
-    /// A copy of every endpoint, sorted by path then method.
+    /// A copy of every endpoint, sorted by path then method, counting every
+    /// request seen so far.
     pub fn endpoints(&self) -> Vec<crate::inventory::Endpoint> {
-        self.inventory
+        self.shared.fold();
+        self.shared
+            .inventory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .endpoints()
     }
 
     /// Stops the worker after it has processed everything queued and written
-    /// the inventory. Later exchanges are dropped and counted. Idempotent.
+    /// the inventory. Later samples are dropped and counted. Idempotent.
     pub fn shutdown(&self) {
         drop(self.stop.lock().unwrap_or_else(|p| p.into_inner()).take());
         let handle = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -354,6 +485,16 @@ impl Discovery {
                 tracing::error!("the discovery worker panicked");
             }
         }
+    }
+
+    /// The sampler key of (method, template of path, status).
+    fn key(&self, method: &str, path: &str, status: Option<u16>) -> u64 {
+        let mut h = self.keys.build_hasher();
+        hash_template(&mut h, method, path);
+        if let Some(s) = status {
+            h.write_u16(s);
+        }
+        h.finish()
     }
 }
 
@@ -372,7 +513,7 @@ impl AfterResponsePhase for Discovery {
         if !self.body_limiter.available() {
             return BodyNeed::None;
         }
-        let h = template_hash(req.method.as_str(), req.uri.path());
+        let h = self.key(req.method.as_str(), req.uri.path(), None);
         let now = Instant::now();
         let mut map = self.body_windows[(h as usize) % SHARDS]
             .lock()
@@ -392,15 +533,74 @@ impl AfterResponsePhase for Discovery {
             return BodyNeed::None;
         }
         map.insert(h, now);
-        self.counters.body_requests.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .counters
+            .body_requests
+            .fetch_add(1, Ordering::Relaxed);
         BodyNeed::Buffer(self.cfg.max_body_bytes as usize)
     }
 
-    fn after_response(&self, exchange: Arc<Exchange>) {
-        self.counters.received.fetch_add(1, Ordering::Relaxed);
-        if self.tx.try_send(exchange).is_err() {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        } else if self.tx.len() >= self.wake_depth {
+    /// Counts the request in its (method, template, status) slot; when the
+    /// slot's window has expired (and the global cap allows), queues the
+    /// exchange for the worker to extract its schemas.
+    fn after_response(&self, done: &Finished<'_>) {
+        let counters = &self.shared.counters;
+        counters.received.fetch_add(1, Ordering::Relaxed);
+        let req = done.request;
+        let status = done.status.as_u16();
+        let key = self.key(req.method.as_str(), req.uri.path(), Some(status));
+        let has_body = done.request_body.is_some() || done.response_body.is_some();
+        let auth = auth_kinds(done.ctx, &req.headers);
+        let now = Instant::now();
+        let window = self.cfg.sample_interval;
+        let mut map = self.shared.slots[(key as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let cap = (self.cfg.max_sampler_keys / SHARDS).max(1);
+        if map.len() >= cap && !map.contains_key(&key) {
+            map.retain(|_, s| !s.idle(now, window));
+            if map.len() >= cap {
+                counters.untracked.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let slot = map.entry(key).or_insert_with(|| Slot {
+            method: req.method.clone(),
+            template: template(req.uri.path()).into(),
+            status,
+            route: done.ctx.route.clone(),
+            last_any: None,
+            last_body: None,
+            tally: Tally::default(),
+        });
+        if *slot.route != *done.ctx.route {
+            slot.route = done.ctx.route.clone();
+        }
+        let t = &mut slot.tally;
+        t.count += 1;
+        t.auth[0] += u64::from(auth == [false, false]);
+        t.auth[1] += u64::from(auth[0]);
+        t.auth[2] += u64::from(auth[1]);
+        t.first.get_or_insert(now);
+        t.last = Some(now);
+        if !slot.due(now, has_body, window) {
+            return;
+        }
+        if !self.sample_limiter.try_acquire() {
+            counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        slot.last_any = Some(now);
+        if has_body {
+            slot.last_body = Some(now);
+        }
+        drop(map);
+        if self.tx.try_send(done.exchange()).is_err() {
+            counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        counters.sampled.fetch_add(1, Ordering::Relaxed);
+        if self.tx.len() >= self.wake_depth {
             // Full token channel: a wake-up is already pending.
             let _ = self.wake.try_send(());
         }
@@ -419,29 +619,20 @@ pub fn apis_endpoint(discovery: &Discovery) -> String {
     .to_string()
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Window {
-    last_any: Option<Instant>,
-    last_body: Option<Instant>,
-}
-
 struct Worker {
     rx: Receiver<Arc<Exchange>>,
     stop: Receiver<()>,
     wake: Receiver<()>,
-    counters: Arc<Counters>,
-    inventory: Arc<Mutex<Inventory>>,
+    shared: Arc<Shared>,
     store: InventoryStore,
     scanners: Scanners,
-    windows: HashMap<(String, String, u16), Window>,
-    limiter: RateLimiter,
     cfg: DiscoveryConfig,
 }
 
 impl Worker {
     fn run(mut self) {
         let mut last_flush = Instant::now();
-        // Exchanges arrived since the worker last found the queue empty.
+        // Samples arrived since the worker last found the queue empty.
         let mut busy = false;
         loop {
             let flush_in = self.cfg.flush_interval.saturating_sub(last_flush.elapsed());
@@ -462,7 +653,7 @@ impl Worker {
                 }
                 busy = taken > 0;
             } else {
-                // Idle: the first exchange wakes the worker.
+                // Idle: the first sample wakes the worker.
                 select! {
                     recv(self.rx) -> msg => match msg {
                         Ok(ex) => {
@@ -489,86 +680,47 @@ impl Worker {
         }
     }
 
+    /// Folds the counted requests into the inventory and writes what changed.
     fn flush(&mut self) {
-        if let Err(e) = flush_dirty(&self.inventory, &mut self.store) {
-            self.counters.store_errors.fetch_add(1, Ordering::Relaxed);
+        self.shared.fold();
+        if let Err(e) = flush_dirty(&self.shared.inventory, &mut self.store) {
+            self.shared
+                .counters
+                .store_errors
+                .fetch_add(1, Ordering::Relaxed);
             tracing::warn!("API inventory: {e}");
         }
     }
 
-    /// Whether this exchange is sampled; updates the window.
-    fn due(&mut self, method: &str, path: &str, status: u16, has_body: bool) -> bool {
-        let now = Instant::now();
-        let window = self.cfg.sample_interval;
-        let expired = |t: Option<Instant>| t.is_none_or(|t| now.duration_since(t) >= window);
-        let key = (method.to_string(), path.to_string(), status);
-        if !self.windows.contains_key(&key) && self.windows.len() >= self.cfg.max_sampler_keys {
-            self.windows
-                .retain(|_, w| !(expired(w.last_any) && expired(w.last_body)));
-            if self.windows.len() >= self.cfg.max_sampler_keys {
-                return false;
-            }
-        }
-        let w = self.windows.entry(key).or_default();
-        let take = expired(w.last_any) || (has_body && expired(w.last_body));
-        if take {
-            w.last_any = Some(now);
-            if has_body {
-                w.last_body = Some(now);
-            }
-        }
-        take
-    }
-
+    /// Extracts a sample's schemas and merges them (the request itself was
+    /// counted by the request thread).
     fn process(&mut self, ex: &Exchange) {
-        self.counters.processed.fetch_add(1, Ordering::Relaxed);
-        let method = ex.request.method.as_str();
+        let counters = &self.shared.counters;
+        counters.processed.fetch_add(1, Ordering::Relaxed);
+        let sample = extract(ex, &self.scanners, self.cfg.max_body_bytes as usize);
         let path = template(ex.request.uri.path());
-        let status = ex.status.as_u16();
-        let has_body = ex.request_body.is_some() || ex.response_body.is_some();
-        let mut sample = None;
-        if self.due(method, &path, status, has_body) {
-            if self.limiter.try_acquire() {
-                sample = Some(extract(
-                    ex,
-                    &self.scanners,
-                    self.cfg.max_body_bytes as usize,
-                ));
-                self.counters.sampled.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let auth = auth_kinds(ex);
-        let n = auth.iter().flatten().count();
-        let mut kinds: [&'static str; 2] = ["", ""];
-        for (slot, k) in kinds.iter_mut().zip(auth.iter().flatten()) {
-            *slot = k;
-        }
+        let now = now_ms();
         let obs = Observation {
-            method,
+            method: ex.request.method.as_str(),
             path: &path,
             route: &ex.ctx.route,
-            status,
-            now_ms: now_ms(),
-            auth: &kinds[..n],
+            status: ex.status.as_u16(),
+            count: 0,
+            auth: &[],
+            first_ms: now,
+            last_ms: now,
         };
         let res = self
+            .shared
             .inventory
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .observe(obs, sample);
-        match res {
-            None => {
-                self.counters
-                    .endpoints_dropped
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Some(refused) => {
-                self.counters
-                    .schemas_dropped
-                    .fetch_add(refused as u64, Ordering::Relaxed);
-            }
+            .observe(obs, Some(sample));
+        // `None` (the inventory is full) is counted with the requests, at the fold.
+        if let Some(refused) = res {
+            counters
+                .schemas_dropped
+                .fetch_add(refused as u64, Ordering::Relaxed);
         }
     }
 }
@@ -580,12 +732,10 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Authentication seen on an exchange: `jwt` (verified token, or an
-/// `Authorization: Bearer` header) and `mtls` (client certificate).
-pub fn auth_kinds(ex: &Exchange) -> [Option<&'static str>; 2] {
-    let bearer = ex
-        .request
-        .headers
+/// Authentication seen on a request: `[jwt, mtls]`. JWT is a verified token or
+/// an `Authorization: Bearer` header; mTLS is a client certificate.
+pub fn auth_kinds(ctx: &RequestCtx, headers: &http::HeaderMap) -> [bool; 2] {
+    let bearer = headers
         .get_all(http::header::AUTHORIZATION)
         .iter()
         .any(|v| {
@@ -593,9 +743,9 @@ pub fn auth_kinds(ex: &Exchange) -> [Option<&'static str>; 2] {
                 .get(..7)
                 .is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
         });
-    let jwt = ex.ctx.auth.is_some() || bearer;
-    let mtls = ex.ctx.conn.tls.as_ref().is_some_and(|t| t.peer.is_some());
-    [jwt.then_some("jwt"), mtls.then_some("mtls")]
+    let jwt = ctx.auth.is_some() || bearer;
+    let mtls = ctx.conn.tls.as_ref().is_some_and(|t| t.peer.is_some());
+    [jwt, mtls]
 }
 
 /// Media type of a `Content-Type` header, lowercased, without parameters.

@@ -212,7 +212,7 @@ pub struct Inventory {
     budget: Budget,
 }
 
-/// One observed request, as the inventory needs it.
+/// Requests to one (endpoint, status) observed since the last fold, or one sample.
 #[derive(Debug, Clone, Copy)]
 pub struct Observation<'a> {
     /// HTTP method.
@@ -223,10 +223,14 @@ pub struct Observation<'a> {
     pub route: &'a str,
     /// Response status.
     pub status: u16,
-    /// Time, unix ms.
-    pub now_ms: u64,
-    /// Authentication kinds seen on the request (`jwt`, `mtls`), empty for none.
-    pub auth: &'a [&'static str],
+    /// Requests observed (0 for a sample alone: samples are counted with the rest).
+    pub count: u64,
+    /// Requests per authentication kind (`none`, `jwt`, `mtls`).
+    pub auth: &'a [(&'static str, u64)],
+    /// First and last of these requests, unix ms.
+    pub first_ms: u64,
+    /// See `first_ms`.
+    pub last_ms: u64,
 }
 
 impl Inventory {
@@ -249,7 +253,7 @@ impl Inventory {
         self.budget.used
     }
 
-    /// Counts one request and merges its sample, if any. Returns `None` when the
+    /// Counts `o.count` requests and merges the sample, if any. Returns `None` when the
     /// endpoint is new and the inventory is full (nothing recorded), otherwise
     /// the number of schemas of the sample refused by the weight limits.
     pub fn observe(&mut self, o: Observation<'_>, sample: Option<Sample>) -> Option<usize> {
@@ -266,30 +270,27 @@ impl Inventory {
                 method: o.method.to_string(),
                 path: o.path.to_string(),
                 route: o.route.to_string(),
-                first_seen: o.now_ms,
-                last_seen: o.now_ms,
+                first_seen: o.first_ms,
+                last_seen: o.last_ms,
                 count: 0,
                 samples: 0,
                 auth: BTreeMap::new(),
                 request: RequestInfo::default(),
                 responses: BTreeMap::new(),
             });
-        ep.count += 1;
-        ep.last_seen = ep.last_seen.max(o.now_ms);
-        ep.first_seen = ep.first_seen.min(o.now_ms);
+        ep.count += o.count;
+        ep.last_seen = ep.last_seen.max(o.last_ms);
+        ep.first_seen = ep.first_seen.min(o.first_ms);
         if ep.route != o.route {
             ep.route = o.route.to_string();
         }
-        if o.auth.is_empty() {
-            *ep.auth.entry("none".into()).or_default() += 1;
-        }
-        for a in o.auth {
-            *ep.auth.entry((*a).to_string()).or_default() += 1;
+        for &(kind, n) in o.auth.iter().filter(|(_, n)| *n > 0) {
+            *ep.auth.entry(kind.to_string()).or_default() += n;
         }
         let room = ep.responses.len() < MAX_STATUSES;
         let resp = if room || ep.responses.contains_key(&o.status) {
             let r = ep.responses.entry(o.status).or_default();
-            r.count += 1;
+            r.count += o.count;
             Some(r)
         } else {
             None

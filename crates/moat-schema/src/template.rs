@@ -11,6 +11,8 @@
 //! Parameters are named `{id}`, `{id2}`, `{id3}`... in order. Empty segments
 //! (`//`) are kept, a trailing `/` is kept, and the query string is not part of the path.
 
+use std::hash::Hasher;
+
 /// Maximum number of segments templated; the rest of a longer path is replaced by `{rest}`.
 pub const MAX_SEGMENTS: usize = 64;
 
@@ -79,32 +81,26 @@ pub fn template(path: &str) -> String {
     out
 }
 
-/// A hash of `template(path)` computed without allocating (for the request-time sampler).
-pub fn template_hash(method: &str, path: &str) -> u64 {
-    // FNV-1a: stable, cheap, good enough for a sampling key.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    feed(method.as_bytes());
-    feed(b" ");
+/// Feeds `method` and `template(path)` to `h` without allocating (the request-time
+/// sampler keys on it). Callers use a randomly keyed hasher, so a client cannot
+/// choose paths whose keys collide with another endpoint's.
+pub fn hash_template(h: &mut impl Hasher, method: &str, path: &str) {
+    h.write(method.as_bytes());
+    h.write_u8(b' ');
     let path = path.split(['?', '#']).next().unwrap_or("");
     for (i, seg) in path.split('/').enumerate() {
         if i > MAX_SEGMENTS {
-            feed(b"/{rest}");
+            h.write(b"/{rest}");
             break;
         }
-        feed(b"/");
+        h.write_u8(b'/');
         if is_param(seg) {
-            feed(b"\x00{}");
+            // Never the bytes of a literal segment (those are valid UTF-8).
+            h.write_u8(0xff);
         } else {
-            feed(seg.as_bytes());
+            h.write(seg.as_bytes());
         }
     }
-    h
 }
 
 #[cfg(test)]
@@ -151,6 +147,12 @@ mod tests {
         assert!(t.len() < 2 * MAX_SEGMENTS + 10);
     }
 
+    fn template_hash(method: &str, path: &str) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        hash_template(&mut h, method, path);
+        h.finish()
+    }
+
     #[test]
     fn hash_follows_template() {
         assert_eq!(
@@ -165,9 +167,10 @@ mod tests {
             template_hash("GET", "/users/1"),
             template_hash("GET", "/users/me")
         );
+        assert_ne!(template_hash("GET", "/a/bc"), template_hash("GET", "/ab/c"));
         assert_eq!(
-            template_hash("GET", "/a/{id}"),
-            template_hash("GET", "/a/{id}")
+            template_hash("GET", "/a/1?x=1"),
+            template_hash("GET", "/a/22")
         );
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use moat_core::{
-    AfterResponsePhase, BodyNeed, Connection, Exchange, PeerIdentity, RequestAuth, RequestCtx,
-    TlsSession,
+    AfterResponsePhase, BodyNeed, Connection, Exchange, Finished, PeerIdentity, RequestAuth,
+    RequestCtx, TlsSession,
 };
 use moat_schema::{apis_endpoint, load_inventory, Discovery, DiscoveryConfig};
 use serde_json::Value;
@@ -47,7 +47,7 @@ impl Ex {
             ctx: RequestCtx::for_test("api"),
         }
     }
-    fn build(self) -> Arc<Exchange> {
+    fn build(self) -> Exchange {
         let mut b = http::Request::builder().method(self.method).uri(&self.uri);
         for (k, v) in &self.headers {
             b = b.header(*k, v.as_str());
@@ -57,7 +57,7 @@ impl Ex {
         for (k, v) in self.resp_headers {
             response_headers.append(k, http::HeaderValue::from_static(v));
         }
-        Arc::new(Exchange {
+        Exchange {
             ctx: self.ctx,
             request,
             request_body: self.body.map(|b| Bytes::from_static(b.as_bytes())),
@@ -65,7 +65,12 @@ impl Ex {
             response_headers,
             response_body: self.resp_body,
             duration_us: 10,
-        })
+        }
+    }
+
+    /// Hands the exchange to `d` as the proxy does.
+    fn send(self, d: &Discovery) {
+        d.after_response(&Finished::of(&self.build()));
     }
 }
 
@@ -113,7 +118,7 @@ fn extracts_schemas_and_builds_inventory() {
         resp_body: Some(Bytes::from(gz.finish().unwrap())),
         ctx: RequestCtx::for_test("api"),
     };
-    d.after_response(ex.build());
+    ex.send(&d);
     d.shutdown();
     let st = d.stats();
     assert_eq!(
@@ -195,21 +200,22 @@ fn sampling_windows_by_template_and_status() {
         ("/users/4", 404),
         ("/orders/5", 200), // new template
     ] {
-        d.after_response(Ex::get(uri, status).build());
+        Ex::get(uri, status).send(&d);
     }
     // With bodies, the same key is sampled again once (its body window had not been used).
     let mut with_body = Ex::get("/users/6", 200);
     with_body.resp_headers = vec![("content-type", "application/json")];
     with_body.resp_body = Some(Bytes::from_static(br#"{"name":"x"}"#));
-    d.after_response(with_body.build());
+    with_body.send(&d);
     let mut again = Ex::get("/users/7", 200);
     again.resp_headers = vec![("content-type", "application/json")];
     again.resp_body = Some(Bytes::from_static(br#"{"name":"y"}"#));
-    d.after_response(again.build());
+    again.send(&d);
     d.shutdown();
     let st = d.stats();
-    assert_eq!(st.processed, 7);
-    assert_eq!(st.sampled, 4);
+    // Only the sampled exchanges reach the worker; every request is counted.
+    assert_eq!(st.received, 7);
+    assert_eq!((st.sampled, st.processed), (4, 4));
     let apis: Value = serde_json::from_str(&apis_endpoint(&d)).unwrap();
     let users = endpoint(&apis, "GET", "/users/{id}");
     assert_eq!(users["count"], 6);
@@ -228,7 +234,7 @@ fn zero_interval_samples_every_request() {
     let dir = tempfile::tempdir().unwrap();
     let d = Discovery::start(&cfg(Duration::ZERO), dir.path()).unwrap();
     for i in 0..5 {
-        d.after_response(Ex::get(&format!("/a/{i}"), 200).build());
+        Ex::get(&format!("/a/{i}"), 200).send(&d);
     }
     d.shutdown();
     assert_eq!(d.stats().sampled, 5);
@@ -279,10 +285,10 @@ fn wants_bodies_once_per_template_window_under_global_cap() {
 fn auth_kinds_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
-    d.after_response(Ex::get("/open", 200).build());
+    Ex::get("/open", 200).send(&d);
     let mut jwt = Ex::get("/secure", 200);
     jwt.ctx.auth = Some(RequestAuth::default());
-    d.after_response(jwt.build());
+    jwt.send(&d);
     let mut mtls = Ex::get("/secure", 200);
     let addr = ([127, 0, 0, 1], 1).into();
     mtls.ctx.conn = Arc::new(Connection {
@@ -293,7 +299,7 @@ fn auth_kinds_are_recorded() {
             ..TlsSession::default()
         }),
     });
-    d.after_response(mtls.build());
+    mtls.send(&d);
     d.shutdown();
     let apis: Value = serde_json::from_str(&apis_endpoint(&d)).unwrap();
     assert_eq!(
@@ -314,7 +320,7 @@ fn inventory_survives_restart() {
     let mut ex = Ex::get("/items/1?q=x", 200);
     ex.resp_headers = vec![("content-type", "application/json")];
     ex.resp_body = Some(Bytes::from_static(br#"[{"id":1}]"#));
-    d.after_response(ex.build());
+    ex.send(&d);
     d.shutdown();
     let before = d.endpoints();
     drop(d);
@@ -322,7 +328,7 @@ fn inventory_survives_restart() {
 
     let d = Discovery::start(&c, dir.path()).unwrap();
     assert_eq!(d.endpoints(), before);
-    d.after_response(Ex::get("/items/2", 200).build());
+    Ex::get("/items/2", 200).send(&d);
     d.shutdown();
     let after = d.endpoints();
     assert_eq!(after[0].count, 2);
@@ -356,26 +362,74 @@ fn full_queue_drops_and_counts() {
     let mut slow = Ex::get("/big", 200);
     slow.resp_headers = vec![("content-type", "application/json")];
     slow.resp_body = Some(Bytes::from(big));
-    d.after_response(slow.build());
+    slow.send(&d);
     while d.queue_depth() > 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
+    // Distinct templates: each one's first request is a sample.
     for i in 0..1000 {
-        d.after_response(Ex::get(&format!("/x/{i}"), 200).build());
+        Ex::get(&format!("/x{i}/y"), 200).send(&d);
         assert!(d.queue_depth() <= 4);
     }
     d.shutdown();
     let st = d.stats();
     assert_eq!(st.received, 1001);
     assert!(st.dropped > 0);
-    assert_eq!(st.processed + st.dropped, st.received);
+    assert_eq!(st.sampled + st.dropped, st.received);
+    assert_eq!(st.processed, st.sampled);
+    // A dropped sample's request is still counted.
     assert_eq!(
         d.endpoints().iter().map(|e| e.count).sum::<u64>(),
-        st.processed
+        st.received
     );
     // After shutdown everything is dropped and counted.
-    d.after_response(Ex::get("/late", 200).build());
+    Ex::get("/late", 200).send(&d);
     assert_eq!(d.stats().dropped, st.dropped + 1);
+}
+
+#[test]
+fn sampler_keys_are_bounded_and_overflow_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Discovery::start(
+        &DiscoveryConfig {
+            // The minimum: one key per shard.
+            max_sampler_keys: 16,
+            ..cfg(Duration::from_secs(3600))
+        },
+        dir.path(),
+    )
+    .unwrap();
+    for i in 0..100 {
+        Ex::get(&format!("/k{i}"), 200).send(&d);
+    }
+    d.shutdown();
+    let st = d.stats();
+    let counted: u64 = d.endpoints().iter().map(|e| e.count).sum();
+    assert!(counted <= 16, "{counted} keys tracked");
+    assert!(st.untracked >= 84);
+    assert_eq!(counted + st.untracked, 100);
+}
+
+#[test]
+fn counts_between_samples_reach_the_inventory_with_their_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for i in 0..50 {
+        Ex::get(&format!("/p/{i}"), 200).send(&d);
+    }
+    // Read while the worker runs: the reader folds the counts itself.
+    let eps = d.endpoints();
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0].count, 50);
+    assert!(eps[0].first_seen + 1000 >= before && eps[0].first_seen <= eps[0].last_seen);
+    d.shutdown();
+    assert_eq!(d.stats().sampled, 1);
+    assert_eq!(d.endpoints()[0].samples, 1);
+    assert_eq!(d.endpoints()[0].count, 50);
 }
 
 #[test]
@@ -390,7 +444,7 @@ fn inventory_is_bounded() {
     )
     .unwrap();
     for p in ["/a", "/b", "/c", "/d", "/e", "/a"] {
-        d.after_response(Ex::get(p, 200).build());
+        Ex::get(p, 200).send(&d);
     }
     d.shutdown();
     assert_eq!(d.endpoints().len(), 3);
@@ -420,7 +474,7 @@ fn schema_weight_is_bounded() {
         let mut ex = Ex::get(p, 200);
         ex.resp_headers = vec![("content-type", "application/json")];
         ex.resp_body = Some(Bytes::from(body.clone()));
-        d.after_response(ex.build());
+        ex.send(&d);
     }
     d.shutdown();
     assert!(d.schema_weight() <= 60, "{}", d.schema_weight());
@@ -459,7 +513,7 @@ fn openapi_export() {
         resp_body: Some(Bytes::from_static(br#"{"id":"o-1","total":1.5}"#)),
         ctx: RequestCtx::for_test("shop"),
     };
-    d.after_response(ex.build());
+    ex.send(&d);
     d.shutdown();
     let doc = moat_schema::openapi::openapi(&d.endpoints(), "moat");
     assert_eq!(doc["openapi"], "3.1.0");
