@@ -172,6 +172,10 @@ pub struct EjectionConfig {
     /// Consecutive connect failures or timeouts that eject an endpoint; 0 disables ejection.
     #[serde(default = "default_consecutive")]
     pub consecutive_failures: u32,
+    /// Consecutive 5xx responses that eject an endpoint; 0 (the default) disables it,
+    /// since an application may answer 5xx for one kind of request while healthy.
+    #[serde(default)]
+    pub consecutive_5xx: u32,
     /// How long an ejected endpoint is skipped.
     #[serde(default = "default_eject_time", with = "duration")]
     pub duration: Duration,
@@ -188,6 +192,7 @@ impl Default for EjectionConfig {
     fn default() -> Self {
         EjectionConfig {
             consecutive_failures: default_consecutive(),
+            consecutive_5xx: 0,
             duration: default_eject_time(),
         }
     }

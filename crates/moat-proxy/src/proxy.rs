@@ -399,7 +399,7 @@ async fn proxy(
         }
         Ok(r) => r,
     };
-    cluster.success(ep);
+    cluster.responded(ep, resp.status());
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The client only gets a 101 it asked for (the upstream client refuses others).
         let (rparts, rbody) = resp.into_parts();

@@ -541,6 +541,7 @@ pub struct Endpoint {
     /// Idle keep-alive connections.
     pub pool: Arc<EndpointPool>,
     consecutive_failures: AtomicU32,
+    consecutive_5xx: AtomicU32,
     ejected_until_ms: AtomicU64,
 }
 
@@ -560,6 +561,7 @@ pub struct Cluster {
     /// Time allowed for the response head.
     pub request_timeout: Duration,
     eject_after: u32,
+    eject_after_5xx: u32,
     eject_for: Duration,
     /// Counters.
     pub metrics: Arc<ClusterMetrics>,
@@ -593,6 +595,7 @@ impl Cluster {
                     max_idle: cfg.max_idle_per_endpoint,
                 }),
                 consecutive_failures: AtomicU32::new(0),
+                consecutive_5xx: AtomicU32::new(0),
                 ejected_until_ms: AtomicU64::new(0),
             });
         }
@@ -617,6 +620,7 @@ impl Cluster {
             idle_timeout: cfg.idle_timeout,
             request_timeout: cfg.request_timeout,
             eject_after: cfg.ejection.consecutive_failures,
+            eject_after_5xx: cfg.ejection.consecutive_5xx,
             eject_for: cfg.ejection.duration,
             metrics: metrics.cluster(&cfg.name.value),
         })
@@ -786,12 +790,25 @@ impl Cluster {
         start
     }
 
-    /// Records a successful exchange with an endpoint.
+    /// Records a response from an endpoint: a 5xx counts towards ejection when
+    /// `consecutive_5xx` is set; any other status is a success.
     #[inline]
-    pub fn success(&self, i: usize) {
+    pub fn responded(&self, i: usize, status: http::StatusCode) {
+        if status.is_server_error() {
+            if self.eject_after_5xx != 0 {
+                let e = &self.endpoints[i];
+                let n = e.consecutive_5xx.fetch_add(1, Ordering::Relaxed) + 1;
+                if n >= self.eject_after_5xx {
+                    self.eject(e, n, "5xx responses");
+                }
+            }
+            return;
+        }
         let e = &self.endpoints[i];
-        if e.consecutive_failures.load(Ordering::Relaxed) != 0 {
-            e.consecutive_failures.store(0, Ordering::Relaxed);
+        for counter in [&e.consecutive_failures, &e.consecutive_5xx] {
+            if counter.load(Ordering::Relaxed) != 0 {
+                counter.store(0, Ordering::Relaxed);
+            }
         }
         if e.ejected_until_ms.load(Ordering::Relaxed) != 0 {
             e.ejected_until_ms.store(0, Ordering::Relaxed);
@@ -806,14 +823,20 @@ impl Cluster {
         let e = &self.endpoints[i];
         let n = e.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= self.eject_after {
-            e.consecutive_failures.store(0, Ordering::Relaxed);
-            e.ejected_until_ms.store(
-                now_ms() + self.eject_for.as_millis() as u64,
-                Ordering::Relaxed,
-            );
-            self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(cluster = %self.name, endpoint = %e.authority, "endpoint ejected after {n} consecutive failures");
+            self.eject(e, n, "failures");
         }
+    }
+
+    /// Skips `e` for the ejection time; its counters start again from zero.
+    fn eject(&self, e: &Endpoint, n: u32, what: &str) {
+        e.consecutive_failures.store(0, Ordering::Relaxed);
+        e.consecutive_5xx.store(0, Ordering::Relaxed);
+        e.ejected_until_ms.store(
+            now_ms() + self.eject_for.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(cluster = %self.name, endpoint = %e.authority, "endpoint ejected after {n} consecutive {what}");
     }
 
     /// True when endpoint `i` is currently ejected.

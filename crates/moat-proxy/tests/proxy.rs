@@ -270,6 +270,62 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passive_ejection_on_consecutive_5xx_when_enabled() {
+    let sick = upstream("sick").await;
+    let well = upstream("well").await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{}", "{}"]
+    ejection: {{ consecutive_5xx: 2, duration: 1m }}
+routes:
+  - name: all
+    cluster: app
+"#,
+        sick.addr, well.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let mut errors = 0;
+    // Round robin: sick, well, sick (its second 5xx in a row: ejected), then well only.
+    for _ in 0..12 {
+        let (status, headers, _) = get(&c, &format!("http://{addr}/flaky")).await;
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            errors += 1;
+            assert_eq!(headers["x-upstream"], "sick");
+        }
+    }
+    assert_eq!(errors, 2, "the endpoint answering 500 is ejected after 2");
+    let (_, _, metrics) = get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    assert!(String::from_utf8_lossy(&metrics)
+        .contains(r#"moat_upstream_ejections_total{cluster="app"} 1"#));
+    gw.shutdown(Duration::from_secs(5)).await;
+
+    // Off by default: 5xx responses do not eject.
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        dir.path(),
+        &yaml.replace("consecutive_5xx: 2, ", ""),
+        GatewayOptions::default(),
+    )
+    .await;
+    let addr = gw.listener_addr("main").unwrap();
+    let mut errors = 0;
+    for _ in 0..12 {
+        let (status, _, _) = get(&c, &format!("http://{addr}/flaky")).await;
+        errors += usize::from(status == StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(errors, 6);
+    gw.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_431_and_bodies_413() {
     let up = upstream("a").await;
     let dir = tempfile::tempdir().unwrap();

@@ -116,6 +116,19 @@ async fn upstream_handle(
             .body(Full::new(Bytes::from(vec![b'x'; n])))
             .unwrap());
     }
+    if path == "/flaky" {
+        // An application error on the upstream tagged `sick` only.
+        let status = if tag == "sick" {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        return Ok(Response::builder()
+            .status(status)
+            .header("x-upstream", tag)
+            .body(Full::new(Bytes::from_static(b"flaky")))
+            .unwrap());
+    }
     if path == "/secret" {
         return Ok(Response::builder()
             .header("x-upstream", tag)
