@@ -71,7 +71,17 @@ pub struct SecretsConfig {
     pub scan_timeout: Duration,
     /// Outcome for bodies over a limit (default `allow`).
     pub on_limit: LimitOutcome,
+    /// Recursive decoding passes (gitleaks' `--max-decode-depth`): base64, hex,
+    /// percent and unicode-escaped segments are decoded and scanned again, up
+    /// to this many times (default [`DEFAULT_INLINE_DECODE_DEPTH`]; 0 turns it
+    /// off; at most [`crate::MAX_DECODE_DEPTH`]).
+    pub max_decode_depth: usize,
 }
+
+/// Default decode depth of the inline engine and the scan API: gitleaks'
+/// default. Decoding costs one extra regex pass over a body in which nothing
+/// decodes (measured in docs/perf.md), well inside the latency targets.
+pub const DEFAULT_INLINE_DECODE_DEPTH: usize = crate::GITLEAKS_DEFAULT_DECODE_DEPTH;
 
 impl Default for SecretsConfig {
     fn default() -> Self {
@@ -85,6 +95,7 @@ impl Default for SecretsConfig {
             max_body_bytes: 1 << 20,
             scan_timeout: Duration::from_millis(50),
             on_limit: LimitOutcome::Allow,
+            max_decode_depth: DEFAULT_INLINE_DECODE_DEPTH,
         }
     }
 }

@@ -78,10 +78,17 @@ impl SecretsEngine {
                 message: "must be greater than zero".into(),
             });
         }
-        let scanner = match &config.rules {
+        if config.max_decode_depth > crate::MAX_DECODE_DEPTH {
+            return Err(EngineError::Config {
+                field: "max_decode_depth",
+                message: format!("must be at most {}", crate::MAX_DECODE_DEPTH),
+            });
+        }
+        let mut scanner = match &config.rules {
             Some(p) => Scanner::from_file(&base_dir.join(p))?,
             None => Scanner::builtin()?,
         };
+        scanner.set_max_decode_depth(config.max_decode_depth);
         for s in scanner.skipped() {
             tracing::warn!(rule = %s.rule_id, reason = %s.reason, "secrets: rule cannot run");
         }
@@ -178,6 +185,9 @@ impl SecretsEngine {
         let outcome = self.scanner.scan_with_deadline(&data, None, Some(deadline));
         if outcome.timed_out {
             return self.limit(ctx, side, "scan time limit reached");
+        }
+        if outcome.decode_truncated {
+            return self.limit(ctx, side, "decoded text limit reached");
         }
         if outcome.findings.is_empty() {
             return Verdict::Continue;

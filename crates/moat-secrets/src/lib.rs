@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod config;
+pub mod decode;
 pub mod engine;
 mod keywords;
 pub mod rules;
@@ -21,8 +22,10 @@ pub mod scanner;
 
 pub use api::{scan_api, ApiLimits};
 pub use config::{LimitOutcome, RouteSecrets, SecretsAction, SecretsConfig};
+pub use decode::{DecodeLimits, GITLEAKS_DEFAULT_DECODE_DEPTH, MAX_DECODE_DEPTH};
 pub use engine::{EngineError, SecretsEngine};
 pub use rules::{RuleSet, RulesError, SkippedRule};
 pub use scanner::{
-    redact, redact_with, shannon_entropy, Finding, ScanOutcome, Scanner, DEFAULT_RULES,
+    redact, redact_with, shannon_entropy, Decoded, Finding, RequiredFinding, ScanOutcome, Scanner,
+    DEFAULT_RULES,
 };

@@ -3,9 +3,13 @@
 //! The TOML model mirrors gitleaks' `ViperConfig` (config/config.go): `[[rules]]`
 //! with `id`, `description`, `regex`, `secretGroup`, `entropy`, `keywords`, `path`,
 //! `tags`, `[[rules.allowlists]]` (or the legacy `[rules.allowlist]`), the global
-//! `[[allowlists]]` (or legacy `[allowlist]`) with `targetRules`.
+//! `[[allowlists]]` (or legacy `[allowlist]`) with `targetRules`, composite rules
+//! (`[[rules.required]]` with `withinLines` / `withinColumns`, `skipReport`) and
+//! `[extend]` (`useDefault`, `path`, `disabledRules`) merged as gitleaks'
+//! `Config.extend` does.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aho_corasick::AhoCorasick;
@@ -114,9 +118,20 @@ struct RawRule {
     #[serde(default)]
     allowlists: Vec<RawAllowlist>,
     #[serde(default)]
-    required: Vec<toml::Value>,
+    required: Vec<RawRequired>,
     #[serde(default)]
     skip_report: bool,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawRequired {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    within_lines: Option<i64>,
+    #[serde(default)]
+    within_columns: Option<i64>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -284,6 +299,24 @@ pub struct Rule {
     /// contain a keyword, with its maximum length. Every match of the rule starts
     /// where this prefix matches, so the rule runs anchored at those starts only.
     pub prefix: Option<(Regex, usize)>,
+    /// `[[rules.required]]`: auxiliary rules that must match near a finding of
+    /// this rule for it to be reported (empty: an ordinary rule).
+    pub required: Vec<Required>,
+    /// `skipReport`: the rule only runs as another rule's required rule.
+    pub skip_report: bool,
+}
+
+/// One `[[rules.required]]` entry of a composite rule.
+#[derive(Debug, Clone)]
+pub struct Required {
+    /// Index of the required rule in [`RuleSet::rules`].
+    pub rule: usize,
+    /// Its id.
+    pub rule_id: Arc<str>,
+    /// `withinLines`: largest distance between the start lines of the two findings.
+    pub within_lines: Option<i64>,
+    /// `withinColumns`: largest distance between their start columns.
+    pub within_columns: Option<i64>,
 }
 
 /// A parsed and compiled ruleset.
@@ -548,116 +581,322 @@ fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
     })
 }
 
-impl RuleSet {
-    /// Parses and compiles a gitleaks-format TOML ruleset. `origin` names the
-    /// source in errors. Rules that cannot run are listed in [`RuleSet::skipped`].
-    pub fn from_toml(text: &str, origin: &str) -> Result<RuleSet, RulesError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| RulesError::Toml {
-            origin: origin.to_string(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        let invalid = |m: String| RulesError::Invalid {
-            origin: origin.to_string(),
-            message: m,
-        };
-        let mut skipped = Vec::new();
-        if let Some(ext) = &raw.extend {
-            if ext.use_default || ext.path.is_some() || !ext.disabled_rules.is_empty() {
-                skipped.push(SkippedRule {
-                    rule_id: "<extend>".into(),
-                    reason: "[extend] is not supported: merge the rule files instead".into(),
-                });
-            }
-        }
-        if raw.allowlist.is_some() && !raw.allowlists.is_empty() {
-            return Err(invalid(
-                "[allowlist] is deprecated, it cannot be used alongside [[allowlists]]".into(),
-            ));
-        }
-        let mut global_raw: Vec<RawAllowlist> = raw.allowlists.clone();
-        if let Some(a) = &raw.allowlist {
-            global_raw.push(a.clone());
-        }
-        let mut global = Vec::new();
-        let mut targeted: HashMap<String, Vec<RawAllowlist>> = HashMap::new();
-        for a in &global_raw {
-            validate_allowlist(a).map_err(|e| invalid(format!("[[allowlists]] {e}")))?;
-            if a.target_rules.is_empty() {
-                match compile_allowlist(a) {
-                    Ok(al) => global.push(al),
-                    Err(e) => skipped.push(SkippedRule {
-                        rule_id: "<global allowlist>".into(),
-                        reason: format!("{e}; this allowlist is not applied"),
-                    }),
-                }
-            } else {
-                for id in &a.target_rules {
-                    targeted.entry(id.clone()).or_default().push(a.clone());
-                }
-            }
-        }
+/// Deepest `[extend]` chain gitleaks follows (config.go `maxExtendDepth`): the
+/// loaded file may extend a base, and that base one more. gitleaks silently
+/// ignores an `[extend]` below that; moat refuses the file instead.
+pub const MAX_EXTEND_DEPTH: usize = 2;
 
-        // gitleaks keeps rules in a map keyed by id: a later rule replaces an earlier one.
-        let mut order: Vec<String> = Vec::new();
-        let mut by_id: HashMap<String, RawRule> = HashMap::new();
-        for r in raw.rules {
-            if r.id.trim().is_empty() {
-                return Err(invalid(format!(
-                    "rule |id| is missing or empty (description: {})",
-                    r.description
-                )));
-            }
-            if r.allowlist.is_some() && !r.allowlists.is_empty() {
+/// Origin name of moat's embedded default ruleset in errors.
+pub const DEFAULT_RULES_ORIGIN: &str = "<moat default rules>";
+
+/// One file's rules after gitleaks' `Translate` and its `[extend]` merge.
+struct Layer {
+    /// Rule ids in first-seen order (the extending file's, then new base rules).
+    order: Vec<String>,
+    /// Rules by id (a later rule with the same id replaces an earlier one).
+    rules: HashMap<String, RawRule>,
+    /// Global allowlists without `targetRules`.
+    global: Vec<RawAllowlist>,
+    /// Global allowlists with `targetRules`, as (rule id, allowlist). gitleaks
+    /// applies them for the loaded file only: an extended file's are dropped.
+    targeted: Vec<(String, RawAllowlist)>,
+}
+
+fn invalid_at(origin: &str, message: String) -> RulesError {
+    RulesError::Invalid {
+        origin: origin.to_string(),
+        message,
+    }
+}
+
+/// gitleaks' `ViperConfig.Translate` for one file at extend depth `depth`,
+/// followed by its `extendDefault` / `extendPath`. `dir` resolves a relative
+/// `[extend] path`; `chain` holds the files being loaded, to refuse cycles.
+fn translate(
+    text: &str,
+    origin: &str,
+    dir: Option<&Path>,
+    depth: usize,
+    chain: &mut Vec<PathBuf>,
+) -> Result<Layer, RulesError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| RulesError::Toml {
+        origin: origin.to_string(),
+        message: e.to_string().trim().replace('\n', " "),
+    })?;
+    let invalid = |m: String| invalid_at(origin, m);
+    let mut order: Vec<String> = Vec::new();
+    let mut rules: HashMap<String, RawRule> = HashMap::new();
+    for mut r in raw.rules {
+        if r.id.trim().is_empty() {
+            return Err(invalid(format!(
+                "rule |id| is missing or empty (description: {})",
+                r.description
+            )));
+        }
+        if let Some(a) = r.allowlist.take() {
+            if !r.allowlists.is_empty() {
                 return Err(invalid(format!(
                     "{}: [rules.allowlist] is deprecated, it cannot be used alongside [[rules.allowlist]]",
                     r.id
                 )));
             }
-            if r.regex.is_empty() && r.path.is_empty() {
+            r.allowlists.push(a);
+        }
+        for a in &r.allowlists {
+            validate_allowlist(a)
+                .map_err(|e| invalid(format!("{}: [[rules.allowlists]] {e}", r.id)))?;
+        }
+        for q in &r.required {
+            if q.id.is_empty() {
                 return Err(invalid(format!(
-                    "{}: both |regex| and |path| are empty, this rule will have no effect",
+                    "{}: [[rules.required]] rule ID is empty",
                     r.id
                 )));
             }
-            for a in r.allowlists.iter().chain(r.allowlist.iter()) {
-                validate_allowlist(a)
-                    .map_err(|e| invalid(format!("{}: [[rules.allowlists]] {e}", r.id)))?;
-            }
-            if !by_id.contains_key(&r.id) {
-                order.push(r.id.clone());
-            }
-            by_id.insert(r.id.clone(), r);
         }
-        for id in targeted.keys() {
-            if !by_id.contains_key(id) {
+        for k in r.keywords.iter_mut() {
+            *k = k.to_lowercase();
+        }
+        if !rules.contains_key(&r.id) {
+            order.push(r.id.clone());
+        }
+        rules.insert(r.id.clone(), r);
+    }
+    // Checked per file, before any merge: a required rule must be in the same file.
+    for id in &order {
+        if let Some(r) = rules.get(id) {
+            for q in &r.required {
+                if !rules.contains_key(&q.id) {
+                    return Err(invalid(format!(
+                        "{id}: [[rules.required]] rule ID '{}' does not exist",
+                        q.id
+                    )));
+                }
+            }
+        }
+    }
+    if raw.allowlist.is_some() && !raw.allowlists.is_empty() {
+        return Err(invalid(
+            "[allowlist] is deprecated, it cannot be used alongside [[allowlists]]".into(),
+        ));
+    }
+    let mut global_raw: Vec<RawAllowlist> = raw.allowlists;
+    if let Some(a) = raw.allowlist {
+        global_raw.push(a);
+    }
+    let mut global = Vec::new();
+    let mut targeted = Vec::new();
+    for a in global_raw {
+        validate_allowlist(&a).map_err(|e| invalid(format!("[[allowlists]] {e}")))?;
+        if a.target_rules.is_empty() {
+            global.push(a);
+        } else {
+            for id in &a.target_rules {
+                targeted.push((id.clone(), a.clone()));
+            }
+        }
+    }
+    let mut layer = Layer {
+        order,
+        rules,
+        global,
+        targeted,
+    };
+    let Some(ext) = raw.extend else {
+        return Ok(layer);
+    };
+    let path = ext.path.as_deref().filter(|p| !p.is_empty());
+    if path.is_none() && !ext.use_default {
+        return Ok(layer);
+    }
+    if path.is_some() && ext.use_default {
+        return Err(invalid(
+            "unable to load config due to extend.path and extend.useDefault being set".into(),
+        ));
+    }
+    if depth >= MAX_EXTEND_DEPTH {
+        return Err(invalid(format!(
+            "[extend] chain deeper than {MAX_EXTEND_DEPTH} levels (the loaded file, \
+             the file it extends, and one more); gitleaks ignores this [extend], moat refuses it"
+        )));
+    }
+    let base = match path {
+        None => translate(
+            crate::scanner::DEFAULT_RULES,
+            DEFAULT_RULES_ORIGIN,
+            None,
+            depth + 1,
+            chain,
+        )?,
+        Some(p) => {
+            let resolved = match dir {
+                Some(d) => d.join(p),
+                None => PathBuf::from(p),
+            };
+            let shown = resolved.display().to_string();
+            let io = |e: std::io::Error| RulesError::Io {
+                origin: shown.clone(),
+                message: format!("{e} (extended by {origin})"),
+            };
+            let canonical = std::fs::canonicalize(&resolved).map_err(io)?;
+            if chain.contains(&canonical) {
+                return Err(invalid(format!(
+                    "[extend] cycle: {shown} is already being loaded ({})",
+                    chain
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" -> ")
+                )));
+            }
+            let text = std::fs::read_to_string(&canonical).map_err(io)?;
+            chain.push(canonical.clone());
+            let base = translate(&text, &shown, canonical.parent(), depth + 1, chain);
+            chain.pop();
+            base?
+        }
+    };
+    extend(&mut layer, base, &ext.disabled_rules);
+    Ok(layer)
+}
+
+/// gitleaks' `Config.extend`: rules of `base` not disabled and not in `layer`
+/// are added; for a rule in both, the extending file's non-empty description,
+/// entropy, secretGroup, regex and path override the base's, and its tags,
+/// keywords and allowlists are appended to the base's (every other field, such
+/// as `required` and `skipReport`, is the base's). Global allowlists of both
+/// apply.
+fn extend(layer: &mut Layer, base: Layer, disabled: &[String]) {
+    let mut base_rules = base.rules;
+    for id in base.order {
+        if disabled.contains(&id) {
+            continue;
+        }
+        let Some(mut b) = base_rules.remove(&id) else {
+            continue;
+        };
+        match layer.rules.remove(&id) {
+            None => {
+                layer.order.push(id.clone());
+                layer.rules.insert(id, b);
+            }
+            Some(cur) => {
+                if !cur.description.is_empty() {
+                    b.description = cur.description;
+                }
+                if cur.entropy != 0.0 {
+                    b.entropy = cur.entropy;
+                }
+                if cur.secret_group != 0 {
+                    b.secret_group = cur.secret_group;
+                }
+                if !cur.regex.is_empty() {
+                    b.regex = cur.regex;
+                }
+                if !cur.path.is_empty() {
+                    b.path = cur.path;
+                }
+                b.tags.extend(cur.tags);
+                b.keywords.extend(cur.keywords);
+                b.allowlists.extend(cur.allowlists);
+                layer.rules.insert(id, b);
+            }
+        }
+    }
+    layer.global.extend(base.global);
+}
+
+impl RuleSet {
+    /// Parses and compiles a gitleaks-format TOML ruleset. `origin` names the
+    /// source in errors. Rules that cannot run are listed in [`RuleSet::skipped`].
+    /// A relative `[extend] path` is resolved from the working directory, as
+    /// gitleaks does; [`RuleSet::from_file`] resolves it from the file's directory.
+    pub fn from_toml(text: &str, origin: &str) -> Result<RuleSet, RulesError> {
+        Self::from_toml_in(text, origin, None)
+    }
+
+    /// Reads, parses and compiles a gitleaks-format TOML file; a relative
+    /// `[extend] path` is resolved from this file's directory.
+    pub fn from_file(path: &Path) -> Result<RuleSet, RulesError> {
+        let shown = path.display().to_string();
+        let io = |e: std::io::Error| RulesError::Io {
+            origin: shown.clone(),
+            message: e.to_string(),
+        };
+        let canonical = std::fs::canonicalize(path).map_err(io)?;
+        let text = std::fs::read_to_string(&canonical).map_err(io)?;
+        let mut chain = vec![canonical.clone()];
+        let layer = translate(&text, &shown, canonical.parent(), 0, &mut chain)?;
+        Self::compile_layer(layer, &shown)
+    }
+
+    /// [`RuleSet::from_toml`] with the directory a relative `[extend] path` is
+    /// resolved from (`None`: the working directory).
+    pub fn from_toml_in(
+        text: &str,
+        origin: &str,
+        dir: Option<&Path>,
+    ) -> Result<RuleSet, RulesError> {
+        let layer = translate(text, origin, dir, 0, &mut Vec::new())?;
+        Self::compile_layer(layer, origin)
+    }
+
+    /// gitleaks' top-level validation (rules, targeted allowlists) and compilation.
+    fn compile_layer(layer: Layer, origin: &str) -> Result<RuleSet, RulesError> {
+        let invalid = |m: String| invalid_at(origin, m);
+        let Layer {
+            order,
+            rules: mut by_id,
+            global: global_raw,
+            targeted: targeted_raw,
+        } = layer;
+        let mut skipped = Vec::new();
+        let mut global = Vec::new();
+        for a in &global_raw {
+            match compile_allowlist(a) {
+                Ok(al) => global.push(al),
+                Err(e) => skipped.push(SkippedRule {
+                    rule_id: "<global allowlist>".into(),
+                    reason: format!("{e}; this allowlist is not applied"),
+                }),
+            }
+        }
+        for id in &order {
+            if let Some(r) = by_id.get(id) {
+                if r.regex.is_empty() && r.path.is_empty() {
+                    return Err(invalid(format!(
+                        "{id}: both |regex| and |path| are empty, this rule will have no effect"
+                    )));
+                }
+            }
+        }
+        let mut targeted: HashMap<String, Vec<RawAllowlist>> = HashMap::new();
+        for (id, a) in targeted_raw {
+            if !by_id.contains_key(&id) {
                 return Err(invalid(format!(
                     "[[allowlists]] target rule ID '{id}' does not exist"
                 )));
             }
+            targeted.entry(id).or_default().push(a);
         }
 
-        let mut rules = Vec::with_capacity(order.len());
+        let mut compiled: Vec<Option<Rule>> = Vec::with_capacity(order.len());
+        let mut required_ids: Vec<Vec<RawRequired>> = Vec::with_capacity(order.len());
+        let mut index: HashMap<String, usize> = HashMap::new();
         'rules: for id in order {
             let Some(mut r) = by_id.remove(&id) else {
                 continue;
             };
+            let slot = compiled.len();
+            index.insert(id.clone(), slot);
+            compiled.push(None);
+            required_ids.push(std::mem::take(&mut r.required));
             let skip = |skipped: &mut Vec<SkippedRule>, reason: String| {
                 skipped.push(SkippedRule {
                     rule_id: id.clone(),
                     reason,
                 });
             };
-            if !r.required.is_empty() {
-                skip(
-                    &mut skipped,
-                    "[[rules.required]] composite rules are not supported".into(),
-                );
-                continue;
-            }
-            if r.skip_report {
-                // gitleaks only reports such rules as auxiliaries of composite rules.
-                continue;
-            }
             let regex = if r.regex.is_empty() {
                 None
             } else {
@@ -692,9 +931,6 @@ impl RuleSet {
                 }
             };
             let mut raw_allow: Vec<RawAllowlist> = r.allowlists.drain(..).collect();
-            if let Some(a) = r.allowlist.take() {
-                raw_allow.push(a);
-            }
             if let Some(extra) = targeted.remove(&id) {
                 raw_allow.extend(extra);
             }
@@ -719,7 +955,7 @@ impl RuleSet {
                 (Some(h), None) => prefix_filter(h, &keywords),
                 _ => None,
             };
-            rules.push(Rule {
+            compiled[slot] = Some(Rule {
                 generic: id.to_lowercase().contains("generic"),
                 id: Arc::from(id.as_str()),
                 description: Arc::from(r.description.as_str()),
@@ -732,7 +968,62 @@ impl RuleSet {
                 allowlists,
                 window,
                 prefix,
+                required: Vec::new(),
+                skip_report: r.skip_report,
             });
+        }
+        // A composite rule whose required rule cannot run cannot run either.
+        loop {
+            let mut changed = false;
+            for slot in 0..compiled.len() {
+                if compiled[slot].is_none() {
+                    continue;
+                }
+                let missing = required_ids[slot]
+                    .iter()
+                    .find(|q| index.get(&q.id).is_none_or(|&i| compiled[i].is_none()));
+                if let Some(q) = missing {
+                    let reason = format!(
+                        "[[rules.required]] rule '{}' cannot run, so this composite rule cannot either",
+                        q.id
+                    );
+                    if let Some(r) = compiled[slot].take() {
+                        skipped.push(SkippedRule {
+                            rule_id: r.id.to_string(),
+                            reason,
+                        });
+                    }
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut remap = vec![usize::MAX; compiled.len()];
+        let mut n = 0;
+        for (slot, r) in compiled.iter().enumerate() {
+            if r.is_some() {
+                remap[slot] = n;
+                n += 1;
+            }
+        }
+        let mut rules = Vec::with_capacity(n);
+        for (slot, r) in compiled.into_iter().enumerate() {
+            let Some(mut r) = r else {
+                continue;
+            };
+            for q in &required_ids[slot] {
+                if let Some(&i) = index.get(&q.id) {
+                    r.required.push(Required {
+                        rule: remap[i],
+                        rule_id: Arc::from(q.id.as_str()),
+                        within_lines: q.within_lines,
+                        within_columns: q.within_columns,
+                    });
+                }
+            }
+            rules.push(r);
         }
         Ok(RuleSet {
             rules,

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use regex_automata::Input;
 
+use crate::decode::{encoding_names, DecodeLimits, Passes, Segment, Span, MAX_DECODE_DEPTH};
 use crate::keywords::KeywordFinder;
-use crate::rules::{Rule, RuleSet, RulesError, SkippedRule};
+use crate::rules::{Required, Rule, RuleSet, RulesError, SkippedRule};
 
 /// The default ruleset shipped with moat (gitleaks format).
 pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
@@ -38,6 +39,50 @@ pub struct Finding {
     pub entropy: f64,
     /// True for a path-only rule ("file detected").
     pub path_only: bool,
+    /// For a secret found in decoded text: how it was encoded. `start..end`
+    /// (and `secret_start..secret_end`) is then the encoded text in the payload.
+    pub decoded: Option<Decoded>,
+    /// For a composite rule (`[[rules.required]]`): the findings of its required
+    /// rules near this one.
+    pub required: Vec<RequiredFinding>,
+}
+
+/// How a secret found by recursive decoding was encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The encodings undone to reach it, in gitleaks' order: `percent`,
+    /// `unicode`, `hex`, `base64`.
+    pub encodings: Vec<&'static str>,
+    /// The decoding pass that revealed it (1: decoded once).
+    pub depth: usize,
+}
+
+impl Decoded {
+    /// gitleaks' tags: `decoded:<encoding>` for each encoding, then `decode-depth:N`.
+    pub fn tags(&self) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .encodings
+            .iter()
+            .map(|e| format!("decoded:{e}"))
+            .collect();
+        t.push(format!("decode-depth:{}", self.depth));
+        t
+    }
+}
+
+/// A required rule's finding attached to a composite rule's finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequiredFinding {
+    /// The required rule.
+    pub rule_id: Arc<str>,
+    /// Byte offset of its match in the payload.
+    pub start: usize,
+    /// Byte offset one past its match.
+    pub end: usize,
+    /// 1-based line of its match (0 for a path-only rule).
+    pub line: usize,
+    /// 1-based byte column of its match (0 for a path-only rule).
+    pub column: usize,
 }
 
 impl Finding {
@@ -74,6 +119,10 @@ pub struct ScanOutcome {
     pub findings: Vec<Finding>,
     /// True when the deadline passed before every rule ran (findings are partial).
     pub timed_out: bool,
+    /// True when decoding stopped at [`DecodeLimits::max_decoded_bytes`]
+    /// before [`DecodeLimits::max_depth`] passes (findings of deeper passes may
+    /// be missing).
+    pub decode_truncated: bool,
 }
 
 /// A compiled ruleset ready to scan. Cheap to share (`Arc`), `Sync`.
@@ -87,6 +136,8 @@ pub struct Scanner {
     kw_rules: Vec<Vec<u32>>,
     /// Rules with no keywords (or an empty one, found everywhere): always run.
     always: Vec<u32>,
+    /// Recursive decoding bounds (default: no decoding).
+    decode: DecodeLimits,
 }
 
 #[derive(Clone, Copy)]
@@ -103,12 +154,9 @@ impl Scanner {
     }
 
     /// Reads and builds a gitleaks-format TOML file.
+    /// A relative `[extend] path` in it is resolved from the file's directory.
     pub fn from_file(path: &std::path::Path) -> Result<Scanner, RulesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RulesError::Io {
-            origin: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::from_toml(&text, &path.display().to_string())
+        Self::from_ruleset(RuleSet::from_file(path)?)
     }
 
     /// The scanner over moat's embedded default ruleset.
@@ -122,6 +170,10 @@ impl Scanner {
         let mut kw_rules: Vec<Vec<u32>> = Vec::new();
         let mut always = Vec::new();
         for (idx, rule) in set.rules.iter().enumerate() {
+            if rule.skip_report {
+                // Only run as another rule's required rule.
+                continue;
+            }
             if rule.keywords.is_empty() || rule.keywords.iter().any(String::is_empty) {
                 always.push(idx as u32);
                 continue;
@@ -146,7 +198,28 @@ impl Scanner {
             keywords,
             kw_rules,
             always,
+            decode: DecodeLimits::default(),
         })
+    }
+
+    /// Sets how many decoding passes follow the scan of the original text
+    /// (gitleaks' `--max-decode-depth`; 0, the default, turns decoding off).
+    /// Values above [`MAX_DECODE_DEPTH`] are capped to it.
+    pub fn set_max_decode_depth(&mut self, depth: usize) {
+        self.decode.max_depth = depth.min(MAX_DECODE_DEPTH);
+    }
+
+    /// Sets the decoding bounds (depth capped to [`MAX_DECODE_DEPTH`]).
+    pub fn set_decode_limits(&mut self, limits: DecodeLimits) {
+        self.decode = DecodeLimits {
+            max_depth: limits.max_depth.min(MAX_DECODE_DEPTH),
+            ..limits
+        };
+    }
+
+    /// The decoding bounds in force.
+    pub fn decode_limits(&self) -> DecodeLimits {
+        self.decode
     }
 
     /// The keyword finder's code path: `"avx512"` (AVX-512 VBMI), `"avx2"` or
@@ -213,6 +286,74 @@ impl Scanner {
         if self.set.global.iter().any(|a| a.path_allows(path)) {
             return out;
         }
+        let mut ctx = Ctx {
+            data,
+            path,
+            newlines: None,
+        };
+        let mut hits: Vec<Hit> = Vec::new();
+        let mut passes = Passes::default();
+        let original = PassText {
+            text: data,
+            level: None,
+        };
+        if !self.scan_text(
+            &original,
+            &passes,
+            &mut ctx,
+            deadline,
+            use_windows,
+            &mut hits,
+        ) {
+            out.timed_out = true;
+        } else {
+            // gitleaks' ScanLoop: decode the previous pass's text, scan the result.
+            let mut budget = self.decode.max_decoded_bytes;
+            let mut current: Option<Vec<u8>> = None;
+            for _ in 0..self.decode.max_depth.min(MAX_DECODE_DEPTH) {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    out.timed_out = true;
+                    break;
+                }
+                let text: &[u8] = current.as_deref().unwrap_or(data);
+                let Some(next) = passes.decode(text) else {
+                    break;
+                };
+                if next.len() > budget {
+                    passes.levels.pop();
+                    out.decode_truncated = true;
+                    break;
+                }
+                budget -= next.len();
+                let pass = PassText {
+                    text: &next,
+                    level: Some(passes.levels.len() - 1),
+                };
+                if !self.scan_text(&pass, &passes, &mut ctx, deadline, use_windows, &mut hits) {
+                    out.timed_out = true;
+                    break;
+                }
+                current = Some(next);
+            }
+        }
+        out.findings = generic_filter(hits, data);
+        out.findings
+            .sort_by(|a, b| (a.line, a.start, &a.rule_id).cmp(&(b.line, b.start, &b.rule_id)));
+        out
+    }
+
+    /// One pass of gitleaks' ScanLoop: every rule whose keywords occur in the
+    /// pass's text runs over it. Returns false when the deadline passed.
+    fn scan_text(
+        &self,
+        pass: &PassText<'_>,
+        passes: &Passes,
+        ctx: &mut Ctx<'_>,
+        deadline: Option<Instant>,
+        use_windows: bool,
+        hits: &mut Vec<Hit>,
+    ) -> bool {
+        let data = pass.text;
         let n = self.set.rules.len();
         let mut full = vec![false; n];
         let mut regions: Vec<Region> = Vec::new();
@@ -246,11 +387,6 @@ impl Scanner {
             }
         }
         regions.sort_unstable_by_key(|g| (g.rule, g.lo));
-        let mut ctx = Ctx {
-            data,
-            path,
-            newlines: None,
-        };
         let mut matches: Vec<(usize, usize)> = Vec::new();
         let mut ri = 0;
         for (idx, rule) in self.set.rules.iter().enumerate() {
@@ -259,15 +395,15 @@ impl Scanner {
                 ri += 1;
             }
             let windows = &regions[start_ri..ri];
-            if !full[idx] && windows.is_empty() {
+            if rule.skip_report || (!full[idx] && windows.is_empty()) {
                 continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                out.timed_out = true;
-                break;
+                return false;
             }
             matches.clear();
-            if !self.rule_applies(rule, &mut ctx, &mut out.findings) {
+            let first = hits.len();
+            if !self.rule_applies(rule, ctx, pass.level.is_none(), hits) {
                 continue;
             }
             let Some(re) = &rule.regex else {
@@ -283,20 +419,89 @@ impl Scanner {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             }
             for &(s, e) in &matches {
-                if let Some(f) = self.post_process(rule, &mut ctx, s, e) {
-                    out.findings.push(f);
+                if let Some(h) = self.post_process(rule, ctx, pass, passes, s, e) {
+                    hits.push(h);
                 }
             }
+            if !rule.required.is_empty() {
+                self.require(rule, pass, passes, ctx, hits, first);
+            }
         }
-        out.findings = generic_filter(out.findings, data);
-        out.findings
-            .sort_by(|a, b| (a.line, a.start, &a.rule_id).cmp(&(b.line, b.start, &b.rule_id)));
-        out
+        true
+    }
+
+    /// gitleaks' `processRequiredRules` for the findings `hits[first..]` of the
+    /// composite `rule`: each required rule runs over the whole text (keywords
+    /// are not consulted, `skipReport` does not apply); a finding is kept when
+    /// every required rule has a finding within `withinLines` / `withinColumns`
+    /// of it, and carries those findings.
+    fn require(
+        &self,
+        rule: &Rule,
+        pass: &PassText<'_>,
+        passes: &Passes,
+        ctx: &mut Ctx<'_>,
+        hits: &mut Vec<Hit>,
+        first: usize,
+    ) {
+        if hits.len() == first {
+            return;
+        }
+        let mut found: Vec<Vec<Hit>> = Vec::with_capacity(rule.required.len());
+        for q in &rule.required {
+            let mut v = Vec::new();
+            if let Some(aux) = self.set.rules.get(q.rule) {
+                if self.rule_applies(aux, ctx, pass.level.is_none(), &mut v) {
+                    if let Some(re) = &aux.regex {
+                        let ms: Vec<(usize, usize)> = re
+                            .find_iter(pass.text)
+                            .map(|m| (m.start(), m.end()))
+                            .collect();
+                        for (s, e) in ms {
+                            if let Some(h) = self.post_process(aux, ctx, pass, passes, s, e) {
+                                v.push(h);
+                            }
+                        }
+                    }
+                }
+            }
+            found.push(v);
+        }
+        let primaries: Vec<Hit> = hits.drain(first..).collect();
+        for mut p in primaries {
+            let mut attached: Vec<RequiredFinding> = Vec::new();
+            let mut have: Vec<&str> = Vec::new();
+            for (q, v) in rule.required.iter().zip(&found) {
+                for h in v {
+                    if within(&p.finding, &h.finding, q) {
+                        attached.push(RequiredFinding {
+                            rule_id: h.finding.rule_id.clone(),
+                            start: h.finding.start,
+                            end: h.finding.end,
+                            line: h.finding.line,
+                            column: h.finding.column,
+                        });
+                        have.push(&h.finding.rule_id);
+                    }
+                }
+            }
+            if !attached.is_empty() && rule.required.iter().all(|q| have.contains(&&*q.rule_id)) {
+                p.finding.required = attached;
+                hits.push(p);
+            }
+        }
     }
 
     /// Path checks of gitleaks' detectRule. Returns false when the rule's content
-    /// regex must not run; pushes a path-only finding when one applies.
-    fn rule_applies(&self, rule: &Rule, ctx: &mut Ctx<'_>, out: &mut Vec<Finding>) -> bool {
+    /// regex must not run; pushes a path-only finding when one applies (only in
+    /// the scan of the original text: `path_only_ok`).
+    fn rule_applies(
+        &self,
+        rule: &Rule,
+        ctx: &mut Ctx<'_>,
+        path_only_ok: bool,
+        out: &mut Vec<Hit>,
+    ) -> bool {
         if rule.allowlists.iter().any(|a| a.path_allows(ctx.path)) {
             return false;
         }
@@ -304,18 +509,23 @@ impl Scanner {
             let p = ctx.path.unwrap_or("");
             let path_ok = pre.is_match(p.as_bytes());
             if rule.regex.is_none() {
-                if path_ok {
-                    out.push(Finding {
-                        rule_id: rule.id.clone(),
-                        description: rule.description.clone(),
-                        start: 0,
-                        end: 0,
-                        secret_start: 0,
-                        secret_end: 0,
-                        line: 0,
-                        column: 0,
-                        entropy: 0.0,
-                        path_only: true,
+                if path_ok && path_only_ok {
+                    out.push(Hit {
+                        finding: Finding {
+                            rule_id: rule.id.clone(),
+                            description: rule.description.clone(),
+                            start: 0,
+                            end: 0,
+                            secret_start: 0,
+                            secret_end: 0,
+                            line: 0,
+                            column: 0,
+                            entropy: 0.0,
+                            path_only: true,
+                            decoded: None,
+                            required: Vec::new(),
+                        },
+                        secret: None,
                     });
                 }
                 return false;
@@ -327,10 +537,24 @@ impl Scanner {
         rule.regex.is_some()
     }
 
-    fn post_process(&self, rule: &Rule, ctx: &mut Ctx<'_>, s: usize, e: usize) -> Option<Finding> {
+    /// gitleaks' per-match processing in detectRule: newline trim, location,
+    /// `gitleaks:allow`, secret group, entropy, allowlists. In a decoded pass,
+    /// a match must touch a segment decoded in that pass; its location is the
+    /// original encoded text it came from, and the `line` allowlist target is
+    /// the decoded line.
+    fn post_process(
+        &self,
+        rule: &Rule,
+        ctx: &mut Ctx<'_>,
+        pass: &PassText<'_>,
+        passes: &Passes,
+        s: usize,
+        e: usize,
+    ) -> Option<Hit> {
         let data = ctx.data;
+        let text = pass.text;
         let re = rule.regex.as_ref()?;
-        let raw = &data[s..e];
+        let raw = &text[s..e];
         let lead = raw.iter().take_while(|&&b| b == b'\n').count();
         let trail = if lead == raw.len() {
             0
@@ -339,58 +563,170 @@ impl Scanner {
         };
         let trimmed = &raw[lead..raw.len() - trail];
         let t_start = s + lead;
-        // gitleaks computes the location from [s, s + len(trimmed)).
-        let g_end = s + trimmed.len();
-        let (sli, eli) = ctx.line_bounds(s, g_end);
-        let line = &data[sli..eli.max(g_end).min(data.len())];
+        // Decoded pass: the segments the match touches and its original span.
+        let mut decoded = None;
+        let mut current_line: Option<&[u8]> = None;
+        let (loc_start, loc_end) = match pass.level {
+            None => (t_start, t_start + trimmed.len()),
+            Some(level) => {
+                let span = Span {
+                    start: s as i64,
+                    end: e as i64,
+                };
+                let segs: Vec<&Segment> = passes
+                    .levels
+                    .get(level)?
+                    .iter()
+                    .filter(|g| g.decoded.overlaps(span))
+                    .collect();
+                let first = segs.first()?;
+                let adj = passes.to_original(level, &segs, span);
+                let clamp = |v: i64| usize::try_from(v).unwrap_or(0).min(data.len());
+                let (a, b) = (clamp(adj.start), clamp(adj.end));
+                let bits = segs.iter().fold(0u8, |acc, g| acc | g.encodings);
+                decoded = Some(Decoded {
+                    encodings: encoding_names(bits),
+                    depth: first.depth,
+                });
+                current_line = Some(decoded_line(&segs, text));
+                (a, b.max(a))
+            }
+        };
+        // gitleaks computes the location from [start, start + len(trimmed)) (or
+        // the mapped span of a decoded match).
+        let (lb_start, lb_end) = match pass.level {
+            None => (s, s + trimmed.len()),
+            Some(_) => (loc_start, loc_end),
+        };
+        let (sli, eli) = ctx.line_bounds(lb_start, lb_end);
+        let line = &data[sli.min(data.len())..eli.max(lb_end).min(data.len())];
         if memchr::memmem::find(line, ALLOW_SIGNATURE).is_some() {
             return None;
         }
         // Capture groups are recomputed on the trimmed match as a standalone string.
-        let (mut ss, mut se) = (t_start, t_start + trimmed.len());
+        let (mut ss, mut se) = (0, trimmed.len());
         let mut caps = re.create_captures();
         re.search_captures(&Input::new(trimmed), &mut caps);
         let ngroups = caps.group_len();
         if caps.is_match() && ngroups >= 2 {
             if rule.secret_group > 0 {
                 match caps.get_group(rule.secret_group) {
-                    Some(sp) => (ss, se) = (t_start + sp.start, t_start + sp.end),
-                    None => (ss, se) = (t_start, t_start),
+                    Some(sp) => (ss, se) = (sp.start, sp.end),
+                    None => (ss, se) = (0, 0),
                 }
             } else {
                 for g in 1..ngroups {
                     if let Some(sp) = caps.get_group(g) {
                         if sp.end > sp.start {
-                            (ss, se) = (t_start + sp.start, t_start + sp.end);
+                            (ss, se) = (sp.start, sp.end);
                             break;
                         }
                     }
                 }
             }
         }
-        let secret = &data[ss..se];
+        let secret = &trimmed[ss..se];
         let entropy = shannon_entropy(secret);
         if rule.entropy != 0.0 && entropy <= rule.entropy {
             return None;
         }
+        let target_line = current_line.unwrap_or(line);
         for a in self.set.global.iter().chain(rule.allowlists.iter()) {
-            if a.finding_allows(secret, trimmed, line, ctx.path) {
+            if a.finding_allows(secret, trimmed, target_line, ctx.path) {
                 return None;
             }
         }
-        let (line_no, col) = ctx.line_col(t_start);
-        Some(Finding {
-            rule_id: rule.id.clone(),
-            description: rule.description.clone(),
-            start: t_start,
-            end: t_start + trimmed.len(),
-            secret_start: ss,
-            secret_end: se,
-            line: line_no,
-            column: col,
-            entropy,
-            path_only: false,
+        let (line_no, col) = ctx.line_col(loc_start);
+        let (secret_start, secret_end, kept) = match decoded {
+            None => (t_start + ss, t_start + se, None),
+            Some(_) => (loc_start, loc_end, Some(Box::<[u8]>::from(secret))),
+        };
+        Some(Hit {
+            finding: Finding {
+                rule_id: rule.id.clone(),
+                description: rule.description.clone(),
+                start: loc_start,
+                end: loc_end,
+                secret_start,
+                secret_end,
+                line: line_no,
+                column: col,
+                entropy,
+                path_only: false,
+                decoded,
+                required: Vec::new(),
+            },
+            secret: kept,
         })
+    }
+}
+
+/// gitleaks `CurrentLine`: from the newline before the (merged) decoded range
+/// of `segs` to the newline after it, in the decoded text.
+fn decoded_line<'t>(segs: &[&Segment], text: &'t [u8]) -> &'t [u8] {
+    let Some(first) = segs.first() else {
+        return text;
+    };
+    let (mut ds, mut de) = (first.decoded.start, first.decoded.end);
+    for g in &segs[1..] {
+        ds = ds.min(g.decoded.start);
+        de = de.max(g.decoded.end);
+    }
+    let ds = usize::try_from(ds).unwrap_or(0).min(text.len());
+    let de = usize::try_from(de).unwrap_or(0).min(text.len());
+    let start = if ds < text.len() {
+        memchr::memrchr(b'\n', &text[..=ds]).unwrap_or(0)
+    } else {
+        0
+    };
+    let end = memchr::memchr(b'\n', &text[de..]).map_or(text.len(), |i| de + i);
+    &text[start..end.max(start)]
+}
+
+/// gitleaks `withinProximity`, on its line numbers and columns (a column on a
+/// line after the first counts from the newline before it, one more than
+/// moat's; a path-only finding has line and column 0).
+fn within(primary: &Finding, aux: &Finding, q: &Required) -> bool {
+    let col = |f: &Finding| {
+        if f.line > 1 {
+            f.column as i64 + 1
+        } else {
+            f.column as i64
+        }
+    };
+    if let Some(l) = q.within_lines {
+        if (primary.line as i64 - aux.line as i64).abs() > l {
+            return false;
+        }
+    }
+    if let Some(c) = q.within_columns {
+        if (col(primary) - col(aux)).abs() > c {
+            return false;
+        }
+    }
+    true
+}
+
+/// The text one pass scans: the original (`level` None) or decoding pass `level + 1`.
+struct PassText<'t> {
+    text: &'t [u8],
+    level: Option<usize>,
+}
+
+/// A finding with, for a decoded one, its secret (not in the original text).
+struct Hit {
+    finding: Finding,
+    secret: Option<Box<[u8]>>,
+}
+
+impl Hit {
+    fn secret<'a>(&'a self, data: &'a [u8]) -> &'a [u8] {
+        match &self.secret {
+            Some(s) => s,
+            None => data
+                .get(self.finding.secret_start..self.finding.secret_end)
+                .unwrap_or(&[]),
+        }
     }
 }
 
@@ -618,32 +954,30 @@ pub fn shannon_entropy(data: &[u8]) -> f64 {
 
 /// gitleaks' post-filter: a finding of a rule whose id contains "generic" is
 /// dropped when a non-generic finding on the same line has a secret containing it.
-fn generic_filter(findings: Vec<Finding>, data: &[u8]) -> Vec<Finding> {
+fn generic_filter(hits: Vec<Hit>, data: &[u8]) -> Vec<Finding> {
     let is_generic = |f: &Finding| f.rule_id.to_lowercase().contains("generic");
-    if !findings.iter().any(is_generic) {
-        return findings;
+    if !hits.iter().any(|h| is_generic(&h.finding)) {
+        return hits.into_iter().map(|h| h.finding).collect();
     }
-    let keep: Vec<bool> = findings
+    let keep: Vec<bool> = hits
         .iter()
-        .map(|f| {
+        .map(|h| {
+            let f = &h.finding;
             if !is_generic(f) {
                 return true;
             }
-            let secret = &data[f.secret_start..f.secret_end];
-            !findings.iter().any(|g| {
-                g.line == f.line
-                    && g.rule_id != f.rule_id
-                    && !is_generic(g)
-                    && (secret.is_empty()
-                        || memchr::memmem::find(&data[g.secret_start..g.secret_end], secret)
-                            .is_some())
+            let secret = h.secret(data);
+            !hits.iter().any(|g| {
+                g.finding.line == f.line
+                    && g.finding.rule_id != f.rule_id
+                    && !is_generic(&g.finding)
+                    && (secret.is_empty() || memchr::memmem::find(g.secret(data), secret).is_some())
             })
         })
         .collect();
-    findings
-        .into_iter()
+    hits.into_iter()
         .zip(keep)
-        .filter_map(|(f, k)| k.then_some(f))
+        .filter_map(|(h, k)| k.then_some(h.finding))
         .collect()
 }
 

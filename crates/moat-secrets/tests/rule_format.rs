@@ -295,11 +295,6 @@ regex = '''foo(?=bar)'''
 [[rules]]
 id = "backref"
 regex = '''(a)\1'''
-[[rules]]
-id = "required"
-regex = '''x'''
-[[rules.required]]
-id = "brace"
 "#,
     );
     assert_eq!(ids(&s.scan(b"${home}", None)), ["brace"]);
@@ -308,10 +303,9 @@ id = "brace"
         .iter()
         .map(|x| (x.rule_id.as_str(), x.reason.as_str()))
         .collect();
-    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
     assert!(skipped[0].0 == "look" && skipped[0].1.contains("lookahead"));
     assert!(skipped[1].0 == "backref" && skipped[1].1.contains("backreference"));
-    assert!(skipped[2].0 == "required" && skipped[2].1.contains("required"));
 }
 
 #[test]

@@ -1,0 +1,513 @@
+//! gitleaks' recursive decoding (detect/codec in gitleaks v8.30.1): encoded
+//! segments (percent, unicode escapes, hex, base64) are found in a text,
+//! decoded in place, and the result is scanned again; positions found in a
+//! decoded text are mapped back to the original encoded segment.
+//!
+//! Every decoder shrinks its input (three hex or percent characters, two hex
+//! digits, four base64 characters or a six-character `\uXXXX` escape make at
+//! most three bytes), so each pass is shorter than the one before and the work
+//! is bounded by the number of passes; [`DecodeLimits::max_decoded_bytes`]
+//! bounds the decoded text kept in total besides.
+
+use std::sync::OnceLock;
+
+use regex_automata::meta::Regex;
+use regex_automata::util::syntax;
+
+/// gitleaks' default `--max-decode-depth` (v8.30.1).
+pub const GITLEAKS_DEFAULT_DECODE_DEPTH: usize = 5;
+
+/// Largest decode depth accepted anywhere (the scanner caps larger values).
+/// Each pass shrinks the text, so deeper passes rarely find anything new.
+pub const MAX_DECODE_DEPTH: usize = 64;
+
+/// Bounds of the decoding passes of one scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Decoding passes after the scan of the original text (0: no decoding).
+    pub max_depth: usize,
+    /// Total bytes of decoded text one scan may produce over all passes; the
+    /// pass that would go past it is not scanned and decoding stops there.
+    pub max_decoded_bytes: usize,
+}
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_depth: 0,
+            max_decoded_bytes: 16 << 20,
+        }
+    }
+}
+
+/// A half-open range as gitleaks' `startEnd` (its overlap test is inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl Span {
+    fn new(start: usize, end: usize) -> Span {
+        Span {
+            start: start as i64,
+            end: end as i64,
+        }
+    }
+
+    /// gitleaks `overlaps`: touching ranges overlap.
+    pub fn overlaps(self, o: Span) -> bool {
+        o.start <= self.end && o.end >= self.start
+    }
+
+    fn contains(self, o: Span) -> bool {
+        self.start <= o.start && o.end <= self.end
+    }
+
+    fn merge(self, o: Span) -> Span {
+        Span {
+            start: self.start.min(o.start),
+            end: self.end.max(o.end),
+        }
+    }
+
+    /// `p.encoded.add(p.decoded.overflow(o))`.
+    fn shift_overflow(self, decoded: Span, o: Span) -> Span {
+        let m = decoded.merge(o);
+        Span {
+            start: self.start + (m.start - decoded.start),
+            end: self.end + (m.end - decoded.end),
+        }
+    }
+}
+
+/// Encoding bits, in gitleaks' order (its tag order too).
+pub(crate) const PERCENT: u8 = 1;
+pub(crate) const UNICODE: u8 = 2;
+pub(crate) const HEX: u8 = 4;
+pub(crate) const BASE64: u8 = 8;
+
+/// Names of the encodings in `bits`, in gitleaks' order.
+pub(crate) fn encoding_names(bits: u8) -> Vec<&'static str> {
+    [
+        (PERCENT, "percent"),
+        (UNICODE, "unicode"),
+        (HEX, "hex"),
+        (BASE64, "base64"),
+    ]
+    .iter()
+    .filter(|(b, _)| bits & b != 0)
+    .map(|&(_, n)| n)
+    .collect()
+}
+
+/// A decoded segment of one pass (gitleaks `EncodedSegment`).
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    /// Where it is in the original text.
+    pub original: Span,
+    /// Where it is in the previous pass's text.
+    pub encoded: Span,
+    /// Where its decoded value is in this pass's text.
+    pub decoded: Span,
+    /// The encodings it went through (its own and those of the segments it
+    /// was decoded from).
+    pub encodings: u8,
+    /// The pass that decoded it (1 for the first).
+    pub depth: usize,
+}
+
+/// The decoding passes of one scan: `levels[k]` holds the segments of pass `k + 1`.
+#[derive(Debug, Default)]
+pub(crate) struct Passes {
+    pub levels: Vec<Vec<Segment>>,
+}
+
+impl Passes {
+    /// gitleaks `toOriginal`: maps `span`, a range of the text of pass `level + 1`
+    /// overlapping `segs` (segments of that pass), to the original text.
+    pub fn to_original(&self, level: usize, segs: &[&Segment], span: Span) -> Span {
+        let mut span = span;
+        let mut level = Some(level);
+        let mut current: Vec<&Segment> = segs.to_vec();
+        loop {
+            if current.is_empty() {
+                return span;
+            }
+            let mut enc: Option<Span> = None;
+            for p in &current {
+                if !p.decoded.overlaps(span) {
+                    continue;
+                }
+                if p.decoded.contains(span) {
+                    return p.original;
+                }
+                let m = p.encoded.shift_overflow(p.decoded, span);
+                enc = Some(match enc {
+                    // gitleaks tests `encoded.end == 0` for "not set yet".
+                    Some(e) if e.end != 0 => e.merge(m),
+                    _ => m,
+                });
+            }
+            let Some(e) = enc.filter(|e| e.end != 0) else {
+                return span;
+            };
+            span = e;
+            // Every segment of a pass has all of the previous pass's as predecessors.
+            current = match level {
+                Some(l) if l > 0 => self.levels[l - 1].iter().collect(),
+                _ => Vec::new(),
+            };
+            level = level.and_then(|l| l.checked_sub(1));
+        }
+    }
+
+    /// Runs one decoding pass over `text` (the text of pass `self.levels.len()`,
+    /// 0 being the original). Returns the decoded text and pushes its segments;
+    /// returns `None` (and pushes nothing) when no segment decodes.
+    pub fn decode(&mut self, text: &[u8]) -> Option<Vec<u8>> {
+        let matches = find_encoding_matches(text);
+        let prev = self.levels.last();
+        let level = self.levels.len();
+        let mut out: Vec<u8> = Vec::new();
+        let mut segs: Vec<Segment> = Vec::new();
+        let mut shift: i64 = 0;
+        let mut copied = 0usize;
+        for (kind, s, e) in matches {
+            let value = decode_value(kind, &text[s..e]);
+            if value.is_empty() {
+                continue;
+            }
+            let encoded = Span::new(s, e);
+            let original = match prev {
+                Some(p) => self.to_original(level - 1, &p.iter().collect::<Vec<_>>(), encoded),
+                None => encoded,
+            };
+            let dstart = s as i64 + shift;
+            let decoded = Span {
+                start: dstart,
+                end: dstart + value.len() as i64,
+            };
+            shift += value.len() as i64 - (e - s) as i64;
+            let mut encodings = kind;
+            let mut depth = 1;
+            if let Some(p) = prev {
+                if let Some(first) = p.first() {
+                    depth = 1 + first.depth;
+                }
+                for q in p {
+                    if encoded.overlaps(q.decoded) {
+                        encodings |= q.encodings;
+                    }
+                }
+            }
+            if out.capacity() == 0 {
+                out.reserve(text.len());
+            }
+            out.extend_from_slice(&text[copied..s]);
+            out.extend_from_slice(&value);
+            copied = e;
+            segs.push(Segment {
+                original,
+                encoded,
+                decoded,
+                encodings,
+                depth,
+            });
+        }
+        if segs.is_empty() {
+            return None;
+        }
+        out.extend_from_slice(&text[copied..]);
+        self.levels.push(segs);
+        Some(out)
+    }
+}
+
+/// The four encodings as one leftmost-first multi-pattern regex, in gitleaks'
+/// precedence order (a pattern's id is its place in that order).
+fn encodings_regex() -> Option<&'static Regex> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::builder()
+            .syntax(syntax::Config::new().unicode(false).utf8(false))
+            .configure(Regex::config().utf8_empty(false))
+            .build_many(&[
+                // percent
+                r"%[0-9A-Fa-f]{2}(?:.*%[0-9A-Fa-f]{2})?",
+                // unicode: Go's `\s` is [\t\n\f\r ]; `$` is the end of the text
+                r"(?:(?:U\+[a-fA-F0-9]{4}(?:[\t\n\x0C\r ]|$))+|(?i)(?:\\{1,2}u[a-fA-F0-9]{4})+)",
+                // hex
+                r"[0-9A-Fa-f]{32,}",
+                // base64
+                r"[\w/+-]{16,}={0,2}",
+            ])
+            .ok()
+    })
+    .as_ref()
+}
+
+const KINDS: [u8; 4] = [PERCENT, UNICODE, HEX, BASE64];
+
+/// gitleaks `findEncodingMatches`: the matches of the combined regex; a match
+/// touching a neighbour of higher precedence is left for the next pass.
+fn find_encoding_matches(data: &[u8]) -> Vec<(u8, usize, usize)> {
+    let Some(re) = encodings_regex() else {
+        return Vec::new();
+    };
+    let all: Vec<(usize, usize, usize)> = re
+        .find_iter(data)
+        .map(|m| (m.pattern().as_usize(), m.start(), m.end()))
+        .collect();
+    // precedence: percent 4 ... base64 1, i.e. a lower pattern id wins.
+    let touches = |a: &(usize, usize, usize), b: &(usize, usize, usize)| a.1 <= b.2 && a.2 >= b.1;
+    let mut out = Vec::with_capacity(all.len());
+    for (i, m) in all.iter().enumerate() {
+        if all.len() > 1 {
+            if i > 0 && touches(&all[i - 1], m) && all[i - 1].0 < m.0 {
+                continue;
+            }
+            if i + 1 < all.len() && touches(&all[i + 1], m) && all[i + 1].0 < m.0 {
+                continue;
+            }
+        }
+        out.push((KINDS[m.0.min(3)], m.1, m.2));
+    }
+    out
+}
+
+fn decode_value(kind: u8, v: &[u8]) -> Vec<u8> {
+    match kind {
+        PERCENT => decode_percent(v),
+        UNICODE => decode_unicode(v),
+        HEX => decode_hex(v),
+        _ => decode_base64(v),
+    }
+}
+
+/// gitleaks' printable ASCII: 0x09..=0x7e.
+fn printable(b: u8) -> bool {
+    b > 0x08 && b < 0x7f
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn decode_percent(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] == b'%' && i + 2 < v.len() {
+            if let (Some(h), Some(l)) = (hex_val(v[i + 1]), hex_val(v[i + 2])) {
+                let b = h << 4 | l;
+                if !printable(b) {
+                    return Vec::new();
+                }
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(v[i]);
+        i += 1;
+    }
+    out
+}
+
+fn decode_hex(v: &[u8]) -> Vec<u8> {
+    if !v.len().is_multiple_of(2) || !v.iter().any(u8::is_ascii_digit) {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(v.len() / 2);
+    for pair in v.chunks_exact(2) {
+        let (Some(h), Some(l)) = (hex_val(pair[0]), hex_val(pair[1])) else {
+            return Vec::new();
+        };
+        let b = h << 4 | l;
+        if !printable(b) {
+            return Vec::new();
+        }
+        out.push(b);
+    }
+    out
+}
+
+fn push_code_point(out: &mut Vec<u8>, cp: u32) {
+    // Go's string(rune) turns a surrogate into U+FFFD.
+    let c = char::from_u32(cp).unwrap_or('\u{FFFD}');
+    let mut buf = [0u8; 4];
+    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+}
+
+fn hex4(v: &[u8]) -> Option<u32> {
+    if v.len() < 4 {
+        return None;
+    }
+    let mut n = 0u32;
+    for &b in &v[..4] {
+        n = n << 4 | u32::from(hex_val(b)?);
+    }
+    Some(n)
+}
+
+/// A segment matched by the unicode pattern is one run of `U+XXXX` code points
+/// (each followed by one whitespace character or the end) or one run of
+/// `\uXXXX` / `\\uXXXX` escapes (`u` in any case); gitleaks decodes the whole
+/// run to the code points' UTF-8 and drops the separators.
+fn decode_unicode(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    if v.starts_with(b"U+") {
+        let mut i = 0;
+        while i + 6 <= v.len() {
+            if &v[i..i + 2] == b"U+" {
+                if let Some(cp) = hex4(&v[i + 2..]) {
+                    push_code_point(&mut out, cp);
+                    i += 6;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    } else {
+        let mut i = 0;
+        while i < v.len() {
+            if v[i] == b'\\' {
+                let j = if v.get(i + 1) == Some(&b'\\') {
+                    i + 2
+                } else {
+                    i + 1
+                };
+                if matches!(v.get(j), Some(b'u' | b'U')) {
+                    if let Some(cp) = v.get(j + 1..).and_then(hex4) {
+                        push_code_point(&mut out, cp);
+                        i = j + 5;
+                        continue;
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+fn b64_std(b: u8) -> Option<u8> {
+    match b {
+        b'A'..=b'Z' => Some(b - b'A'),
+        b'a'..=b'z' => Some(b - b'a' + 26),
+        b'0'..=b'9' => Some(b - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    }
+}
+
+fn b64_url(b: u8) -> Option<u8> {
+    match b {
+        b'-' => Some(62),
+        b'_' => Some(63),
+        b'+' | b'/' => None,
+        _ => b64_std(b),
+    }
+}
+
+/// Decodes base64 body characters (no padding) with Go's lenient handling of
+/// the unused low bits; a final group of one character is an error.
+fn b64_body(body: &[u8], alpha: fn(u8) -> Option<u8>) -> Option<Vec<u8>> {
+    if body.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 2);
+    for chunk in body.chunks(4) {
+        let mut n = 0u32;
+        for (k, &c) in chunk.iter().enumerate() {
+            n |= u32::from(alpha(c)?) << (18 - 6 * k);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len() - 1]);
+    }
+    Some(out)
+}
+
+/// gitleaks `decodeBase64`: standard padded base64, else unpadded base64url;
+/// the result must be printable ASCII. Values without a digit or one of
+/// `+/-_` are not tried.
+fn decode_base64(v: &[u8]) -> Vec<u8> {
+    if !v
+        .iter()
+        .any(|&b| b.is_ascii_digit() || matches!(b, b'+' | b'/' | b'-' | b'_'))
+    {
+        return Vec::new();
+    }
+    let pads = v.iter().rev().take_while(|&&b| b == b'=').count();
+    let body = &v[..v.len() - pads];
+    if v.len().is_multiple_of(4) && !body.contains(&b'=') {
+        if let Some(d) = b64_body(body, b64_std) {
+            // "xx==" and "xxx=" only: Go refuses other padding.
+            let ok = match pads {
+                0 => body.len().is_multiple_of(4),
+                1 => body.len() % 4 == 3,
+                _ => body.len() % 4 == 2,
+            };
+            if ok && d.iter().all(|&b| printable(b)) {
+                return d;
+            }
+        }
+    }
+    if pads == 0 {
+        if let Some(d) = b64_body(v, b64_url) {
+            if d.iter().all(|&b| printable(b)) {
+                return d;
+            }
+        }
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoders() {
+        assert_eq!(
+            decode_base64(b"c2VjcmV0LXZhbHVlLTEyMw=="),
+            b"secret-value-123"
+        );
+        assert_eq!(
+            decode_base64(b"c2VjcmV0LXZhbHVlLTEyMw"),
+            b"secret-value-123"
+        );
+        assert!(decode_base64(b"c2VjcmV0LXZhbHVlLTEyMw=").is_empty());
+        assert!(decode_base64(b"abcdefghijklmnop").is_empty(), "no digit");
+        assert_eq!(
+            decode_hex(b"7365637265742d76616c75652d313233"),
+            b"secret-value-123"
+        );
+        assert!(
+            decode_hex(b"7365637265742d76616c75652d31323").is_empty(),
+            "odd"
+        );
+        assert!(decode_hex(b"0001020304050607080910111213141516").is_empty());
+        assert_eq!(decode_percent(b"%41bc%2Fd"), b"Abc/d");
+        assert_eq!(decode_percent(b"%41%0"), b"A%0");
+        assert!(decode_percent(b"%00%41").is_empty());
+        assert_eq!(decode_unicode(b"\\u0041\\\\u0062\\U0063"), b"Abc");
+        assert_eq!(decode_unicode(b"U+0041 U+0062\n"), b"Ab");
+        assert_eq!(decode_unicode(b"\\ud800"), "\u{FFFD}".as_bytes());
+    }
+
+    #[test]
+    fn touching_matches_yield_to_higher_precedence() {
+        // base64 run directly followed by a percent run: the base64 one waits.
+        let m = find_encoding_matches(b"QUJDREVGR0hJSktMTU5PUA1%41%42");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].0, PERCENT);
+    }
+}
