@@ -28,11 +28,12 @@ pub struct AccessInfo<'a> {
     pub decision: Decision,
     /// Cluster and endpoint the request went to, when it was forwarded.
     pub upstream: Option<(&'a str, &'a str)>,
-    /// Time from the request head to the response head, microseconds.
+    /// Time from the request head to the end of the response body (the last
+    /// byte handed to the connection, or the client going away), microseconds.
     pub duration_us: u64,
     /// Request body bytes (Content-Length, or the buffered size; 0 when unknown).
     pub bytes_in: u64,
-    /// Response body bytes (Content-Length, or the buffered size; 0 when unknown).
+    /// Response body bytes handed to the connection.
     pub bytes_out: u64,
 }
 

@@ -24,6 +24,7 @@ use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase, RouteMetrics};
 use crate::pipeline::{default_factory, Pipeline, PipelineFactory};
+use crate::proxy::PendingAccess;
 use crate::upstream::Cluster;
 
 /// A byte stream served by hyper (TCP or TLS).
@@ -217,10 +218,20 @@ async fn watchdog(watch: Arc<ConnWatch>) {
     }
 }
 
-/// A response body that holds the exchange open until hyper drops it.
+/// A response body that holds the exchange open until hyper drops it (after
+/// the last frame, or when the client went away), then writes its access record.
 pub(crate) struct GuardedBody {
     body: ProxyBody,
+    access: Option<Box<PendingAccess>>,
     _guard: ExchangeGuard,
+}
+
+impl Drop for GuardedBody {
+    fn drop(&mut self) {
+        if let Some(access) = self.access.take() {
+            access.write();
+        }
+    }
 }
 
 impl http_body::Body for GuardedBody {
@@ -232,7 +243,15 @@ impl http_body::Body for GuardedBody {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        if let (Some(access), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled)
+        {
+            if let Some(data) = frame.data_ref() {
+                access.sent(data.len());
+            }
+        }
+        polled
     }
 
     #[inline]
@@ -619,10 +638,7 @@ fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord, _t0: 
         shared.metrics.record_tls_handshake(hs);
         if let Some(sink) = &shared.events {
             if !sink.tls(conn, hs) {
-                shared
-                    .metrics
-                    .events_dropped
-                    .fetch_add(1, Ordering::Relaxed);
+                shared.metrics.count_dropped_events(1);
             }
         }
     }
@@ -661,9 +677,10 @@ async fn serve_io<I: Io>(
         let guard = ci.begin(req.version() == http::Version::HTTP_2);
         let fut = crate::proxy::handle(shared.clone(), ci.clone(), req);
         async move {
-            let resp = fut.await?;
+            let (resp, access) = fut.await?;
             Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody {
                 body,
+                access,
                 _guard: guard,
             }))
         }

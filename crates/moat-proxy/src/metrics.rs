@@ -216,6 +216,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts events the proxy could not enqueue (the queue was full).
+    #[inline]
+    pub fn count_dropped_events(&self, n: u64) {
+        if n > 0 {
+            self.events_dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     /// The counters of a route (created on first use, kept across reloads).
     pub fn route(&self, name: &str) -> Arc<RouteMetrics> {
         self.routes

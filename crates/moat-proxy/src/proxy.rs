@@ -40,11 +40,14 @@ const MAX_REQUEST_ID: usize = 128;
 const GATHER_MAX: usize = 64 << 10;
 
 /// Handles one downstream request. Never fails: every error becomes a reply.
+///
+/// Returns the response and, when events are recorded, the request's access record,
+/// to be written when the response body has been sent (see [`PendingAccess`]).
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     ci: Arc<ConnInfo>,
     req: Request<Incoming>,
-) -> Result<ProxyResponse, Infallible> {
+) -> Result<(ProxyResponse, Option<Box<PendingAccess>>), Infallible> {
     let start = Instant::now();
     let snap = shared.snapshot.load_full();
     let (mut parts, body) = req.into_parts();
@@ -60,7 +63,7 @@ pub(crate) async fn handle(
             &request_id,
         );
         snap.no_route.record(Decision::Limit, 431);
-        return Ok(reply_response(reply, &request_id));
+        return Ok((reply_response(reply, &request_id), None));
     }
 
     let Some(route) = snap.match_route(request_host(&parts), parts.uri.path()) else {
@@ -71,7 +74,7 @@ pub(crate) async fn handle(
             "no route",
             &request_id,
         );
-        return Ok(reply_response(reply, &request_id));
+        return Ok((reply_response(reply, &request_id), None));
     };
 
     // The host is kept only for access records.
@@ -102,7 +105,7 @@ pub(crate) async fn handle(
         snap: &snap,
         route,
         start,
-        host: &host,
+        host,
         xff: &ci.xff,
         upstream: None,
         request_body: None,
@@ -114,8 +117,8 @@ pub(crate) async fn handle(
         Ok(x) => x,
         Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
     };
-    state.finish(ctx, parts, &resp, decision);
-    Ok(resp)
+    let access = state.finish(ctx, parts, &resp, decision);
+    Ok((resp, access))
 }
 
 /// Per-request state that outlives the phases (for records).
@@ -125,20 +128,14 @@ struct ReqState<'a> {
     snap: &'a Snapshot,
     route: &'a Route,
     start: Instant,
-    host: &'a str,
+    /// Empty unless events are recorded.
+    host: String,
     /// The peer address as an `X-Forwarded-For` element.
     xff: &'a HeaderValue,
     upstream: Option<usize>,
     request_body: Option<Bytes>,
     response_body: Option<Bytes>,
     bytes_in: u64,
-}
-
-fn body_len(resp: &ProxyResponse) -> u64 {
-    http_body::Body::size_hint(resp.body())
-        .exact()
-        .or_else(|| content_length(resp.headers()))
-        .unwrap_or(0)
 }
 
 type ProxyResult = Result<(ProxyResponse, Decision), (Reply, Decision)>;
@@ -544,69 +541,114 @@ async fn proxy(
 }
 
 impl ReqState<'_> {
-    /// Counts the request, hands the exchange to after-response phases and the event sink.
+    /// Counts the request, writes its security events, hands the exchange to
+    /// after-response phases, and returns its access record (written when the
+    /// response body has been sent).
     fn finish(
         &mut self,
         ctx: RequestCtx,
         parts: http::request::Parts,
         resp: &ProxyResponse,
         decision: Decision,
-    ) {
+    ) -> Option<Box<PendingAccess>> {
         let status = resp.status();
         self.route.metrics.record(decision, status.as_u16());
         let pipeline = &self.snap.pipeline;
         let sink = self.shared.events.as_ref();
         if pipeline.after_response.is_empty() && sink.is_none() {
-            return;
+            return None;
         }
         let t = Instant::now();
-        let duration_us = self.start.elapsed().as_micros() as u64;
         if let Some(sink) = sink {
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            let endpoint = self
-                .upstream
-                .map(|i| self.route.cluster.endpoints[i].authority.as_str());
-            let info = AccessInfo {
-                ctx: &ctx,
-                method: &parts.method,
-                host: self.host,
-                path,
-                user_agent: self.user_agent.as_ref().and_then(|v| v.to_str().ok()),
-                status: status.as_u16(),
-                decision,
-                upstream: endpoint.map(|e| (&*self.route.cluster.name, e)),
-                duration_us,
-                bytes_in: self.bytes_in,
-                bytes_out: body_len(resp),
-            };
-            let mut dropped = 0;
-            if !sink.access(&info) {
-                dropped += 1;
-            }
-            for ev in &ctx.events {
-                if !sink.security(&ctx, ev, &parts.method, path) {
-                    dropped += 1;
-                }
-            }
-            if dropped > 0 {
-                self.shared
-                    .metrics
-                    .events_dropped
-                    .fetch_add(dropped, Ordering::Relaxed);
-            }
+            let dropped = ctx
+                .events
+                .iter()
+                .filter(|ev| !sink.security(&ctx, ev, &parts.method, path))
+                .count();
+            self.shared.metrics.count_dropped_events(dropped as u64);
         }
         if !pipeline.after_response.is_empty() {
             let done = Finished::new(&ctx, &parts, status, resp.headers())
                 .with_bodies(self.request_body.as_ref(), self.response_body.as_ref())
-                .with_duration_us(duration_us);
+                .with_duration_us(self.start.elapsed().as_micros() as u64);
             for p in &pipeline.after_response {
                 p.after_response(&done);
             }
         }
+        let access = sink.map(|sink| {
+            Box::new(PendingAccess {
+                sink: sink.clone(),
+                shared: self.shared.clone(),
+                upstream: self.upstream.map(|i| {
+                    let cluster = &self.route.cluster;
+                    (cluster.name.clone(), cluster.endpoints[i].authority.clone())
+                }),
+                ctx,
+                method: parts.method,
+                uri: parts.uri,
+                host: std::mem::take(&mut self.host),
+                user_agent: self.user_agent.take(),
+                status: status.as_u16(),
+                decision,
+                start: self.start,
+                bytes_in: self.bytes_in,
+                bytes_out: 0,
+            })
+        });
         self.shared
             .metrics
             .phase(Phase::AfterResponse)
             .observe(t.elapsed());
+        access
+    }
+}
+
+/// The access record of a request whose response body is still being sent. It
+/// is written when the body has ended, or was dropped because the client went
+/// away, so that its duration runs to the last byte and `bytes_out` counts the
+/// body bytes actually handed to the connection.
+pub(crate) struct PendingAccess {
+    sink: Arc<dyn crate::events::EventSink>,
+    shared: Arc<Shared>,
+    ctx: RequestCtx,
+    method: http::Method,
+    uri: http::Uri,
+    host: String,
+    user_agent: Option<HeaderValue>,
+    status: u16,
+    decision: Decision,
+    upstream: Option<(Arc<str>, http::uri::Authority)>,
+    start: Instant,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+impl PendingAccess {
+    /// Counts response body bytes as they are sent.
+    #[inline]
+    pub(crate) fn sent(&mut self, n: usize) {
+        self.bytes_out += n as u64;
+    }
+
+    /// Writes the record (the response has ended).
+    pub(crate) fn write(self) {
+        let info = AccessInfo {
+            ctx: &self.ctx,
+            method: &self.method,
+            host: &self.host,
+            path: self.uri.path_and_query().map_or("/", |p| p.as_str()),
+            user_agent: self.user_agent.as_ref().and_then(|v| v.to_str().ok()),
+            status: self.status,
+            decision: self.decision,
+            upstream: self.upstream.as_ref().map(|(c, e)| (&**c, e.as_str())),
+            duration_us: self.start.elapsed().as_micros() as u64,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+        };
+        if !self.sink.access(&info) {
+            self.shared.metrics.count_dropped_events(1);
+        }
     }
 }
 

@@ -160,10 +160,15 @@ impl AfterResponsePhase for Recorder {
 #[derive(Default)]
 struct Sink {
     access: Mutex<Vec<(String, u16, String)>>,
+    /// Path and response body bytes of each access record.
+    bytes_out: Mutex<Vec<(String, u64)>>,
     security: Mutex<Vec<(String, String, String)>>,
 }
 impl EventSink for Sink {
     fn access(&self, info: &AccessInfo<'_>) -> bool {
+        self.bytes_out
+            .lock()
+            .push((info.path.to_string(), info.bytes_out));
         self.access.lock().push((
             info.path.to_string(),
             info.status,
@@ -266,9 +271,23 @@ async fn phases_block_rewrite_redact_and_record() {
     assert_eq!(&body[..], b"token=[REDACTED] and more");
     assert_eq!(h["content-length"], body.len().to_string());
 
-    // Records: one access record per request, security events with the request id.
+    // A streamed response (larger than what is gathered with its head, no buffering phase).
+    let (s, _, big) = get(&c, &format!("http://{addr}/big?n=300000")).await;
+    assert_eq!((s, big.len()), (StatusCode::OK, 300_000));
+
+    // Records: one access record per request, written once the body was sent,
+    // with the body bytes sent; security events with the request id.
     let access = sink.access.lock().clone();
-    assert_eq!(access.len(), 6, "{access:?}");
+    assert_eq!(access.len(), 7, "{access:?}");
+    let bytes_out = sink.bytes_out.lock().clone();
+    assert!(
+        bytes_out.contains(&("/big?n=300000".into(), 300_000)),
+        "{bytes_out:?}"
+    );
+    assert!(
+        bytes_out.contains(&("/secret".into(), b"token=[REDACTED] and more".len() as u64)),
+        "{bytes_out:?}"
+    );
     assert!(access.contains(&("/x".into(), 403, "Block".into())));
     let sec = sink.security.lock().clone();
     assert!(
@@ -281,7 +300,7 @@ async fn phases_block_rewrite_redact_and_record() {
         .any(|(_, r, p)| r == "test-secret" && p == "/secret"));
     // After-response phase saw every exchange.
     let ex = recorder.exchanges.lock().clone();
-    assert_eq!(ex.len(), 6);
+    assert_eq!(ex.len(), 7);
     assert!(ex
         .iter()
         .any(|e| e.status == StatusCode::FORBIDDEN && e.ctx.route.as_ref() == "all"));
