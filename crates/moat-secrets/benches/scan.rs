@@ -268,10 +268,32 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    let mut decoding = Scanner::from_toml(GITLEAKS_TOML, "gitleaks.toml").expect("gitleaks rules");
+    decoding.set_max_decode_depth(moat_secrets::GITLEAKS_DEFAULT_DECODE_DEPTH);
+    g.bench_function("3 payloads 20+20+10 KB clean, decode depth 5", |b| {
+        b.iter(|| {
+            for p in &clean {
+                black_box(decoding.scan(black_box(p.as_bytes()), None));
+            }
+        })
+    });
+    g.bench_function(
+        "3 payloads 20+20+10 KB with 3 secrets, decode depth 5",
+        |b| {
+            b.iter(|| {
+                for p in &dirty {
+                    black_box(decoding.scan(black_box(p.as_bytes()), None));
+                }
+            })
+        },
+    );
     let big: String = clean.concat().repeat(20);
     g.throughput(Throughput::Bytes(big.len() as u64));
     g.bench_function("1 MB clean", |b| {
         b.iter(|| black_box(gitleaks.scan(black_box(big.as_bytes()), None)))
+    });
+    g.bench_function("1 MB clean, decode depth 5", |b| {
+        b.iter(|| black_box(decoding.scan(black_box(big.as_bytes()), None)))
     });
     g.finish();
 

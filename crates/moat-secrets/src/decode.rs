@@ -9,10 +9,12 @@
 //! is bounded by the number of passes; [`DecodeLimits::max_decoded_bytes`]
 //! bounds the decoded text kept in total besides.
 
-use std::sync::OnceLock;
-
+#[cfg(test)]
 use regex_automata::meta::Regex;
+#[cfg(test)]
 use regex_automata::util::syntax;
+#[cfg(test)]
+use std::sync::OnceLock;
 
 /// gitleaks' default `--max-decode-depth` (v8.30.1).
 pub const GITLEAKS_DEFAULT_DECODE_DEPTH: usize = 5;
@@ -225,7 +227,10 @@ impl Passes {
 }
 
 /// The four encodings as one leftmost-first multi-pattern regex, in gitleaks'
-/// precedence order (a pattern's id is its place in that order).
+/// precedence order (a pattern's id is its place in that order). The scanner
+/// uses [`match_at`], a hand-written equivalent; tests check one against the
+/// other.
+#[cfg(test)]
 fn encodings_regex() -> Option<&'static Regex> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
     RE.get_or_init(|| {
@@ -247,18 +252,199 @@ fn encodings_regex() -> Option<&'static Regex> {
     .as_ref()
 }
 
+/// The encodings regex's matches as (pattern id, start, end), by the regex.
+#[cfg(test)]
+fn regex_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
+    encodings_regex()
+        .map(|re| {
+            re.find_iter(data)
+                .map(|m| (m.pattern().as_usize(), m.start(), m.end()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 const KINDS: [u8; 4] = [PERCENT, UNICODE, HEX, BASE64];
+
+/// `[\w/+-]`: the base64 pattern's class.
+fn b64_class(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b'+' | b'-')
+}
+
+/// Go's `\s`.
+fn go_space(b: u8) -> bool {
+    matches!(b, b'\t' | b'\n' | 0x0C | b'\r' | b' ')
+}
+
+fn hex4_at(data: &[u8], i: usize) -> bool {
+    data.get(i..i + 4)
+        .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+}
+
+/// The match of the encodings regex anchored at `p`, as (pattern id, end):
+/// percent, then unicode, hex and base64, as the alternation prefers them.
+fn match_at(data: &[u8], p: usize) -> Option<(usize, usize)> {
+    let n = data.len();
+    let at = |i: usize| data.get(i).copied();
+    match at(p)? {
+        b'%' => {
+            if !(at(p + 1).is_some_and(|b| b.is_ascii_hexdigit())
+                && at(p + 2).is_some_and(|b| b.is_ascii_hexdigit()))
+            {
+                return None;
+            }
+            // `(?:.*%XX)?`, greedy: the last `%XX` before the end of the line.
+            let from = p + 3;
+            let line_end = memchr::memchr(b'\n', &data[from..]).map_or(n, |i| from + i);
+            let mut hi = line_end;
+            while let Some(q) = memchr::memrchr(b'%', &data[from..hi]).map(|i| from + i) {
+                if q + 2 < line_end
+                    && data[q + 1].is_ascii_hexdigit()
+                    && data[q + 2].is_ascii_hexdigit()
+                {
+                    return Some((0, q + 3));
+                }
+                hi = q;
+            }
+            return Some((0, from));
+        }
+        b'U' if at(p + 1) == Some(b'+') => {
+            let mut i = p;
+            while at(i) == Some(b'U') && at(i + 1) == Some(b'+') && hex4_at(data, i + 2) {
+                match at(i + 6) {
+                    None => {
+                        i += 6;
+                        break;
+                    }
+                    Some(b) if go_space(b) => i += 7,
+                    Some(_) => break,
+                }
+            }
+            if i > p {
+                return Some((1, i));
+            }
+        }
+        b'\\' => {
+            let mut i = p;
+            loop {
+                let j = if at(i) == Some(b'\\') && at(i + 1) == Some(b'\\') {
+                    i + 2
+                } else if at(i) == Some(b'\\') {
+                    i + 1
+                } else {
+                    break;
+                };
+                // With one backslash, `u` would have to be where the second one is.
+                if matches!(at(j), Some(b'u' | b'U')) && hex4_at(data, j + 1) {
+                    i = j + 5;
+                } else {
+                    break;
+                }
+            }
+            return (i > p).then_some((1, i));
+        }
+        _ => {}
+    }
+    let hex = data[p..]
+        .iter()
+        .take_while(|b| b.is_ascii_hexdigit())
+        .count();
+    if hex >= 32 {
+        return Some((2, p + hex));
+    }
+    let run = data[p..].iter().take_while(|&&b| b64_class(b)).count();
+    if run >= 16 {
+        let e = p + run;
+        let pads = data[e..].iter().take(2).take_while(|&&b| b == b'=').count();
+        return Some((3, e + pads));
+    }
+    None
+}
+
+/// The first `p >= from` where 16 bytes of the base64 class start (every hex or
+/// base64 match starts at such a place). Skips ahead by the window on a miss.
+fn next_run16(data: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    'outer: while i + 16 <= data.len() {
+        let mut j = i + 15;
+        loop {
+            if !b64_class(data[j]) {
+                i = j + 1;
+                continue 'outer;
+            }
+            if j == i {
+                return Some(i);
+            }
+            j -= 1;
+        }
+    }
+    None
+}
+
+/// The first place `>= from` where a percent or unicode match may start: `%`,
+/// `\\` or the `U` of `U+`.
+fn next_special(data: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(i) = memchr::memchr3(b'%', b'\\', b'+', &data[at..]).map(|i| at + i) {
+        if data[i] != b'+' {
+            return Some(i);
+        }
+        if i > from && data[i - 1] == b'U' {
+            return Some(i - 1);
+        }
+        at = i + 1;
+    }
+    None
+}
+
+/// The encodings regex's matches, leftmost-first, as `find_iter` reports them:
+/// (pattern id, start, end).
+fn encoding_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    // Cached "next candidate at or after the position it was computed from".
+    let mut special: Option<Option<usize>> = None;
+    let mut run: Option<Option<usize>> = None;
+    while pos < data.len() {
+        let sp = match special {
+            Some(Some(s)) if s >= pos => Some(s),
+            Some(None) => None,
+            _ => {
+                let s = next_special(data, pos);
+                special = Some(s);
+                s
+            }
+        };
+        let rn = match run {
+            Some(Some(r)) if r >= pos => Some(r),
+            Some(None) => None,
+            _ => {
+                let r = next_run16(data, pos);
+                run = Some(r);
+                r
+            }
+        };
+        let cand = match (sp, rn) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => break,
+        };
+        match match_at(data, cand) {
+            Some((k, e)) => {
+                out.push((k, cand, e));
+                pos = e.max(cand + 1);
+            }
+            None => pos = cand + 1,
+        }
+    }
+    out
+}
 
 /// gitleaks `findEncodingMatches`: the matches of the combined regex; a match
 /// touching a neighbour of higher precedence is left for the next pass.
 fn find_encoding_matches(data: &[u8]) -> Vec<(u8, usize, usize)> {
-    let Some(re) = encodings_regex() else {
-        return Vec::new();
-    };
-    let all: Vec<(usize, usize, usize)> = re
-        .find_iter(data)
-        .map(|m| (m.pattern().as_usize(), m.start(), m.end()))
-        .collect();
+    let all = encoding_matches(data);
     // precedence: percent 4 ... base64 1, i.e. a lower pattern id wins.
     let touches = |a: &(usize, usize, usize), b: &(usize, usize, usize)| a.1 <= b.2 && a.2 >= b.1;
     let mut out = Vec::with_capacity(all.len());
@@ -509,5 +695,83 @@ mod tests {
         let m = find_encoding_matches(b"QUJDREVGR0hJSktMTU5PUA1%41%42");
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].0, PERCENT);
+    }
+
+    #[test]
+    fn hand_written_finder_equals_the_regex() {
+        let pieces: &[&[u8]] = &[
+            b"%",
+            b"%4",
+            b"%41",
+            b"%zz",
+            b"\\",
+            b"\\\\",
+            b"u",
+            b"U",
+            b"U+",
+            b"+",
+            b"0041",
+            b"00e9",
+            b"dead",
+            b"BEEF",
+            b"abcdefgh",
+            b"0123456789abcdef",
+            b"00112233445566778899aAbBcCdDeEfF",
+            b"QUJD",
+            b"/",
+            b"-",
+            b"_",
+            b"=",
+            b"==",
+            b" ",
+            b"\n",
+            b"\t",
+            b"\x0c",
+            b"\r",
+            b"\x0b",
+            b".",
+            b"\xff",
+            b"\xc3\xa9",
+            b"x",
+            b"ZZ",
+            b"12345678",
+        ];
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut kinds = [0usize; 4];
+        for round in 0..20_000 {
+            let mut v = Vec::new();
+            for _ in 0..(round % 40) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.extend_from_slice(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            let want = regex_matches(&v);
+            for m in &want {
+                kinds[m.0] += 1;
+            }
+            assert_eq!(
+                encoding_matches(&v),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(&v)
+            );
+        }
+        assert!(
+            kinds.iter().all(|&k| k > 100),
+            "every pattern exercised: {kinds:?}"
+        );
+        for long in [
+            "a".repeat(100),
+            "0123456789abcdef".repeat(8) + "ghij",
+            "%41 ".repeat(50),
+            "U+0041 ".repeat(30),
+            "\\u0041".repeat(30),
+        ] {
+            assert_eq!(
+                encoding_matches(long.as_bytes()),
+                regex_matches(long.as_bytes())
+            );
+        }
     }
 }
