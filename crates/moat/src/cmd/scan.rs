@@ -32,6 +32,11 @@ pub struct ScanArgs {
     /// Files larger than this many bytes are skipped with a warning.
     #[arg(long, default_value_t = 256 << 20)]
     max_file_size: u64,
+    /// Recursive decoding passes (base64, hex, percent, unicode escapes), as
+    /// gitleaks' `--max-decode-depth`; 0 turns decoding off.
+    #[arg(long, default_value_t = moat_secrets::GITLEAKS_DEFAULT_DECODE_DEPTH as u64,
+          value_parser = clap::value_parser!(u64).range(0..=moat_secrets::MAX_DECODE_DEPTH as u64))]
+    max_decode_depth: u64,
     /// Files or directories (walked recursively; `.git` is skipped), or `-` for stdin.
     #[arg(required = true)]
     paths: Vec<String>,
@@ -54,13 +59,14 @@ pub fn run(args: ScanArgs) -> ExitCode {
         Some(p) => Scanner::from_file(p),
         None => Scanner::builtin(),
     };
-    let scanner = match scanner {
+    let mut scanner = match scanner {
         Ok(s) => s,
         Err(e) => {
             eprintln!("moat scan: {e}");
             return ExitCode::from(2);
         }
     };
+    scanner.set_max_decode_depth(usize::try_from(args.max_decode_depth).unwrap_or(usize::MAX));
     for s in scanner.skipped() {
         eprintln!(
             "moat scan: rule `{}` cannot run and is skipped: {}",
