@@ -447,3 +447,46 @@ fn api_timeout() {
     assert_eq!(code, 200);
     assert_eq!(v["status"], "TIMEOUT");
 }
+
+/// `GH` base64-encoded, as Go's StdEncoding writes it.
+const GH_B64: &str = "Z2hwX041TjFhRTZQd1pQZjFRaDZ5WVRXbUU0bEJZT3ZmWjhVekR6Vg==";
+
+#[test]
+fn inline_and_api_decode_by_default_and_max_decode_depth_turns_it_off() {
+    let doc = format!("{{\"blob\":\"{GH_B64}\"}}");
+    // Default max_decode_depth (5): the encoded token is found, redacted whole.
+    // (gitleaks v8.30.1 with its own default config: github-pat, columns 10-65,
+    // decoded:base64 decode-depth:1.)
+    let e = engine(|c| c.action = SecretsAction::Redact);
+    assert_eq!(e.scanner().decode_limits().max_depth, 5);
+    let mut ctx = RequestCtx::for_test("r");
+    let mut b = body(doc.as_bytes(), None);
+    assert!(matches!(
+        e.on_request_body(&mut ctx, &mut request("application/json"), &mut b),
+        Verdict::Continue
+    ));
+    assert_eq!(ctx.events[0].rule, "github-token");
+    assert_eq!(b.raw().as_ref(), b"{\"blob\":\"[REDACTED:github-token]\"}");
+    let (code, v) = api(
+        &e,
+        &serde_json::json!({"payloads": [{"id": "a", "data": doc}]}),
+    );
+    assert_eq!((code, v["status"].as_str()), (200, Some("FOUND")));
+    assert_eq!(v["results"][0]["start"], 9);
+    // max_decode_depth: 0 turns decoding off; above the maximum is refused.
+    let off = engine(|c| c.max_decode_depth = 0);
+    let (_, v) = api(
+        &off,
+        &serde_json::json!({"payloads": [{"id": "a", "data": doc}]}),
+    );
+    assert_eq!(v["status"], "NOT_FOUND");
+    let c: SecretsConfig = moat_config::from_str(
+        Path::new("moat.yaml"),
+        "enabled: true\nmax_decode_depth: 65\n",
+    )
+    .expect("config parses");
+    let err = SecretsEngine::build(&c, Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_decode_depth"), "{err}");
+}
