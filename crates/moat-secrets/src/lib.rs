@@ -7,7 +7,10 @@
 //!   matches always contain one of its keywords and have a bounded length only
 //!   runs in windows around the keyword hits, with the same results as a
 //!   whole-payload search; then gitleaks' post-processing (secret group,
-//!   entropy, allowlists, generic filter).
+//!   entropy, allowlists, generic filter), composite rules (`[[rules.required]]`)
+//!   and, when asked ([`Scanner::set_max_decode_depth`]), gitleaks' recursive
+//!   decoding of base64, hex, percent and unicode-escaped segments ([`decode`]).
+//!   `[extend]` files are merged at load ([`RuleSet::from_file`]).
 //! * [`SecretsEngine`] is the gateway phase (request and response bodies):
 //!   block, redact or monitor, with size and time limits.
 //! * [`scan_api`] serves `POST /v1/scan`.
