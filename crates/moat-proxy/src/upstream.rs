@@ -18,7 +18,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, Response};
 use http_body::{Frame, SizeHint};
@@ -259,29 +259,26 @@ impl Conn {
     ) -> Result<h1::ResponseHead, Failure> {
         let mut received = false;
         let mut interim = 0;
-        // Where the search for the end of the head resumes (heads arriving in many
-        // small reads are scanned once, not re-parsed after every read).
+        // Where the search for the end of the head resumes (see `h1::head_end`).
         let mut scanned = 0;
         loop {
-            if has_blank_line(&self.rbuf, &mut scanned) {
-                if let Some((n, head)) = h1::parse_response_head(&self.rbuf, method)? {
-                    self.rbuf.advance(n);
-                    scanned = 0;
-                    if head.status.is_informational() {
-                        if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
-                            if upgrade && h1::is_upgrade_response(&head) {
-                                return Ok(head);
-                            }
-                            return Err(ProtocolError::UnexpectedInterim.into());
+            if let Some(n) = h1::head_end(&self.rbuf, &mut scanned) {
+                let head = h1::parse_response_head(self.rbuf.split_to(n).freeze(), method)?;
+                scanned = 0;
+                if head.status.is_informational() {
+                    if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
+                        if upgrade && h1::is_upgrade_response(&head) {
+                            return Ok(head);
                         }
-                        interim += 1;
-                        if interim > MAX_INTERIM {
-                            return Err(ProtocolError::UnexpectedInterim.into());
-                        }
-                        continue;
+                        return Err(ProtocolError::UnexpectedInterim.into());
                     }
-                    return Ok(head);
+                    interim += 1;
+                    if interim > MAX_INTERIM {
+                        return Err(ProtocolError::UnexpectedInterim.into());
+                    }
+                    continue;
                 }
+                return Ok(head);
             } else if self.rbuf.len() >= h1::MAX_HEAD {
                 return Err(ProtocolError::HeadTooLarge.into());
             }
@@ -305,15 +302,6 @@ impl Conn {
             }
         }
     }
-}
-
-/// True when `buf` contains an empty line (the end of a head); `scanned` remembers how
-/// far previous calls looked.
-fn has_blank_line(buf: &[u8], scanned: &mut usize) -> bool {
-    let from = scanned.saturating_sub(3);
-    let found = buf[from..].windows(4).any(|w| w == b"\r\n\r\n");
-    *scanned = buf.len();
-    found
 }
 
 /// Idle keep-alive connections of one endpoint (most recently used last).

@@ -263,28 +263,34 @@ pub(crate) struct ResponseHead {
 /// Parses a response head at the start of `buf`. `Ok(None)`: incomplete, read more.
 /// On success, returns the head length and the head; the body framing follows RFC 9112
 /// section 6.3 (`request_method` decides whether a body may follow).
+/// Where the head in `buf` ends (just past its empty line), if it is complete.
+/// `scanned` remembers how far previous calls looked, so a head arriving in many
+/// small reads is scanned once.
+pub(crate) fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
+    let from = scanned.saturating_sub(3);
+    *scanned = buf.len();
+    memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|i| from + i + 4)
+}
+
+/// Parses a complete response head (`head` ends with its empty line, see
+/// [`head_end`]). The header values share `head`'s buffer: nothing is copied.
 pub(crate) fn parse_response_head(
-    buf: &[u8],
+    head: Bytes,
     request_method: &Method,
-) -> Result<Option<(usize, ResponseHead)>, ProtocolError> {
+) -> Result<ResponseHead, ProtocolError> {
+    if head.len() > MAX_HEAD {
+        return Err(ProtocolError::HeadTooLarge);
+    }
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    let n = match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
-    {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() >= MAX_HEAD {
-                Err(ProtocolError::HeadTooLarge)
-            } else {
-                Ok(None)
-            };
-        }
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        &head,
+        &mut slots,
+    ) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(ProtocolError::TooManyHeaders),
-        Err(_) => return Err(ProtocolError::BadHead),
-    };
-    if n > MAX_HEAD {
-        return Err(ProtocolError::HeadTooLarge);
+        _ => return Err(ProtocolError::BadHead),
     }
     let status = resp
         .code
@@ -383,20 +389,18 @@ pub(crate) fn parse_response_head(
         if keep {
             let name =
                 HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| ProtocolError::BadHead)?;
-            let value = HeaderValue::from_bytes(f.value).map_err(|_| ProtocolError::BadHead)?;
+            let value = HeaderValue::from_maybe_shared(head.slice_ref(f.value))
+                .map_err(|_| ProtocolError::BadHead)?;
             headers.append(name, value);
         }
     }
-    Ok(Some((
-        n,
-        ResponseHead {
-            status,
-            version,
-            headers,
-            decoder,
-            keep_alive,
-        },
-    )))
+    Ok(ResponseHead {
+        status,
+        version,
+        headers,
+        decoder,
+        keep_alive,
+    })
 }
 
 /// The connection-level role of a response field.
@@ -633,8 +637,14 @@ mod tests {
     use super::*;
     use http::header::CONTENT_LENGTH;
 
+    /// What the connection's read loop does with `raw` received so far.
     fn head(raw: &[u8], method: &Method) -> Result<Option<(usize, ResponseHead)>, ProtocolError> {
-        parse_response_head(raw, method)
+        match head_end(raw, &mut 0) {
+            Some(n) => parse_response_head(Bytes::copy_from_slice(&raw[..n]), method)
+                .map(|h| Some((n, h))),
+            None if raw.len() >= MAX_HEAD => Err(ProtocolError::HeadTooLarge),
+            None => Ok(None),
+        }
     }
 
     /// Decodes all of `wire` fed in pieces of `step` bytes; returns data and trailers.
