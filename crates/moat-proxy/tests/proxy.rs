@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -225,6 +226,25 @@ routes:
     gw.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A config with cluster `app` over endpoints `a` and `b` (round robin) with
+/// `ejection: { <ejection>duration: 1m }`, and one catch-all route.
+fn two_endpoints(a: SocketAddr, b: SocketAddr, ejection: &str) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{a}", "{b}"]
+    ejection: {{ {ejection}duration: 1m }}
+routes:
+  - name: all
+    cluster: app
+"#
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passive_ejection_skips_a_dead_endpoint() {
     let dead = {
@@ -233,21 +253,7 @@ async fn passive_ejection_skips_a_dead_endpoint() {
     };
     let up = upstream("live").await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        r#"listeners:
-  - name: main
-    address: 127.0.0.1:0
-admin: {{ address: 127.0.0.1:0 }}
-clusters:
-  - name: app
-    endpoints: ["{dead}", "{}"]
-    ejection: {{ consecutive_failures: 2, duration: 1m }}
-routes:
-  - name: all
-    cluster: app
-"#,
-        up.addr
-    );
+    let yaml = two_endpoints(dead, up.addr, "consecutive_failures: 2, ");
     let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
@@ -274,21 +280,7 @@ async fn passive_ejection_on_consecutive_5xx_when_enabled() {
     let sick = upstream("sick").await;
     let well = upstream("well").await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        r#"listeners:
-  - name: main
-    address: 127.0.0.1:0
-admin: {{ address: 127.0.0.1:0 }}
-clusters:
-  - name: app
-    endpoints: ["{}", "{}"]
-    ejection: {{ consecutive_5xx: 2, duration: 1m }}
-routes:
-  - name: all
-    cluster: app
-"#,
-        sick.addr, well.addr
-    );
+    let yaml = two_endpoints(sick.addr, well.addr, "consecutive_5xx: 2, ");
     let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
@@ -311,7 +303,7 @@ routes:
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(
         dir.path(),
-        &yaml.replace("consecutive_5xx: 2, ", ""),
+        &two_endpoints(sick.addr, well.addr, ""),
         GatewayOptions::default(),
     )
     .await;
