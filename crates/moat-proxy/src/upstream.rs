@@ -631,10 +631,12 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + self.request_timeout;
         let ep = &self.endpoints[i];
         let Some(mut conn) = ep.pool.checkout(self.idle_timeout) else {
-            let fresh = async {
+            // Boxed: this cold path would otherwise size every request's future
+            // (which is moved several times per request) to hold a connect.
+            let fresh = Box::pin(async {
                 let conn = self.connect(ep).await?;
                 self.exchange(ep, conn, req).await
-            };
+            });
             let (head, conn) = tokio::time::timeout_at(deadline, fresh)
                 .await
                 .unwrap_or(Err(UpstreamError::Timeout))?;
@@ -690,7 +692,7 @@ impl Cluster {
         if let Err(f) = &result {
             if inline && f.replayable {
                 tracing::debug!(endpoint = %ep.authority, "pooled upstream connection was closed; sending again on a new one");
-                let mut fresh = self.connect(ep).await?;
+                let mut fresh = Box::pin(self.connect(ep)).await?;
                 std::mem::swap(&mut fresh.wbuf, &mut conn.wbuf);
                 conn = fresh;
                 result = Self::round_trip(&mut conn, None, framing, method, upgrade).await;

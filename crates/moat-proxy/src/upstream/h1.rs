@@ -283,11 +283,9 @@ pub(crate) fn parse_response_head(
     }
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        &head,
-        &mut slots,
-    ) {
+    match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, &head, &mut slots)
+    {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(ProtocolError::TooManyHeaders),
         _ => return Err(ProtocolError::BadHead),
@@ -640,8 +638,9 @@ mod tests {
     /// What the connection's read loop does with `raw` received so far.
     fn head(raw: &[u8], method: &Method) -> Result<Option<(usize, ResponseHead)>, ProtocolError> {
         match head_end(raw, &mut 0) {
-            Some(n) => parse_response_head(Bytes::copy_from_slice(&raw[..n]), method)
-                .map(|h| Some((n, h))),
+            Some(n) => {
+                parse_response_head(Bytes::copy_from_slice(&raw[..n]), method).map(|h| Some((n, h)))
+            }
             None if raw.len() >= MAX_HEAD => Err(ProtocolError::HeadTooLarge),
             None => Ok(None),
         }
