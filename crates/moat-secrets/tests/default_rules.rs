@@ -146,3 +146,39 @@ fn default_rules_ignore_false_positive_shapes() {
         );
     }
 }
+
+/// Largest counted repetition Go's regexp (and so gitleaks) accepts.
+const GO_MAX_REPEAT: u32 = 1000;
+
+fn max_repeat(hir: &regex_syntax::hir::Hir) -> u32 {
+    use regex_syntax::hir::HirKind;
+    match hir.kind() {
+        HirKind::Repetition(r) => r.min.max(r.max.unwrap_or(0)).max(max_repeat(&r.sub)),
+        HirKind::Capture(c) => max_repeat(&c.sub),
+        HirKind::Concat(hs) | HirKind::Alternation(hs) => {
+            hs.iter().map(max_repeat).max().unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+#[test]
+fn default_rules_load_in_gitleaks_too() {
+    // The same file must work with gitleaks itself: Go's regexp refuses counted
+    // repetitions above 1000 and would reject the whole ruleset.
+    let doc: toml::Value = toml::from_str(moat_secrets::DEFAULT_RULES).unwrap();
+    let rules = doc["rules"].as_array().unwrap();
+    for rule in rules {
+        for key in ["regex", "path"] {
+            let Some(re) = rule.get(key).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let hir = regex_syntax::Parser::new().parse(re).unwrap();
+            assert!(
+                max_repeat(&hir) <= GO_MAX_REPEAT,
+                "rule {}: {key} repeats more than {GO_MAX_REPEAT} times",
+                rule["id"]
+            );
+        }
+    }
+}
