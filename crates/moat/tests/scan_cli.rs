@@ -169,3 +169,20 @@ fn unsupported_rules_are_reported_not_dropped() {
         "{err}"
     );
 }
+
+#[test]
+fn encoded_secrets_are_decoded_unless_max_decode_depth_is_0() {
+    // The token base64-encoded, as gitleaks (default depth 5) finds it.
+    let encoded = "Z2hwX041TjFhRTZQd1pQZjFRaDZ5WVRXbUU0bEJZT3ZmWjhVekR6Vg==";
+    let input = format!("config: {encoded}\n");
+    let found = moat(&["--format", "json", "-"], Some(&input));
+    assert_eq!(found.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
+    assert_eq!(v[0]["rule_id"], "github-token");
+    // Reported at the encoded text.
+    assert_eq!(v[0]["column"], 9);
+    let off = moat(&["--max-decode-depth", "0", "-"], Some(&input));
+    assert_eq!(off.status.code(), Some(0));
+    let too_deep = moat(&["--max-decode-depth", "65", "-"], Some(&input));
+    assert_eq!(too_deep.status.code(), Some(2));
+}
