@@ -450,7 +450,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         if let Some(sink) = &opts.events {
             let sink = sink.clone();
-            metrics.set_queue_gauge(Arc::new(move || sink.gauge().unwrap_or((0, 0, 0))));
+            metrics.set_queue_gauge(Arc::new(move || sink.gauge()));
         }
         let snap = build_snapshot(cfg, src, &metrics, &opts.pipeline_factory)?;
         let shared = Arc::new(Shared {

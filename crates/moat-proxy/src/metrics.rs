@@ -169,7 +169,7 @@ pub fn set_allocation_counter(f: AllocationCounter) -> bool {
 }
 
 /// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
-pub type QueueGauge = Arc<dyn Fn() -> (u64, u64, u64) + Send + Sync>;
+pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
 
 /// All gateway metrics. Survives config reloads: series are keyed by route / cluster name.
 pub struct Metrics {
@@ -184,7 +184,8 @@ pub struct Metrics {
     pub connections: AtomicU64,
     /// Failed downstream TLS handshakes.
     pub tls_handshake_errors: AtomicU64,
-    /// Events that could not be enqueued (queue full) counted by the proxy.
+    /// Events the sink refused, counted by the proxy; exposed for sinks that do not
+    /// report a queue of their own (a queue counts its refusals itself).
     pub events_dropped: AtomicU64,
     queue: Mutex<Option<QueueGauge>>,
     /// Audited downstream TLS handshakes by (version, cipher suite, group). The
@@ -316,11 +317,11 @@ impl Metrics {
             );
         }
         drop(clusters);
-        let (depth, cap, dropped) = match self.queue.lock().as_ref() {
-            Some(g) => g(),
-            None => (0, 0, 0),
-        };
-        let dropped = dropped + self.events_dropped.load(Ordering::Relaxed);
+        // A queue that reports its own drops counts every refused push already;
+        // the proxy's counter stands in only for sinks that do not report them.
+        let gauge = self.queue.lock().as_ref().and_then(|g| g());
+        let (depth, cap, dropped) =
+            gauge.unwrap_or((0, 0, self.events_dropped.load(Ordering::Relaxed)));
         let _ = write!(
             out,
             "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
@@ -369,6 +370,26 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_drops_are_counted_once() {
+        // A queue that counts its own refusals: the proxy's count of the same
+        // refusals is not added again.
+        let m = Metrics::default();
+        m.set_queue_gauge(Arc::new(|| Some((3, 64, 7))));
+        m.count_dropped_events(7);
+        let text = m.render();
+        assert!(
+            text.contains("moat_event_queue_dropped_total 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("moat_event_queue_depth 3\n"), "{text}");
+        // A sink without a queue of its own: the proxy's count is the figure.
+        let m = Metrics::default();
+        m.set_queue_gauge(Arc::new(|| None));
+        m.count_dropped_events(2);
+        assert!(m.render().contains("moat_event_queue_dropped_total 2\n"));
+    }
 
     #[test]
     fn counters_and_histograms_render() {
