@@ -179,8 +179,12 @@ fn encoded_secrets_are_decoded_unless_max_decode_depth_is_0() {
     assert_eq!(found.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
     assert_eq!(v[0]["rule_id"], "github-token");
-    // Reported at the encoded text.
+    // Reported at the encoded text, with gitleaks' decoding tags.
     assert_eq!(v[0]["column"], 9);
+    assert_eq!(
+        v[0]["tags"],
+        serde_json::json!(["decoded:base64", "decode-depth:1"])
+    );
     let off = moat(&["--max-decode-depth", "0", "-"], Some(&input));
     assert_eq!(off.status.code(), Some(0));
     let too_deep = moat(&["--max-decode-depth", "65", "-"], Some(&input));

@@ -51,6 +51,9 @@ struct Report {
     start: usize,
     end: usize,
     redacted: String,
+    /// gitleaks' decoding tags (`decoded:base64`, `decode-depth:1`) of a finding in
+    /// decoded text; empty otherwise.
+    tags: Vec<String>,
 }
 
 /// Runs `moat scan`.
@@ -222,6 +225,7 @@ fn report(display: &str, data: &[u8], f: &Finding) -> Report {
         start: f.start,
         end: f.end,
         redacted: f.redacted(data),
+        tags: f.decoded.as_ref().map(|d| d.tags()).unwrap_or_default(),
     }
 }
 
@@ -246,6 +250,7 @@ fn json_value(r: &Report) -> serde_json::Value {
         "start": r.start,
         "end": r.end,
         "redacted": r.redacted,
+        "tags": r.tags,
     })
 }
 
@@ -283,7 +288,8 @@ fn write_sarif(out: &mut impl Write, reports: &[Report]) -> std::io::Result<()> 
                             "byteLength": r.end - r.start,
                         }
                     }
-                }]
+                }],
+                "properties": {"tags": r.tags},
             })
         })
         .collect();
