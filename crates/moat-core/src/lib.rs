@@ -307,9 +307,35 @@ pub struct Finished<'a> {
     pub response_headers: &'a http::HeaderMap,
     /// Buffered response body, if any.
     pub response_body: Option<&'a bytes::Bytes>,
-    /// Total time from request head to response end, microseconds.
+    /// Time from the request head to the response head, microseconds.
     pub duration_us: u64,
     owned: std::cell::OnceCell<Arc<Exchange>>,
+    after_sent: std::cell::RefCell<AfterSent>,
+}
+
+/// Work after-response phases registered with [`Finished::after_sent`]: the proxy
+/// runs it once the response body has been sent (or the client went away).
+#[derive(Default)]
+pub struct AfterSent(Vec<Box<dyn FnOnce() + Send>>);
+
+impl AfterSent {
+    /// True when nothing was registered.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Runs the registered work, in registration order.
+    pub fn run(self) {
+        for f in self.0 {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for AfterSent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AfterSent({} pending)", self.0.len())
+    }
 }
 
 impl<'a> Finished<'a> {
@@ -329,6 +355,7 @@ impl<'a> Finished<'a> {
             response_body: None,
             duration_us: 0,
             owned: std::cell::OnceCell::new(),
+            after_sent: Default::default(),
         }
     }
 
@@ -356,6 +383,20 @@ impl<'a> Finished<'a> {
             .with_duration_us(ex.duration_us)
     }
 
+    /// Registers work to run once the response has been sent: a phase decides
+    /// here, on the request thread, and hands the work it keeps (e.g. queueing a
+    /// sample for a worker) to the proxy, which runs it after the last byte of
+    /// the response body (see [`AfterSent`]).
+    pub fn after_sent(&self, f: impl FnOnce() + Send + 'static) {
+        self.after_sent.borrow_mut().0.push(Box::new(f));
+    }
+
+    /// The work registered with [`after_sent`](Self::after_sent); the caller runs
+    /// it once the response has been sent.
+    pub fn into_after_sent(self) -> AfterSent {
+        self.after_sent.into_inner()
+    }
+
     /// The exchange as an owned value a phase may keep or send to a worker
     /// (copied on the first call, shared after).
     pub fn exchange(&self) -> Arc<Exchange> {
@@ -377,9 +418,11 @@ impl<'a> Finished<'a> {
 
 /// Work done after the response has been sent (API discovery, analytics).
 ///
-/// Implementations must return quickly: decide on the borrowed [`Finished`]
-/// view, and hand what they keep to a bounded background queue, dropping it
-/// when full.
+/// [`after_response`](Self::after_response) runs on the request thread once the
+/// response head is ready. Implementations must return quickly: decide on the
+/// borrowed [`Finished`] view, and register what they keep with
+/// [`Finished::after_sent`] (e.g. a push into a bounded background queue,
+/// dropping when full), which the proxy runs after the response body.
 pub trait AfterResponsePhase: Send + Sync {
     /// Engine name.
     fn name(&self) -> &'static str;

@@ -24,7 +24,7 @@ use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase, RouteMetrics};
 use crate::pipeline::{default_factory, Pipeline, PipelineFactory};
-use crate::proxy::PendingAccess;
+use crate::proxy::AfterBody;
 use crate::upstream::Cluster;
 
 /// A byte stream served by hyper (TCP or TLS).
@@ -219,17 +219,18 @@ async fn watchdog(watch: Arc<ConnWatch>) {
 }
 
 /// A response body that holds the exchange open until hyper drops it (after
-/// the last frame, or when the client went away), then writes its access record.
+/// the last frame, or when the client went away), then runs what is left of the
+/// request (its access record, the after-response phases' deferred work).
 pub(crate) struct GuardedBody {
     body: ProxyBody,
-    access: Option<Box<PendingAccess>>,
+    after: Option<Box<AfterBody>>,
     _guard: ExchangeGuard,
 }
 
 impl Drop for GuardedBody {
     fn drop(&mut self) {
-        if let Some(access) = self.access.take() {
-            access.write();
+        if let Some(after) = self.after.take() {
+            after.run();
         }
     }
 }
@@ -245,10 +246,9 @@ impl http_body::Body for GuardedBody {
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        if let (Some(access), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled)
-        {
+        if let (Some(after), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.after, &polled) {
             if let Some(data) = frame.data_ref() {
-                access.sent(data.len());
+                after.sent(data.len());
             }
         }
         polled
@@ -677,10 +677,10 @@ async fn serve_io<I: Io>(
         let guard = ci.begin(req.version() == http::Version::HTTP_2);
         let fut = crate::proxy::handle(shared.clone(), ci.clone(), req);
         async move {
-            let (resp, access) = fut.await?;
+            let (resp, after) = fut.await?;
             Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody {
                 body,
-                access,
+                after,
                 _guard: guard,
             }))
         }

@@ -14,7 +14,7 @@ use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use moat_core::{
-    Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
+    AfterSent, Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
     SecurityEvent, Verdict,
 };
 
@@ -41,13 +41,13 @@ const GATHER_MAX: usize = 64 << 10;
 
 /// Handles one downstream request. Never fails: every error becomes a reply.
 ///
-/// Returns the response and, when events are recorded, the request's access record,
-/// to be written when the response body has been sent (see [`PendingAccess`]).
+/// Returns the response and what is left to do once its body has been sent (the
+/// access record, work after-response phases registered; see [`AfterBody`]).
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     ci: Arc<ConnInfo>,
     req: Request<Incoming>,
-) -> Result<(ProxyResponse, Option<Box<PendingAccess>>), Infallible> {
+) -> Result<(ProxyResponse, Option<Box<AfterBody>>), Infallible> {
     let start = Instant::now();
     let snap = shared.snapshot.load_full();
     let (mut parts, body) = req.into_parts();
@@ -117,8 +117,8 @@ pub(crate) async fn handle(
         Ok(x) => x,
         Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
     };
-    let access = state.finish(ctx, parts, &resp, decision);
-    Ok((resp, access))
+    let after = state.finish(ctx, parts, &resp, decision);
+    Ok((resp, after))
 }
 
 /// Per-request state that outlives the phases (for records).
@@ -542,15 +542,15 @@ async fn proxy(
 
 impl ReqState<'_> {
     /// Counts the request, writes its security events, hands the exchange to
-    /// after-response phases, and returns its access record (written when the
-    /// response body has been sent).
+    /// after-response phases, and returns what is left for when the response
+    /// body has been sent: the access record and the phases' deferred work.
     fn finish(
         &mut self,
         ctx: RequestCtx,
         parts: http::request::Parts,
         resp: &ProxyResponse,
         decision: Decision,
-    ) -> Option<Box<PendingAccess>> {
+    ) -> Option<Box<AfterBody>> {
         let status = resp.status();
         self.route.metrics.record(decision, status.as_u16());
         let pipeline = &self.snap.pipeline;
@@ -568,6 +568,7 @@ impl ReqState<'_> {
                 .count();
             self.shared.metrics.count_dropped_events(dropped as u64);
         }
+        let mut after_sent = AfterSent::default();
         if !pipeline.after_response.is_empty() {
             let done = Finished::new(&ctx, &parts, status, resp.headers())
                 .with_bodies(self.request_body.as_ref(), self.response_body.as_ref())
@@ -575,32 +576,57 @@ impl ReqState<'_> {
             for p in &pipeline.after_response {
                 p.after_response(&done);
             }
+            after_sent = done.into_after_sent();
         }
-        let access = sink.map(|sink| {
-            Box::new(PendingAccess {
-                sink: sink.clone(),
-                shared: self.shared.clone(),
-                upstream: self.upstream.map(|i| {
-                    let cluster = &self.route.cluster;
-                    (cluster.name.clone(), cluster.endpoints[i].authority.clone())
-                }),
-                ctx,
-                method: parts.method,
-                uri: parts.uri,
-                host: std::mem::take(&mut self.host),
-                user_agent: self.user_agent.take(),
-                status: status.as_u16(),
-                decision,
-                start: self.start,
-                bytes_in: self.bytes_in,
-                bytes_out: 0,
-            })
+        let access = sink.map(|sink| PendingAccess {
+            sink: sink.clone(),
+            shared: self.shared.clone(),
+            upstream: self.upstream.map(|i| {
+                let cluster = &self.route.cluster;
+                (cluster.name.clone(), cluster.endpoints[i].authority.clone())
+            }),
+            ctx,
+            method: parts.method,
+            uri: parts.uri,
+            host: std::mem::take(&mut self.host),
+            user_agent: self.user_agent.take(),
+            status: status.as_u16(),
+            decision,
+            start: self.start,
+            bytes_in: self.bytes_in,
+            bytes_out: 0,
         });
         self.shared
             .metrics
             .phase(Phase::AfterResponse)
             .observe(t.elapsed());
-        access
+        (access.is_some() || !after_sent.is_empty())
+            .then(|| Box::new(AfterBody { access, after_sent }))
+    }
+}
+
+/// What is left of a request once its response head is ready, run when the
+/// response body has ended or was dropped because the client went away.
+pub(crate) struct AfterBody {
+    access: Option<PendingAccess>,
+    after_sent: AfterSent,
+}
+
+impl AfterBody {
+    /// Counts response body bytes as they are sent.
+    #[inline]
+    pub(crate) fn sent(&mut self, n: usize) {
+        if let Some(a) = &mut self.access {
+            a.bytes_out += n as u64;
+        }
+    }
+
+    /// Writes the access record, then runs the phases' deferred work.
+    pub(crate) fn run(self) {
+        if let Some(a) = self.access {
+            a.write();
+        }
+        self.after_sent.run();
     }
 }
 
@@ -608,7 +634,7 @@ impl ReqState<'_> {
 /// is written when the body has ended, or was dropped because the client went
 /// away, so that its duration runs to the last byte and `bytes_out` counts the
 /// body bytes actually handed to the connection.
-pub(crate) struct PendingAccess {
+struct PendingAccess {
     sink: Arc<dyn crate::events::EventSink>,
     shared: Arc<Shared>,
     ctx: RequestCtx,
@@ -625,14 +651,8 @@ pub(crate) struct PendingAccess {
 }
 
 impl PendingAccess {
-    /// Counts response body bytes as they are sent.
-    #[inline]
-    pub(crate) fn sent(&mut self, n: usize) {
-        self.bytes_out += n as u64;
-    }
-
     /// Writes the record (the response has ended).
-    pub(crate) fn write(self) {
+    fn write(self) {
         let info = AccessInfo {
             ctx: &self.ctx,
             method: &self.method,

@@ -139,10 +139,10 @@ impl ResponseBodyPhase for ResponseRedact {
     }
 }
 
-/// Keeps every exchange.
+/// Keeps every exchange, once its response has been sent.
 #[derive(Default)]
 struct Recorder {
-    exchanges: Mutex<Vec<Arc<Exchange>>>,
+    exchanges: Arc<Mutex<Vec<Arc<Exchange>>>>,
 }
 impl AfterResponsePhase for Recorder {
     fn name(&self) -> &'static str {
@@ -152,7 +152,8 @@ impl AfterResponsePhase for Recorder {
         BodyNeed::None
     }
     fn after_response(&self, done: &Finished<'_>) {
-        self.exchanges.lock().push(done.exchange());
+        let (exchange, kept) = (done.exchange(), self.exchanges.clone());
+        done.after_sent(move || kept.lock().push(exchange));
     }
 }
 

@@ -97,7 +97,9 @@ fn bench(c: &mut Criterion) {
         b.iter(|| d.wants_bodies(&ctx, &parts))
     });
     // After the first (sampled) call, the common path: the request is counted in its slot.
-    d.after_response(&moat_core::Finished::of(&ex));
+    let done = moat_core::Finished::of(&ex);
+    d.after_response(&done);
+    done.into_after_sent().run();
     c.bench_function("phase/after_response", |b| {
         b.iter(|| d.after_response(&moat_core::Finished::of(&ex)))
     });

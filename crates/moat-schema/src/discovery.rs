@@ -541,8 +541,8 @@ impl AfterResponsePhase for Discovery {
     }
 
     /// Counts the request in its (method, template, status) slot; when the
-    /// slot's window has expired (and the global cap allows), queues the
-    /// exchange for the worker to extract its schemas.
+    /// slot's window has expired (and the global cap allows), copies the
+    /// exchange and queues it for the worker once the response has been sent.
     fn after_response(&self, done: &Finished<'_>) {
         let counters = &self.shared.counters;
         counters.received.fetch_add(1, Ordering::Relaxed);
@@ -595,15 +595,23 @@ impl AfterResponsePhase for Discovery {
             slot.last_body = Some(now);
         }
         drop(map);
-        if self.tx.try_send(done.exchange()).is_err() {
-            counters.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        counters.sampled.fetch_add(1, Ordering::Relaxed);
-        if self.tx.len() >= self.wake_depth {
-            // Full token channel: a wake-up is already pending.
-            let _ = self.wake.try_send(());
-        }
+        // Queued once the response has been sent, so the worker never works on
+        // an exchange whose response is still on its way.
+        let sample = done.exchange();
+        let (tx, wake, wake_depth) = (self.tx.clone(), self.wake.clone(), self.wake_depth);
+        let shared = self.shared.clone();
+        done.after_sent(move || {
+            let counters = &shared.counters;
+            if tx.try_send(sample).is_err() {
+                counters.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            counters.sampled.fetch_add(1, Ordering::Relaxed);
+            if tx.len() >= wake_depth {
+                // Full token channel: a wake-up is already pending.
+                let _ = wake.try_send(());
+            }
+        });
     }
 }
 

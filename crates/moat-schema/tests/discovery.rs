@@ -68,9 +68,13 @@ impl Ex {
         }
     }
 
-    /// Hands the exchange to `d` as the proxy does.
+    /// Hands the exchange to `d` as the proxy does: the phase, then, once the
+    /// response has been sent, the work it deferred.
     fn send(self, d: &Discovery) {
-        d.after_response(&Finished::of(&self.build()));
+        let ex = self.build();
+        let done = Finished::of(&ex);
+        d.after_response(&done);
+        done.into_after_sent().run();
     }
 }
 
