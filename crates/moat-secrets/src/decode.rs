@@ -397,6 +397,24 @@ fn next_special(data: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// The next candidate at or after `pos`: the cached one while it is still ahead
+/// (or when there is none left), else `find(pos)`, cached.
+fn next_cached(
+    cache: &mut Option<Option<usize>>,
+    pos: usize,
+    find: impl FnOnce(usize) -> Option<usize>,
+) -> Option<usize> {
+    match *cache {
+        Some(Some(c)) if c >= pos => Some(c),
+        Some(None) => None,
+        _ => {
+            let c = find(pos);
+            *cache = Some(c);
+            c
+        }
+    }
+}
+
 /// The encodings regex's matches, leftmost-first, as `find_iter` reports them:
 /// (pattern id, start, end).
 fn encoding_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
@@ -406,24 +424,8 @@ fn encoding_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
     let mut special: Option<Option<usize>> = None;
     let mut run: Option<Option<usize>> = None;
     while pos < data.len() {
-        let sp = match special {
-            Some(Some(s)) if s >= pos => Some(s),
-            Some(None) => None,
-            _ => {
-                let s = next_special(data, pos);
-                special = Some(s);
-                s
-            }
-        };
-        let rn = match run {
-            Some(Some(r)) if r >= pos => Some(r),
-            Some(None) => None,
-            _ => {
-                let r = next_run16(data, pos);
-                run = Some(r);
-                r
-            }
-        };
+        let sp = next_cached(&mut special, pos, |p| next_special(data, p));
+        let rn = next_cached(&mut run, pos, |p| next_run16(data, p));
         let cand = match (sp, rn) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) => a,
