@@ -717,9 +717,13 @@ impl Cluster {
     /// timeout.
     async fn connect(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
         let open = async {
-            let tcp = TcpStream::connect(ep.authority.as_str())
-                .await
-                .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
+            // An IP literal is connected to directly; a name is resolved on tokio's
+            // blocking pool (a thread hop), so only names pay for it.
+            let tcp = match ep.authority.as_str().parse::<std::net::SocketAddr>() {
+                Ok(addr) => TcpStream::connect(addr).await,
+                Err(_) => TcpStream::connect(ep.authority.as_str()).await,
+            }
+            .map_err(|e| UpstreamError::Connect(Box::new(e)))?;
             let _ = tcp.set_nodelay(true);
             let io = match &self.tls {
                 None => UpstreamStream::Plain(tcp),
