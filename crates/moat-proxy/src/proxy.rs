@@ -578,8 +578,7 @@ impl ReqState<'_> {
             }
             after_sent = done.into_after_sent();
         }
-        let access = sink.map(|sink| PendingAccess {
-            sink: sink.clone(),
+        let access = sink.map(|_| PendingAccess {
             shared: self.shared.clone(),
             upstream: self.upstream.map(|i| {
                 let cluster = &self.route.cluster;
@@ -635,7 +634,7 @@ impl AfterBody {
 /// away, so that its duration runs to the last byte and `bytes_out` counts the
 /// body bytes actually handed to the connection.
 struct PendingAccess {
-    sink: Arc<dyn crate::events::EventSink>,
+    /// Holds the event sink (`shared.events`) and the drop counter.
     shared: Arc<Shared>,
     ctx: RequestCtx,
     method: http::Method,
@@ -666,8 +665,10 @@ impl PendingAccess {
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
         };
-        if !self.sink.access(&info) {
-            self.shared.metrics.count_dropped_events(1);
+        if let Some(sink) = &self.shared.events {
+            if !sink.access(&info) {
+                self.shared.metrics.count_dropped_events(1);
+            }
         }
     }
 }
