@@ -762,11 +762,7 @@ fn windowed(
             match re.find(input) {
                 Some(m) if m.start() <= hi => {
                     out.push((m.start(), m.end()));
-                    pos = if m.end() > m.start() {
-                        m.end()
-                    } else {
-                        m.end() + 1
-                    };
+                    pos = resume_after(&m);
                     at = pos;
                 }
                 _ => break,
@@ -849,11 +845,7 @@ fn prefixed(
                 match re.find(input) {
                     Some(m) => {
                         out.push((m.start(), m.end()));
-                        pos = if m.end() > m.start() {
-                            m.end()
-                        } else {
-                            m.end() + 1
-                        };
+                        pos = resume_after(&m);
                         at = pos;
                     }
                     None => at = q + 1,
@@ -1015,4 +1007,14 @@ pub fn redact_with(data: &[u8], findings: &[Finding], marker: impl Fn(&str) -> S
 /// Replaces each finding's secret with `[REDACTED:rule-id]`.
 pub fn redact(data: &[u8], findings: &[Finding]) -> Vec<u8> {
     redact_with(data, findings, |id| format!("[REDACTED:{id}]"))
+}
+
+/// Where the next search starts after match `m`: its end, or one past it for an
+/// empty match (which would otherwise be found again at the same place).
+fn resume_after(m: &regex_automata::Match) -> usize {
+    if m.end() > m.start() {
+        m.end()
+    } else {
+        m.end() + 1
+    }
 }
