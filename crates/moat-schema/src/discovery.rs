@@ -2,22 +2,25 @@
 //! their schemas on a background thread and keeps the API inventory.
 //!
 //! Request thread cost:
-//! - [`wants_bodies`](AfterResponsePhase::wants_bodies): a non-allocating hash of the
-//!   path template, one atomic load, and for sampled candidates one short lock of a
-//!   sharded map. Bodies are asked for at most once per `sample_interval` per
-//!   (method, template) and at most `max_samples_per_sec` times per second overall.
-//! - [`after_response`](AfterResponsePhase::after_response): one `try_send` of the
-//!   `Arc<Exchange>` into a bounded queue; when full the exchange is dropped and counted.
-//!   It does not wake the worker per exchange (a futex call and two context
-//!   switches on the core the proxy shares with the worker): only the first
-//!   exchange after the worker went idle wakes it; it then takes the queue every
-//!   [`DRAIN_INTERVAL`] until the queue stays empty, and a push that finds the
-//!   queue half full wakes it early.
+//! - [`wants_bodies`](AfterResponsePhase::wants_bodies): a keyed, non-allocating hash
+//!   of the path template, one atomic load, and one short lock of a sharded map.
+//!   Bodies are asked for at most once per `sample_interval` per (method, template)
+//!   and at most `max_samples_per_sec` times per second overall.
+//! - [`after_response`](AfterResponsePhase::after_response): a keyed hash of
+//!   (method, template, status), one short lock of a sharded map, and the request
+//!   counted in its slot. When the slot's window has expired (at most once per
+//!   `sample_interval`, or again when this request brings bodies and the slot's
+//!   last bodies are older than the window) and the global cap allows, the
+//!   exchange is copied and, once the response has been sent
+//!   ([`Finished::after_sent`]), pushed with one `try_send` into a bounded queue;
+//!   when full the sample is dropped and counted. Only the first sample after the
+//!   worker went idle wakes it; it then takes the queue every [`DRAIN_INTERVAL`]
+//!   until the queue stays empty, and a push that finds the queue half full wakes
+//!   it early.
 //!
-//! The worker counts every exchange it receives in the inventory and extracts
-//! schemas when the (method, template, status) window has expired (at most once
-//! per `sample_interval`, or again when this exchange brings bodies and the last
-//! bodies for that key are older than the window), under the same global cap.
+//! The worker extracts the samples' schemas and merges them into the inventory;
+//! every `flush_interval` (and whenever the inventory is read) the counts kept in
+//! the slots are folded into it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
@@ -51,7 +54,7 @@ pub struct DiscoveryConfig {
     pub sample_interval: Duration,
     /// Global cap on extractions (and on requests whose bodies are kept) per second (default 50).
     pub max_samples_per_sec: u32,
-    /// Exchanges waiting for the worker; more are dropped and counted (default 1024).
+    /// Samples waiting for the worker; more are dropped and counted (default 1024).
     pub queue_capacity: usize,
     /// Largest request or response body kept for a sample, after decoding (default 64KiB).
     #[serde(with = "moat_config::byte_size")]
