@@ -179,7 +179,7 @@ pub struct MoatLayout {
     pub config_path: PathBuf,
 }
 
-/// Inputs of [`moat_config`].
+/// Inputs of [`moat_config`](fn@moat_config).
 pub struct MoatConfigInput<'a> {
     /// Directory for the config and its side files.
     pub dir: &'a Path,

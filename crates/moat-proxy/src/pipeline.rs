@@ -4,7 +4,7 @@
 //! every reload) and swapped atomically with the routes and clusters.
 //!
 //! Wiring an engine is two edits:
-//! 1. add its section to [`GatewayConfig`](crate::config::GatewayConfig)
+//! 1. add its section to [`GatewayConfig`]
 //!    (e.g. `pub waf: Option<moat_waf::WafConfig>` with `#[serde(default)]`);
 //! 2. add one line to [`build_pipeline`] that builds the engine from that
 //!    section and registers it in the phases it implements

@@ -5,7 +5,7 @@
 //! - [`scanner`]: sensitive-data scanners that tag string nodes (email, cards
 //!   with Luhn, IBAN with mod 97, phone, US SSN, Canadian SIN, UK NIN,
 //!   passport, VIN, JWT, bearer/basic/digest credentials, IP addresses);
-//! - [`template`]: path templating (`/users/123` -> `/users/{id}`);
+//! - [`template`](mod@template): path templating (`/users/123` -> `/users/{id}`);
 //! - [`discovery`]: the sampled after-response phase, its worker and the inventory;
 //! - [`inventory`]: endpoints with merged schemas, persisted in SQLite;
 //! - [`openapi`]: OpenAPI 3.1 export.

@@ -37,9 +37,9 @@ const MAX_TRAILER_FIELDS: usize = 64;
 /// when the head was already sent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProtocolError {
-    /// The response head exceeds [`MAX_HEAD`] bytes.
+    /// The response head exceeds 64 KiB (`MAX_HEAD`).
     HeadTooLarge,
-    /// The response head has more than [`MAX_HEADERS`] fields.
+    /// The response head has more than 128 fields (`MAX_HEADERS`).
     TooManyHeaders,
     /// The response head is not valid HTTP/1.x.
     BadHead,

@@ -38,7 +38,7 @@ enum BenchCommand {
 struct RunArgs {
     /// Scenario file.
     scenario: PathBuf,
-    /// Output directory (default: moat-bench-out/<scenario name>).
+    /// Output directory (default: moat-bench-out/NAME, NAME being the scenario's name).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Only these variants (comma separated).
