@@ -2,7 +2,7 @@
 //!
 //! Every configuration file moat reads (its own config, Istio policies, bench
 //! scenarios) goes through [`from_str`] or [`from_str_multi`], so a user always
-//! gets `file:line:column: field `a.b[2].c`: what is wrong`.
+//! gets `file:line:column: field a.b[2].c: what is wrong`.
 //!
 //! Types deserialized here should use `#[serde(deny_unknown_fields)]`: an
 //! unknown key is an error, never silently ignored.
