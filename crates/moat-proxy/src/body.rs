@@ -23,6 +23,59 @@ impl std::fmt::Display for BodyTooLarge {
 }
 impl std::error::Error for BodyTooLarge {}
 
+/// A request body as the downstream connection delivers it.
+#[derive(Debug)]
+pub enum RequestBody {
+    /// No body.
+    Empty,
+    /// An HTTP/1.1 body that arrived whole with its head.
+    Full(Option<Bytes>),
+    /// An HTTP/1.1 body read from the connection as it is polled.
+    H1(crate::server::H1Body),
+    /// An HTTP/2 stream's body.
+    H2(Incoming),
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Empty => Poll::Ready(None),
+            RequestBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            RequestBody::H1(b) => Pin::new(b).poll_frame(cx),
+            RequestBody::H2(inc) => match Pin::new(inc).poll_frame(cx) {
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::Full(b) => b.is_none(),
+            RequestBody::H1(b) => b.is_end_stream(),
+            RequestBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Empty => SizeHint::with_exact(0),
+            RequestBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            RequestBody::H1(b) => b.size_hint(),
+            RequestBody::H2(b) => b.size_hint(),
+        }
+    }
+}
+
 /// A body forwarded by moat.
 #[derive(Debug)]
 pub enum ProxyBody {
@@ -30,8 +83,8 @@ pub enum ProxyBody {
     Empty,
     /// A complete body in memory (moat's own replies, buffered and rewritten bodies).
     Full(Option<Bytes>),
-    /// A body streamed from the peer.
-    Stream(Incoming),
+    /// A request body streamed from the client.
+    Stream(RequestBody),
     /// An upstream response body; its connection goes back to the pool at the end.
     Upstream(crate::upstream::UpstreamBody),
     /// A buffered prefix followed by the rest of the body (limit policy `forward`,
@@ -43,7 +96,7 @@ pub enum ProxyBody {
     /// length unknown in advance). `tripped` is set when it fails.
     Limited {
         /// The stream.
-        inner: Incoming,
+        inner: RequestBody,
         /// Bytes still allowed.
         remaining: u64,
         /// Set when the limit was exceeded.
@@ -63,18 +116,6 @@ impl ProxyBody {
     }
 }
 
-fn poll_incoming(
-    inc: &mut Incoming,
-    cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-    match Pin::new(inc).poll_frame(cx) {
-        Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-        Poll::Ready(Some(Ok(f))) => Poll::Ready(Some(Ok(f))),
-        Poll::Ready(None) => Poll::Ready(None),
-        Poll::Pending => Poll::Pending,
-    }
-}
-
 impl http_body::Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -86,7 +127,7 @@ impl http_body::Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Stream(inc) => poll_incoming(inc, cx),
+            ProxyBody::Stream(inc) => Pin::new(inc).poll_frame(cx),
             ProxyBody::Upstream(up) => Pin::new(up).poll_frame(cx),
             ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(t)))),
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
@@ -97,7 +138,7 @@ impl http_body::Body for ProxyBody {
                 inner,
                 remaining,
                 tripped,
-            } => match poll_incoming(inner, cx) {
+            } => match Pin::new(inner).poll_frame(cx) {
                 Poll::Ready(Some(Ok(f))) => {
                     if let Some(d) = f.data_ref() {
                         let n = d.len() as u64;

@@ -8,28 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::rt::TokioExecutor;
 use moat_config::ConfigError;
 use moat_core::{Connection, HandshakeRecord, TlsSession};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminRouter};
-use crate::body::ProxyBody;
 use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase, RouteMetrics};
 use crate::pipeline::{default_factory, Pipeline, PipelineFactory};
-use crate::proxy::AfterBody;
+use crate::server::{self, DownstreamIo, Drain};
 use crate::upstream::Cluster;
-
-/// A byte stream served by hyper (TCP or TLS).
-pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// How a route matches the request host.
 #[derive(Debug, Clone)]
@@ -215,53 +206,6 @@ async fn watchdog(watch: Arc<ConnWatch>) {
             idle_ticks = 0;
             last_heads = heads;
         }
-    }
-}
-
-/// A response body that holds the exchange open until hyper drops it (after
-/// the last frame, or when the client went away), then runs what is left of the
-/// request (its access record, the after-response phases' deferred work).
-pub(crate) struct GuardedBody {
-    body: ProxyBody,
-    after: Option<Box<AfterBody>>,
-    _guard: ExchangeGuard,
-}
-
-impl Drop for GuardedBody {
-    fn drop(&mut self) {
-        if let Some(after) = self.after.take() {
-            after.run();
-        }
-    }
-}
-
-impl http_body::Body for GuardedBody {
-    type Data = bytes::Bytes;
-    type Error = crate::body::BoxError;
-
-    #[inline]
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        if let (Some(after), std::task::Poll::Ready(Some(Ok(frame)))) = (&mut this.after, &polled) {
-            if let Some(data) = frame.data_ref() {
-                after.sent(data.len());
-            }
-        }
-        polled
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    #[inline]
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }
 
@@ -476,10 +420,12 @@ impl Gateway {
     pub async fn start(self) -> std::io::Result<RunningGateway> {
         let snap = self.shared.snapshot.load_full();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let graceful = Arc::new(GracefulShutdown::new());
+        let drain = Drain::new();
         let mut tasks = Vec::new();
         let mut addrs = Vec::new();
-        let builder = Arc::new(server_builder(&snap.config));
+        let h2 = Arc::new(server::h2_builder(
+            snap.config.limits.max_header_bytes.min(16 << 20) as usize,
+        ));
         for l in &snap.config.listeners {
             let addr: SocketAddr = l.address.value.parse().map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad listener address")
@@ -497,8 +443,8 @@ impl Gateway {
                 self.shared.clone(),
                 l.name.value.clone(),
                 listener,
-                builder.clone(),
-                graceful.clone(),
+                h2.clone(),
+                drain.watcher(),
                 stop_rx.clone(),
             )));
         }
@@ -523,35 +469,18 @@ impl Gateway {
             addrs,
             admin_addr: admin_local,
             stop: stop_tx,
-            graceful: Some(graceful),
+            drain,
             tasks,
         })
     }
-}
-
-fn server_builder(cfg: &GatewayConfig) -> auto::Builder<TokioExecutor> {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    let head = cfg.limits.max_header_bytes.min(16 << 20) as usize;
-    // No timer for HTTP/1: hyper's header-read timeout (30 s by default once a timer is
-    // set) boxes and arms a timer for every request head; the connection [`watchdog`]
-    // bounds idle and slow-head connections instead.
-    b.http1()
-        .header_read_timeout(None)
-        .max_buf_size((head * 2).max(16 << 10))
-        .max_headers((cfg.limits.max_headers * 2).max(128));
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size((head * 2).max(16 << 10).min(u32::MAX as usize) as u32)
-        .max_concurrent_streams(256);
-    b
 }
 
 async fn accept_loop(
     shared: Arc<Shared>,
     name: String,
     listener: TcpListener,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    graceful: Arc<GracefulShutdown>,
+    h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
+    drain: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -578,8 +507,8 @@ async fn accept_loop(
             .unwrap_or((None, 0));
         drop(snap);
         let shared = shared.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let h2 = h2.clone();
+        let drain = drain.clone();
         let watch = Arc::new(ConnWatch::default());
         let conn_watch = watch.clone();
         let conn = async move {
@@ -587,14 +516,14 @@ async fn accept_loop(
             match tls {
                 None => {
                     let ci = conn_info(peer, local, None, xff_hops, watch);
-                    serve_io(shared, builder, watcher, ci, tcp).await;
+                    server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                 }
                 Some(t) => {
                     let t0 = Instant::now();
                     match t.accept(tcp).await {
                         Ok(moat_tls::Accepted::Plain(tcp)) => {
                             let ci = conn_info(peer, local, None, xff_hops, watch);
-                            serve_io(shared, builder, watcher, ci, tcp).await;
+                            server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                         }
                         Ok(moat_tls::Accepted::Tls {
                             stream,
@@ -603,7 +532,8 @@ async fn accept_loop(
                         }) => {
                             let ci = conn_info(peer, local, Some(session), xff_hops, watch);
                             on_connection(&shared, &ci.conn, &handshake, t0);
-                            serve_io(shared, builder, watcher, ci, stream).await;
+                            let io = DownstreamIo::Tls(Box::new(stream));
+                            server::serve(shared, h2, drain, ci, io).await;
                         }
                         Err(e) => {
                             shared
@@ -666,38 +596,13 @@ fn conn_info(
     })
 }
 
-async fn serve_io<I: Io>(
-    shared: Arc<Shared>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    watcher: Watcher,
-    ci: Arc<ConnInfo>,
-    io: I,
-) {
-    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-        let guard = ci.begin(req.version() == http::Version::HTTP_2);
-        let fut = crate::proxy::handle(shared.clone(), ci.clone(), req);
-        async move {
-            let (resp, after) = fut.await?;
-            Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody {
-                body,
-                after,
-                _guard: guard,
-            }))
-        }
-    });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
-        tracing::trace!(error = %e, "connection ended with an error");
-    }
-}
-
 /// A gateway that is serving.
 pub struct RunningGateway {
     shared: Arc<Shared>,
     addrs: Vec<(String, SocketAddr)>,
     admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
-    graceful: Option<Arc<GracefulShutdown>>,
+    drain: Drain,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -801,10 +706,7 @@ impl RunningGateway {
         for t in self.tasks.drain(..) {
             let _ = t.await;
         }
-        let Some(graceful) = self.graceful.take().and_then(|g| Arc::try_unwrap(g).ok()) else {
-            return true;
-        };
-        tokio::time::timeout(deadline, graceful.shutdown())
+        tokio::time::timeout(deadline, self.drain.wait())
             .await
             .is_ok()
     }

@@ -17,9 +17,11 @@ pub mod demo;
 pub mod engine_api;
 pub mod events;
 pub mod gateway;
+mod h1;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
+mod server;
 pub mod upstream;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};

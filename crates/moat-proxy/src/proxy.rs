@@ -1,6 +1,5 @@
 //! The request path: limits, routing, phases, upstream call, response phases, records.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,14 +10,12 @@ use http::header::{
     USER_AGENT,
 };
 use http::{HeaderMap, Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use moat_core::{
     AfterSent, Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
     SecurityEvent, Verdict,
 };
 
-use crate::body::{gather_ready, read_prefix, BodyTooLarge, ProxyBody};
+use crate::body::{gather_ready, read_prefix, BodyTooLarge, ProxyBody, RequestBody};
 use crate::config::OnLimit;
 use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
@@ -46,8 +43,8 @@ const GATHER_MAX: usize = 64 << 10;
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     ci: Arc<ConnInfo>,
-    req: Request<Incoming>,
-) -> Result<(ProxyResponse, Option<Box<AfterBody>>), Infallible> {
+    req: Request<RequestBody>,
+) -> (ProxyResponse, Option<Box<AfterBody>>) {
     let start = Instant::now();
     let snap = shared.snapshot.load_full();
     let (mut parts, body) = req.into_parts();
@@ -63,7 +60,7 @@ pub(crate) async fn handle(
             &request_id,
         );
         snap.no_route.record(Decision::Limit, 431);
-        return Ok((reply_response(reply, &request_id), None));
+        return (reply_response(reply, &request_id), None);
     }
 
     let Some(route) = snap.match_route(request_host(&parts), parts.uri.path()) else {
@@ -74,7 +71,7 @@ pub(crate) async fn handle(
             "no route",
             &request_id,
         );
-        return Ok((reply_response(reply, &request_id), None));
+        return (reply_response(reply, &request_id), None);
     };
 
     // The host is kept only for access records.
@@ -118,7 +115,7 @@ pub(crate) async fn handle(
         Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
     };
     let after = state.finish(ctx, parts, &resp, decision);
-    Ok((resp, after))
+    (resp, after)
 }
 
 /// Per-request state that outlives the phases (for records).
@@ -144,7 +141,7 @@ async fn proxy(
     st: &mut ReqState<'_>,
     ctx: &mut RequestCtx,
     parts: &mut http::request::Parts,
-    body: Incoming,
+    body: RequestBody,
 ) -> ProxyResult {
     let snap = st.snap;
     let route = st.route;
@@ -319,11 +316,6 @@ async fn proxy(
     let ep = cluster.pick();
     st.upstream = Some(ep);
     let upgrade = is_upgrade(parts);
-    let downstream_upgrade = if upgrade {
-        parts.extensions.remove::<hyper::upgrade::OnUpgrade>()
-    } else {
-        None
-    };
     let up_req = UpstreamRequest {
         method: &parts.method,
         // Origin-form request target; the endpoint is chosen by the connection.
@@ -398,23 +390,12 @@ async fn proxy(
     };
     cluster.responded(ep, resp.status());
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        // The client only gets a 101 it asked for (the upstream client refuses others).
+        // The client only gets a 101 it asked for (the upstream client refuses others);
+        // the body holds the upstream connection, which the server joins with the
+        // client's once the 101 head is written.
         let (rparts, rbody) = resp.into_parts();
-        if let (Some(down), Some((mut up, early))) = (downstream_upgrade, rbody.into_upgraded()) {
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                if let Ok(d) = down.await {
-                    let mut d = TokioIo::new(d);
-                    // Bytes the upstream sent right after its 101 head.
-                    if !early.is_empty() && d.write_all(&early).await.is_err() {
-                        return;
-                    }
-                    let _ = tokio::io::copy_bidirectional(&mut d, &mut up).await;
-                }
-            });
-        }
         return Ok((
-            Response::from_parts(rparts, ProxyBody::Empty),
+            Response::from_parts(rparts, ProxyBody::Upstream(rbody)),
             Decision::Allow,
         ));
     }
@@ -674,7 +655,7 @@ impl PendingAccess {
 }
 
 fn limited_stream(
-    body: Incoming,
+    body: RequestBody,
     route: &Route,
     content_length: Option<u64>,
     tripped: &mut Option<Arc<AtomicBool>>,

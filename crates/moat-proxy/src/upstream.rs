@@ -6,8 +6,6 @@
 //! response body ([`UpstreamBody`]) is decoded from it while hyper's server writes it
 //! downstream. There is no client connection task and no channel between tasks.
 
-mod h1;
-
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -16,7 +14,7 @@ use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{ready, Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
@@ -28,9 +26,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-pub use h1::ProtocolError;
-pub(crate) use h1::X_FORWARDED_FOR;
-use h1::{Decoded, Decoder, RequestFraming};
+use crate::h1::client::{self as h1, RequestFraming};
+pub use crate::h1::client::ProtocolError;
+pub(crate) use crate::h1::client::X_FORWARDED_FOR;
+use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
 
 use crate::body::{BoxError, ProxyBody};
 use crate::config::ClusterConfig;
@@ -39,8 +38,6 @@ use crate::metrics::{ClusterMetrics, Metrics};
 /// Request bodies up to this size that are in memory go out in the same write as the
 /// request head (and can be replayed on a fresh connection, see [`Cluster::send`]).
 const INLINE_BODY: usize = 64 << 10;
-/// Bytes reserved in a connection's read buffer before each read.
-const READ_CHUNK: usize = 16 << 10;
 /// Interim (1xx) responses skipped before the final one; more is refused.
 const MAX_INTERIM: usize = 16;
 
@@ -226,7 +223,7 @@ impl Conn {
                 match frame.into_data() {
                     Ok(data) if chunked => {
                         self.wbuf.clear();
-                        h1::encode_chunk(&mut self.wbuf, &data);
+                        crate::h1::encode_chunk(&mut self.wbuf, &data);
                         self.io.write_all(&self.wbuf).await
                     }
                     Ok(data) => self.io.write_all(&data).await,
@@ -239,7 +236,7 @@ impl Conn {
             }
             if chunked {
                 self.wbuf.clear();
-                h1::encode_chunked_end(&mut self.wbuf, trailers.as_ref());
+                crate::h1::encode_chunked_end(&mut self.wbuf, trailers.as_ref());
                 self.io
                     .write_all(&self.wbuf)
                     .await
@@ -259,10 +256,10 @@ impl Conn {
     ) -> Result<h1::ResponseHead, Failure> {
         let mut received = false;
         let mut interim = 0;
-        // Where the search for the end of the head resumes (see `h1::head_end`).
+        // Where the search for the end of the head resumes (see `crate::h1::head_end`).
         let mut scanned = 0;
         loop {
-            if let Some(n) = h1::head_end(&self.rbuf, &mut scanned) {
+            if let Some(n) = crate::h1::head_end(&self.rbuf, &mut scanned) {
                 let head = h1::parse_response_head(self.rbuf.split_to(n).freeze(), method)?;
                 scanned = 0;
                 if head.status.is_informational() {
@@ -396,51 +393,39 @@ impl http_body::Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        loop {
-            let Some(conn) = this.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match this.decoder.decode(&mut conn.rbuf) {
-                Ok(Decoded::Data(data)) => {
-                    if this.decoder.is_done() {
-                        // Hyper stops polling once `is_end_stream` is true: release now.
-                        this.finish();
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Ok(Decoded::Trailers(t)) => {
+        let Some(conn) = this.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let step = ready!(crate::h1::poll_body(
+            &mut this.decoder,
+            &mut conn.rbuf,
+            &mut conn.io,
+            cx
+        ));
+        match step {
+            Ok(Decoded::Data(data)) => {
+                if this.decoder.is_done() {
+                    // Hyper stops polling once `is_end_stream` is true: release now.
                     this.finish();
-                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
                 }
-                Ok(Decoded::End) => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                Ok(Decoded::NeedMore) => {}
-                Err(e) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            if conn.rbuf.capacity() - conn.rbuf.len() < 1024 {
-                conn.rbuf.reserve(READ_CHUNK);
+            Ok(Decoded::Trailers(t)) => {
+                this.finish();
+                Poll::Ready(Some(Ok(Frame::trailers(t))))
             }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.rbuf) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(0)) => {
-                    // Only a body delimited by the close may end here; either way the
-                    // connection is done.
-                    let end = this.decoder.on_eof();
-                    this.conn = None;
-                    if let Err(e) = end {
-                        return Poll::Ready(Some(Err(Box::new(e))));
-                    }
-                }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
+            Ok(Decoded::End | Decoded::NeedMore) => {
+                // (A body delimited by the close is never pooled: see `keep_alive`.)
+                this.finish();
+                Poll::Ready(None)
+            }
+            Err(ReadError::Framing(e)) => {
+                this.conn = None;
+                Poll::Ready(Some(Err(Box::new(ProtocolError::from(e)))))
+            }
+            Err(ReadError::Io(e)) => {
+                this.conn = None;
+                Poll::Ready(Some(Err(Box::new(e))))
             }
         }
     }

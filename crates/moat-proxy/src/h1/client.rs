@@ -1,6 +1,5 @@
-//! The HTTP/1.1 wire format towards upstreams: request heads written into a reused
-//! buffer, response heads parsed with `httparse`, response bodies decoded
-//! (`Content-Length`, chunked, until close) with explicit limits.
+//! moat's HTTP/1.1 client side: request heads written towards upstreams into a
+//! reused buffer, response heads parsed with `httparse`.
 //!
 //! moat drives each upstream exchange from the task that serves the downstream
 //! connection instead of handing it to a client connection task (no channel, no second
@@ -8,12 +7,14 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
 use http::header::{TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, StatusCode, Version};
 
-use super::UpstreamRequest;
+use super::{classify, parse_length, push_decimal, push_field, BodyError, Chunked, Decoder, Field};
+use crate::upstream::UpstreamRequest;
+
 
 /// `X-Forwarded-For`.
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -26,12 +27,6 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 pub(crate) const MAX_HEAD: usize = 64 << 10;
 /// Most header fields accepted in an upstream response head.
 pub(crate) const MAX_HEADERS: usize = 128;
-/// Longest accepted chunk-size line (size, extensions, CRLF).
-const MAX_CHUNK_LINE: usize = 4096;
-/// Largest accepted trailer section of a chunked response.
-const MAX_TRAILERS: usize = 16 << 10;
-/// Most trailer fields accepted.
-const MAX_TRAILER_FIELDS: usize = 64;
 
 /// A response moat refuses to forward (the client gets a 502, or the connection is cut
 /// when the head was already sent).
@@ -112,13 +107,6 @@ fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
     listed
 }
 
-fn push_field(buf: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    buf.extend_from_slice(name);
-    buf.extend_from_slice(b": ");
-    buf.extend_from_slice(value);
-    buf.extend_from_slice(b"\r\n");
-}
-
 /// Writes the head of `req` as it goes upstream into `buf`, in one pass over its
 /// fields (no header map is modified or copied):
 ///
@@ -197,54 +185,6 @@ pub(crate) fn encode_request_head(
     buf.extend_from_slice(b"\r\n");
 }
 
-fn push_decimal(buf: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
-}
-
-/// Writes one chunk of a chunked request body (size line, data, CRLF) into `buf`.
-pub(crate) fn encode_chunk(buf: &mut Vec<u8>, data: &[u8]) {
-    if data.is_empty() {
-        // A zero-size chunk would end the body.
-        return;
-    }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = data.len();
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.reserve(data.len() + 20);
-    buf.extend_from_slice(&digits[i..]);
-    buf.extend_from_slice(b"\r\n");
-    buf.extend_from_slice(data);
-    buf.extend_from_slice(b"\r\n");
-}
-
-/// Writes the end of a chunked body, with its trailers, into `buf`.
-pub(crate) fn encode_chunked_end(buf: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
-    buf.extend_from_slice(b"0\r\n");
-    for (k, v) in trailers.into_iter().flatten() {
-        push_field(buf, k.as_str().as_bytes(), v.as_bytes());
-    }
-    buf.extend_from_slice(b"\r\n");
-}
-
 /// A parsed response head and how its body is delimited.
 #[derive(Debug)]
 pub(crate) struct ResponseHead {
@@ -260,20 +200,8 @@ pub(crate) struct ResponseHead {
     pub keep_alive: bool,
 }
 
-/// Parses a response head at the start of `buf`. `Ok(None)`: incomplete, read more.
-/// On success, returns the head length and the head; the body framing follows RFC 9112
-/// section 6.3 (`request_method` decides whether a body may follow).
-/// Where the head in `buf` ends (just past its empty line), if it is complete.
-/// `scanned` remembers how far previous calls looked, so a head arriving in many
-/// small reads is scanned once.
-pub(crate) fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
-    let from = scanned.saturating_sub(3);
-    *scanned = buf.len();
-    memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|i| from + i + 4)
-}
-
 /// Parses a complete response head (`head` ends with its empty line, see
-/// [`head_end`]). The header values share `head`'s buffer: nothing is copied.
+/// [`super::head_end`]). The header values share `head`'s buffer: nothing is copied.
 pub(crate) fn parse_response_head(
     head: Bytes,
     request_method: &Method,
@@ -401,237 +329,24 @@ pub(crate) fn parse_response_head(
     })
 }
 
-/// The connection-level role of a response field.
-enum Field {
-    Connection,
-    TransferEncoding,
-    ContentLength,
-    /// Another hop-by-hop field: `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
-    /// `Upgrade`.
-    HopByHop,
-    Other,
-}
-
-fn classify(name: &str) -> Field {
-    let is = |n: &str| name.eq_ignore_ascii_case(n);
-    match name.len() {
-        10 if is("connection") => Field::Connection,
-        17 if is("transfer-encoding") => Field::TransferEncoding,
-        14 if is("content-length") => Field::ContentLength,
-        10 if is("keep-alive") => Field::HopByHop,
-        16 if is("proxy-connection") => Field::HopByHop,
-        2 if is("te") => Field::HopByHop,
-        7 if is("trailer") || is("upgrade") => Field::HopByHop,
-        _ => Field::Other,
-    }
-}
-
-/// A `Content-Length` value: decimal digits only, at most 19 (no overflow).
-fn parse_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        v.iter()
-            .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')),
-    )
-}
-
 /// True when the response switches protocols as the request asked.
 pub(crate) fn is_upgrade_response(head: &ResponseHead) -> bool {
     head.status == StatusCode::SWITCHING_PROTOCOLS && head.headers.contains_key(UPGRADE)
 }
 
-/// Where a chunked body decoder is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Chunked {
-    /// Expecting a chunk-size line.
-    Size,
-    /// Inside chunk data: bytes left in this chunk.
-    Data(u64),
-    /// Expecting the CRLF after chunk data.
-    DataEnd,
-    /// After the last chunk: expecting the trailer section.
-    Trailers,
-    /// The body ended.
-    Done,
-}
-
-/// Decodes a response body from the connection's read buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decoder {
-    /// `Content-Length`: bytes left.
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked(Chunked),
-    /// No length: the body ends when the upstream closes the connection.
-    UntilClose,
-}
-
-/// One step of [`Decoder::decode`].
-#[derive(Debug)]
-pub(crate) enum Decoded {
-    /// Body bytes.
-    Data(Bytes),
-    /// The trailers of a chunked body (its last frame).
-    Trailers(HeaderMap),
-    /// The body ended (for chunked bodies: with no trailers).
-    End,
-    /// The buffer holds no complete unit: read more from the connection.
-    NeedMore,
-}
-
-impl Decoder {
-    /// True once the whole body was decoded.
-    pub(crate) fn is_done(&self) -> bool {
-        matches!(self, Decoder::Length(0) | Decoder::Chunked(Chunked::Done))
-    }
-
-    /// Bytes still expected, when known.
-    pub(crate) fn remaining(&self) -> Option<u64> {
-        match self {
-            Decoder::Length(n) => Some(*n),
-            Decoder::Chunked(Chunked::Done) => Some(0),
-            _ => None,
+impl From<BodyError> for ProtocolError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::BadChunk => ProtocolError::BadChunk,
+            BodyError::BadTrailers => ProtocolError::BadTrailers,
+            BodyError::UnexpectedEof => ProtocolError::UnexpectedEof,
         }
     }
-
-    /// Takes the next piece of the body from `buf` (consumed as it is decoded).
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ProtocolError> {
-        match self {
-            Decoder::Length(0) => Ok(Decoded::End),
-            Decoder::Length(n) => {
-                if buf.is_empty() {
-                    return Ok(Decoded::NeedMore);
-                }
-                let take = (*n).min(buf.len() as u64) as usize;
-                *n -= take as u64;
-                Ok(Decoded::Data(buf.split_to(take).freeze()))
-            }
-            Decoder::UntilClose => {
-                if buf.is_empty() {
-                    Ok(Decoded::NeedMore)
-                } else {
-                    Ok(Decoded::Data(buf.split().freeze()))
-                }
-            }
-            Decoder::Chunked(state) => decode_chunked(state, buf),
-        }
-    }
-
-    /// The connection reached end of file: fine only for bodies delimited by the close.
-    pub(crate) fn on_eof(&mut self) -> Result<(), ProtocolError> {
-        match self {
-            Decoder::UntilClose => {
-                *self = Decoder::Length(0);
-                Ok(())
-            }
-            d if d.is_done() => Ok(()),
-            _ => Err(ProtocolError::UnexpectedEof),
-        }
-    }
-}
-
-fn decode_chunked(state: &mut Chunked, buf: &mut BytesMut) -> Result<Decoded, ProtocolError> {
-    loop {
-        match *state {
-            Chunked::Size => {
-                match buf.first() {
-                    None => return Ok(Decoded::NeedMore),
-                    Some(b) if !b.is_ascii_hexdigit() => return Err(ProtocolError::BadChunk),
-                    Some(_) => {}
-                }
-                match httparse::parse_chunk_size(buf) {
-                    Ok(httparse::Status::Complete((n, size))) => {
-                        buf.advance(n);
-                        *state = if size == 0 {
-                            Chunked::Trailers
-                        } else {
-                            Chunked::Data(size)
-                        };
-                    }
-                    Ok(httparse::Status::Partial) if buf.len() < MAX_CHUNK_LINE => {
-                        return Ok(Decoded::NeedMore)
-                    }
-                    _ => return Err(ProtocolError::BadChunk),
-                }
-            }
-            Chunked::Data(n) => {
-                if buf.is_empty() {
-                    return Ok(Decoded::NeedMore);
-                }
-                let take = n.min(buf.len() as u64) as usize;
-                *state = if take as u64 == n {
-                    Chunked::DataEnd
-                } else {
-                    Chunked::Data(n - take as u64)
-                };
-                return Ok(Decoded::Data(buf.split_to(take).freeze()));
-            }
-            Chunked::DataEnd => match buf.get(..2) {
-                None if buf.first().is_none_or(|&b| b == b'\r') => return Ok(Decoded::NeedMore),
-                Some(b"\r\n") => {
-                    buf.advance(2);
-                    *state = Chunked::Size;
-                }
-                _ => return Err(ProtocolError::BadChunk),
-            },
-            Chunked::Trailers => {
-                if buf.len() < 2 {
-                    return if buf.first().is_none_or(|&b| b != b'\n') {
-                        Ok(Decoded::NeedMore)
-                    } else {
-                        Err(ProtocolError::BadTrailers)
-                    };
-                }
-                if buf.starts_with(b"\r\n") {
-                    buf.advance(2);
-                    *state = Chunked::Done;
-                    return Ok(Decoded::End);
-                }
-                let Some(end) = find_blank_line(buf) else {
-                    return if buf.len() > MAX_TRAILERS {
-                        Err(ProtocolError::BadTrailers)
-                    } else {
-                        Ok(Decoded::NeedMore)
-                    };
-                };
-                if end > MAX_TRAILERS {
-                    return Err(ProtocolError::BadTrailers);
-                }
-                let trailers = parse_trailers(&buf[..end])?;
-                buf.advance(end);
-                *state = Chunked::Done;
-                return Ok(Decoded::Trailers(trailers));
-            }
-            Chunked::Done => return Ok(Decoded::End),
-        }
-    }
-}
-
-/// Offset just past the first empty line (`\r\n\r\n`) in `buf`.
-fn find_blank_line(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
-
-fn parse_trailers(section: &[u8]) -> Result<HeaderMap, ProtocolError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
-    let fields = match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((_, f))) => f,
-        _ => return Err(ProtocolError::BadTrailers),
-    };
-    let mut map = HeaderMap::with_capacity(fields.len());
-    for f in fields {
-        let name =
-            HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| ProtocolError::BadTrailers)?;
-        let value = HeaderValue::from_bytes(f.value).map_err(|_| ProtocolError::BadTrailers)?;
-        map.append(name, value);
-    }
-    Ok(map)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{encode_chunk, encode_chunked_end, head_end};
     use super::*;
     use http::header::CONTENT_LENGTH;
 
@@ -643,33 +358,6 @@ mod tests {
             }
             None if raw.len() >= MAX_HEAD => Err(ProtocolError::HeadTooLarge),
             None => Ok(None),
-        }
-    }
-
-    /// Decodes all of `wire` fed in pieces of `step` bytes; returns data and trailers.
-    fn decode_all(
-        mut d: Decoder,
-        wire: &[u8],
-        step: usize,
-    ) -> Result<(Vec<u8>, Option<HeaderMap>), ProtocolError> {
-        let mut buf = BytesMut::new();
-        let mut fed = 0;
-        let mut out = Vec::new();
-        loop {
-            match d.decode(&mut buf)? {
-                Decoded::Data(b) => out.extend_from_slice(&b),
-                Decoded::Trailers(t) => return Ok((out, Some(t))),
-                Decoded::End => return Ok((out, None)),
-                Decoded::NeedMore => {
-                    if fed == wire.len() {
-                        d.on_eof()?;
-                        continue;
-                    }
-                    let end = (fed + step).min(wire.len());
-                    buf.extend_from_slice(&wire[fed..end]);
-                    fed = end;
-                }
-            }
         }
     }
 
@@ -921,88 +609,4 @@ mod tests {
         assert!(head(&raw, get).unwrap().is_none());
     }
 
-    #[test]
-    fn chunked_bodies_decode_in_any_split() {
-        let wire = b"5;ext=1\r\nhello\r\n6\r\n world\r\nA\r\n0123456789\r\n0\r\n\r\n";
-        for step in [1, 2, 3, 7, wire.len()] {
-            let (data, trailers) = decode_all(Decoder::Chunked(Chunked::Size), wire, step).unwrap();
-            assert_eq!(data, b"hello world0123456789", "step {step}");
-            assert!(trailers.is_none());
-        }
-        let wire = b"3\r\nabc\r\n0\r\nx-sum: 1\r\nx-other: 2\r\n\r\n";
-        for step in [1, 4, wire.len()] {
-            let (data, trailers) = decode_all(Decoder::Chunked(Chunked::Size), wire, step).unwrap();
-            assert_eq!(data, b"abc");
-            let t = trailers.unwrap();
-            assert_eq!(t["x-sum"], "1");
-            assert_eq!(t["x-other"], "2");
-        }
-        // Bytes after the end stay in the buffer (the caller refuses to reuse the
-        // connection then).
-        let mut buf = BytesMut::from(&b"0\r\n\r\nHTTP/1.1"[..]);
-        let mut d = Decoder::Chunked(Chunked::Size);
-        assert!(matches!(d.decode(&mut buf), Ok(Decoded::End)));
-        assert!(d.is_done());
-        assert_eq!(&buf[..], b"HTTP/1.1");
-    }
-
-    #[test]
-    fn bad_chunked_bodies_are_errors() {
-        let chunked = || Decoder::Chunked(Chunked::Size);
-        for wire in [
-            &b"zz\r\nhello\r\n0\r\n\r\n"[..],
-            b"\r\nhello\r\n0\r\n\r\n",
-            b"-5\r\nhello\r\n0\r\n\r\n",
-            b"5\r\nhelloXX0\r\n\r\n",
-            b"5\nhello\r\n0\r\n\r\n",
-            b"ffffffffffffffffff\r\n",
-            b"0\r\nno-colon\r\n\r\n",
-            b"0\r\n\n",
-        ] {
-            assert!(
-                decode_all(chunked(), wire, 1).is_err(),
-                "{}",
-                String::from_utf8_lossy(wire)
-            );
-            assert!(decode_all(chunked(), wire, wire.len()).is_err());
-        }
-        // An endless extension or trailer section.
-        let mut wire = b"5;".to_vec();
-        wire.resize(MAX_CHUNK_LINE + 10, b'a');
-        assert_eq!(
-            decode_all(chunked(), &wire, 512).unwrap_err(),
-            ProtocolError::BadChunk
-        );
-        let mut wire = b"0\r\nx: ".to_vec();
-        wire.resize(MAX_TRAILERS + 10, b'a');
-        assert_eq!(
-            decode_all(chunked(), &wire, 4096).unwrap_err(),
-            ProtocolError::BadTrailers
-        );
-        // Early close in every state.
-        for wire in [&b"5\r\nhel"[..], b"5\r\nhello", b"5\r\nhello\r\n", b"5"] {
-            assert_eq!(
-                decode_all(chunked(), wire, 2).unwrap_err(),
-                ProtocolError::UnexpectedEof
-            );
-        }
-    }
-
-    #[test]
-    fn length_and_close_delimited_bodies() {
-        let (data, _) = decode_all(Decoder::Length(5), b"hello", 2).unwrap();
-        assert_eq!(data, b"hello");
-        // Extra bytes beyond the length are not body.
-        let mut buf = BytesMut::from(&b"helloEXTRA"[..]);
-        let mut d = Decoder::Length(5);
-        assert!(matches!(d.decode(&mut buf), Ok(Decoded::Data(b)) if &b[..] == b"hello"));
-        assert!(d.is_done());
-        assert_eq!(&buf[..], b"EXTRA");
-        assert_eq!(
-            decode_all(Decoder::Length(10), b"short", 3).unwrap_err(),
-            ProtocolError::UnexpectedEof
-        );
-        let (data, _) = decode_all(Decoder::UntilClose, b"all of it", 4).unwrap();
-        assert_eq!(data, b"all of it");
-    }
 }
