@@ -49,10 +49,12 @@ pub(crate) async fn handle(
     let snap = shared.snapshot.load_full();
     let (mut parts, body) = req.into_parts();
 
+    // Request head limits, on the head as the client sent it (the connection's parser
+    // enforces hard caps on the raw head before this).
+    let too_large =
+        parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes;
     let request_id = request_id(&mut parts.headers);
-
-    // Request head limits (hyper enforces a hard cap on the raw head before this).
-    if parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes {
+    if too_large {
         let reply = error_page(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             parts.headers.get(ACCEPT),
@@ -110,10 +112,16 @@ pub(crate) async fn handle(
         bytes_in: 0,
     };
     let resp = proxy(&mut state, &mut ctx, &mut parts, body).await;
-    let (resp, decision) = match resp {
+    let (mut resp, decision) = match resp {
         Ok(x) => x,
         Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
     };
+    // The client can quote the id of any response (unless the upstream set its own).
+    if !resp.headers().contains_key(&X_REQUEST_ID) {
+        if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
+            resp.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
+        }
+    }
     let after = state.finish(ctx, parts, &resp, decision);
     (resp, after)
 }
@@ -192,7 +200,7 @@ async fn proxy(
     } else {
         match need {
             BodyNeed::None => match content_length {
-                // A small body with a known length is usually in hyper's buffer already:
+                // A small body with a known length usually arrived with its head:
                 // take it so that head and body go upstream in one write.
                 Some(n) if n <= GATHER_MAX as u64 => {
                     let mut body = body;
@@ -323,6 +331,8 @@ async fn proxy(
         headers: &parts.headers,
         body: forward_body,
         upgrade,
+        // RFC 9112 3.2.2: the authority of an absolute-form target replaces `Host`.
+        replace_host: parts.uri.authority().is_some(),
         // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
         default_host: parts
             .uri

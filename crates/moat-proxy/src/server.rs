@@ -33,7 +33,8 @@ use tokio::sync::watch;
 use crate::body::{BoxError, ProxyBody, RequestBody};
 use crate::gateway::{ConnInfo, ExchangeGuard, Shared};
 use crate::h1::server::{
-    encode_response_head, parse_request_head, RequestError, ResponseFraming, CONTINUE,
+    encode_response_head, parse_request_head, request_head_end, RequestError, ResponseFraming,
+    CONTINUE,
 };
 use crate::h1::{self, Decoded, Decoder, ReadError, READ_CHUNK};
 use crate::metrics::Decision;
@@ -159,7 +160,9 @@ impl http_body::Body for H1Body {
         while this.continue_left > 0 {
             let from = CONTINUE.len() - this.continue_left;
             match ready!(Pin::new(&mut conn.io).poll_write(cx, &CONTINUE[from..])) {
-                Ok(0) => return Poll::Ready(Some(Err(io::Error::from(io::ErrorKind::WriteZero).into()))),
+                Ok(0) => {
+                    return Poll::Ready(Some(Err(io::Error::from(io::ErrorKind::WriteZero).into())))
+                }
                 Ok(n) => this.continue_left -= n,
                 Err(e) => return Poll::Ready(Some(Err(e.into()))),
             }
@@ -174,7 +177,12 @@ impl http_body::Body for H1Body {
         if this.decoder.is_done() {
             return Poll::Ready(None);
         }
-        match ready!(h1::poll_body(&mut this.decoder, &mut conn.rbuf, &mut conn.io, cx)) {
+        match ready!(h1::poll_body(
+            &mut this.decoder,
+            &mut conn.rbuf,
+            &mut conn.io,
+            cx
+        )) {
             Ok(Decoded::Data(d)) => Poll::Ready(Some(Ok(Frame::data(d)))),
             Ok(Decoded::Trailers(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
             Ok(Decoded::End | Decoded::NeedMore) => Poll::Ready(None),
@@ -284,7 +292,7 @@ impl Drain {
 
 /// True once the gateway drains (or is gone).
 fn draining(drain: &watch::Receiver<bool>) -> bool {
-    *drain.borrow() || !drain.has_changed().is_ok()
+    *drain.borrow() || drain.has_changed().is_err()
 }
 
 /// HTTP/2 server settings, built once from the configuration.
@@ -375,18 +383,28 @@ async fn serve_h1(
     let mut home: Option<Arc<BodyHome>> = None;
     loop {
         // The request head.
-        let head_cap = {
+        // Hard caps on the raw head, as twice the configured limits (checked exactly
+        // on the parsed head): beyond them the head is not parsed at all.
+        let (head_cap, max_fields) = {
             let snap = shared.snapshot.load();
-            (snap.max_header_bytes * 2).max(16 << 10)
+            (
+                (snap.max_header_bytes * 2).max(16 << 10),
+                (snap.max_headers * 2).max(128),
+            )
         };
         let mut scanned = 0;
         let end = loop {
             // RFC 9112 2.2: empty lines before a request line are ignored.
-            while conn.rbuf.starts_with(b"\r\n") {
-                let _ = conn.rbuf.split_to(2);
+            let blank = conn
+                .rbuf
+                .iter()
+                .take_while(|&&b| b == b'\r' || b == b'\n')
+                .count();
+            if blank > 0 {
+                let _ = conn.rbuf.split_to(blank);
                 scanned = 0;
             }
-            if let Some(n) = h1::head_end(&conn.rbuf, &mut scanned) {
+            if let Some(n) = request_head_end(&conn.rbuf, &mut scanned) {
                 break Some(n);
             }
             if conn.rbuf.len() > head_cap {
@@ -398,7 +416,9 @@ async fn serve_h1(
             }
         };
         let parsed = match end {
-            Some(n) if n <= head_cap => parse_request_head(conn.rbuf.split_to(n).freeze()),
+            Some(n) if n <= head_cap => {
+                parse_request_head(conn.rbuf.split_to(n).freeze(), max_fields)
+            }
             _ => Err(RequestError::TOO_LARGE),
         };
         let head = match parsed {
@@ -546,7 +566,8 @@ async fn write_body(
     let mut sent: u64 = 0;
     let mut trailers = None;
     loop {
-        let polled = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
         let frame = match polled {
             Poll::Ready(f) => f,
             Poll::Pending => {

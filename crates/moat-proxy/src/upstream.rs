@@ -26,9 +26,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use crate::h1::client::{self as h1, RequestFraming};
 pub use crate::h1::client::ProtocolError;
 pub(crate) use crate::h1::client::X_FORWARDED_FOR;
+use crate::h1::client::{self as h1, RequestFraming};
 use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
 
 use crate::body::{BoxError, ProxyBody};
@@ -459,6 +459,9 @@ pub struct UpstreamRequest<'a> {
     pub body: ProxyBody,
     /// True when the request asks for a protocol upgrade (a `101` is then accepted).
     pub upgrade: bool,
+    /// True when `default_host` replaces the request's `Host` (an absolute-form
+    /// target, or HTTP/2's `:authority`).
+    pub replace_host: bool,
     /// `Host` to send when the request carries none (HTTP/2, HTTP/1.0).
     pub default_host: &'a str,
     /// The client address appended to `X-Forwarded-For`.

@@ -15,7 +15,6 @@ use http::{Method, StatusCode, Version};
 use super::{classify, parse_length, push_decimal, push_field, BodyError, Chunked, Decoder, Field};
 use crate::upstream::UpstreamRequest;
 
-
 /// `X-Forwarded-For`.
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`.
@@ -141,6 +140,9 @@ pub(crate) fn encode_request_head(
     let mut has_host = false;
     for (name, value) in headers {
         if name == HOST {
+            if req.replace_host {
+                continue;
+            }
             has_host = true;
         } else if is_hop_by_hop(name) {
             if !(req.upgrade && name == UPGRADE) {
@@ -368,6 +370,7 @@ mod tests {
             headers,
             body: crate::body::ProxyBody::Empty,
             upgrade: false,
+            replace_host: false,
             default_host: "fallback:80",
             forwarded_for: peer,
             forwarded_proto: "http",
@@ -608,5 +611,4 @@ mod tests {
         raw.truncate(MAX_HEAD - 1);
         assert!(head(&raw, get).unwrap().is_none());
     }
-
 }

@@ -374,8 +374,7 @@ fn parse_trailers(section: &[u8]) -> Result<HeaderMap, BodyError> {
     };
     let mut map = HeaderMap::with_capacity(fields.len());
     for f in fields {
-        let name =
-            HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| BodyError::BadTrailers)?;
+        let name = HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| BodyError::BadTrailers)?;
         let value = HeaderValue::from_bytes(f.value).map_err(|_| BodyError::BadTrailers)?;
         map.append(name, value);
     }
@@ -412,7 +411,6 @@ mod tests {
             }
         }
     }
-
 
     #[test]
     fn chunked_bodies_decode_in_any_split() {

@@ -15,8 +15,9 @@ use http::{Method, StatusCode, Uri, Version};
 
 use super::{classify, parse_length, push_decimal, push_field, Chunked, Decoder, Field};
 
-/// Most header fields parsed in a request head; the configured `limits.max_headers`
-/// (at most this) is checked on the parsed head.
+/// Most header fields ever parsed in a request head. The parser's own cap is set
+/// per listener below this (see [`parse_request_head`]); the configured
+/// `limits.max_headers` is checked on the parsed head.
 pub(crate) const MAX_HEADER_SLOTS: usize = 512;
 
 /// A request head moat answers with an error (and then closes the connection).
@@ -56,24 +57,39 @@ pub(crate) struct RequestHead {
     pub expect_continue: bool,
 }
 
+/// Where the request head in `buf` ends (just past its empty line), if it is
+/// complete. Lines may end with CRLF or a bare LF (RFC 9112 2.2 lets a recipient
+/// accept both; `httparse` parses both). `scanned` remembers how far previous calls
+/// looked, so a head arriving in many small reads is scanned once.
+pub(crate) fn request_head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
+    let from = scanned.saturating_sub(2);
+    *scanned = buf.len();
+    for i in memchr::memchr_iter(b'\n', &buf[from..]) {
+        let at = from + i + 1;
+        match buf.get(at..) {
+            Some([b'\n', ..]) => return Some(at + 1),
+            Some([b'\r', b'\n', ..]) => return Some(at + 2),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Parses a complete request head (`head` ends with its empty line, see
-/// [`super::head_end`]). The target and the header values share `head`'s buffer.
-pub(crate) fn parse_request_head(head: Bytes) -> Result<RequestHead, RequestError> {
+/// [`request_head_end`]). The target and the header values share `head`'s buffer.
+/// More than `max_fields` header fields (at most [`MAX_HEADER_SLOTS`]) is an error.
+pub(crate) fn parse_request_head(
+    head: Bytes,
+    max_fields: usize,
+) -> Result<RequestHead, RequestError> {
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADER_SLOTS];
+    let slots = &mut slots[..max_fields.clamp(1, MAX_HEADER_SLOTS)];
     let mut req = httparse::Request::new(&mut []);
-    match httparse::ParserConfig::default().parse_request_with_uninit_headers(
-        &mut req,
-        &head,
-        &mut slots,
-    ) {
+    match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, &head, slots)
+    {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(RequestError::TOO_LARGE),
-        Err(httparse::Error::Version) => {
-            return Err(RequestError {
-                status: StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                reason: "HTTP version not supported",
-            })
-        }
         _ => return Err(RequestError::bad("invalid request head")),
     }
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
@@ -118,32 +134,52 @@ pub(crate) fn parse_request_head(head: Bytes) -> Result<RequestHead, RequestErro
                     if coding.is_empty() {
                         continue;
                     }
+                    // RFC 9112 6.3: chunked must be the final coding, else the
+                    // length cannot be known: 400. Codings under chunked are not
+                    // supported either (a proxy would have to undo them).
                     if !coding.eq_ignore_ascii_case(b"chunked") || chunked {
-                        return Err(RequestError {
-                            status: StatusCode::NOT_IMPLEMENTED,
-                            reason: "transfer coding not supported",
-                        });
+                        return Err(RequestError::bad("unsupported transfer coding"));
                     }
                     chunked = true;
                 }
                 has_te = true;
             }
             Field::ContentLength => {
+                let first = length.is_none();
+                let mut parts = 0;
                 for part in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                    let n = parse_length(part)
-                        .ok_or(RequestError::bad("invalid content-length"))?;
+                    let n =
+                        parse_length(part).ok_or(RequestError::bad("invalid content-length"))?;
                     if length.is_some_and(|l| l != n) {
                         return Err(RequestError::bad("conflicting content-length"));
                     }
                     length = Some(n);
+                    parts += 1;
+                }
+                // Repeats of one length are one length: it is forwarded once.
+                if !first {
+                    continue;
+                }
+                if parts > 1 {
+                    headers.append(
+                        http::header::CONTENT_LENGTH,
+                        HeaderValue::from(length.unwrap_or(0)),
+                    );
+                    continue;
                 }
             }
             Field::HopByHop | Field::Other => {
                 if f.name.eq_ignore_ascii_case("host") {
                     hosts += 1;
+                    if !valid_host(f.value) {
+                        return Err(RequestError::bad("invalid host"));
+                    }
                 } else if f.name.eq_ignore_ascii_case("expect") {
                     if f.value.eq_ignore_ascii_case(b"100-continue") {
+                        // Answered by moat itself (when the body is first read); the
+                        // upstream is not asked again.
                         expect_continue = version == Version::HTTP_11;
+                        continue;
                     } else {
                         return Err(RequestError {
                             status: StatusCode::EXPECTATION_FAILED,
@@ -184,6 +220,35 @@ pub(crate) fn parse_request_head(head: Bytes) -> Result<RequestHead, RequestErro
         decoder,
         keep_alive,
         expect_continue,
+    })
+}
+
+/// True when `v` can be a `Host` value: `host[:port]`, the host a registered name,
+/// an IPv4 address or a bracketed IP literal (RFC 3986 3.2.2), possibly empty.
+fn valid_host(v: &[u8]) -> bool {
+    v.iter().all(|&b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
     })
 }
 
@@ -290,7 +355,7 @@ mod tests {
     use super::*;
 
     fn parse(raw: &str) -> Result<RequestHead, RequestError> {
-        parse_request_head(Bytes::copy_from_slice(raw.as_bytes()))
+        parse_request_head(Bytes::copy_from_slice(raw.as_bytes()), MAX_HEADER_SLOTS)
     }
 
     fn status(raw: &str) -> StatusCode {
@@ -298,8 +363,30 @@ mod tests {
     }
 
     #[test]
+    fn heads_end_at_their_empty_line_in_any_split() {
+        for (raw, end) in [
+            (&b"GET / HTTP/1.1\r\nHost: x\r\n\r\nNEXT"[..], 27),
+            (b"GET / HTTP/1.1\nHost: x\n\nNEXT", 24),
+            (b"GET / HTTP/1.1\r\nHost: x\n\r\nNEXT", 26),
+        ] {
+            assert_eq!(request_head_end(raw, &mut 0), Some(end));
+            // Fed a byte at a time.
+            let mut scanned = 0;
+            let found = (1..=raw.len()).find_map(|n| request_head_end(&raw[..n], &mut scanned));
+            assert_eq!(found, Some(end));
+        }
+        assert_eq!(
+            request_head_end(b"GET / HTTP/1.1\r\nHost: x\r\n", &mut 0),
+            None
+        );
+        let h = parse("GET /lf HTTP/1.1\nHost: x\nX-A: 1\n\n").unwrap();
+        assert_eq!(h.parts.headers["x-a"], "1");
+    }
+
+    #[test]
     fn request_heads_and_framing() {
-        let h = parse("POST /a?b=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n").unwrap();
+        let h = parse("POST /a?b=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n")
+            .unwrap();
         assert_eq!(h.parts.method, Method::POST);
         assert_eq!(h.parts.uri, "/a?b=1");
         assert_eq!(h.parts.headers["x-a"], "1");
@@ -316,16 +403,25 @@ mod tests {
         assert_eq!(h.parts.version, Version::HTTP_10);
         let h = parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
         assert!(h.keep_alive);
-        let h = parse("PUT /u HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
-            .unwrap();
+        let h = parse(
+            "PUT /u HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+        )
+        .unwrap();
         assert!(h.expect_continue);
+        // Answered by moat: not forwarded.
+        assert!(!h.parts.headers.contains_key("expect"));
         let h = parse("GET http://a.example:8080/p?q HTTP/1.1\r\nHost: a.example\r\n\r\n").unwrap();
         assert_eq!(h.parts.uri.host(), Some("a.example"));
         assert_eq!(h.parts.uri.path_and_query().unwrap(), "/p?q");
         // The same length repeated is one length.
-        let h = parse("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\nContent-Length: 3\r\n\r\n")
-            .unwrap();
+        let h = parse(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\nContent-Length: 3\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(h.decoder, Decoder::Length(3));
+        assert_eq!(h.parts.headers.get_all("content-length").iter().count(), 1);
+        let h = parse("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n").unwrap();
+        assert_eq!(h.parts.headers["host"], "[::1]:8080");
     }
 
     #[test]
@@ -338,16 +434,18 @@ mod tests {
             ("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", bad),
             ("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", bad),
             ("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0x10\r\n\r\n", bad),
-            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", StatusCode::NOT_IMPLEMENTED),
-            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", StatusCode::NOT_IMPLEMENTED),
-            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", StatusCode::NOT_IMPLEMENTED),
+            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", bad),
+            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", bad),
+            ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", bad),
             ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", bad),
             ("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n", bad),
             // Heads.
             ("GET / HTTP/1.1\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", bad),
             ("G@T / HTTP/1.1\r\nHost: x\r\n\r\n", bad),
-            ("GET / HTTP/2.0\r\nHost: x\r\n\r\n", StatusCode::HTTP_VERSION_NOT_SUPPORTED),
+            ("GET / HTTP/2.0\r\nHost: x\r\n\r\n", bad),
+            ("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", bad),
+            ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", bad),
             ("GET a.example:80 HTTP/1.1\r\nHost: x\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: x\r\nX: a\u{1}b\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", StatusCode::EXPECTATION_FAILED),
@@ -362,10 +460,18 @@ mod tests {
         assert_eq!(status(&many), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
 
-    fn head(status: StatusCode, h: &[(&str, &str)], f: ResponseFraming, c: Option<&'static [u8]>) -> String {
+    fn head(
+        status: StatusCode,
+        h: &[(&str, &str)],
+        f: ResponseFraming,
+        c: Option<&'static [u8]>,
+    ) -> String {
         let mut map = HeaderMap::new();
         for (k, v) in h {
-            map.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
         }
         let mut buf = Vec::new();
         encode_response_head(&mut buf, status, &map, f, c);
@@ -389,10 +495,23 @@ mod tests {
             "HTTP/1.1 304 Not Modified\r\ncontent-length: 10\r\ndate: Sat, 21 Nov 2026 10:00:00 GMT\r\n\r\n"
         );
         // A protocol switch keeps Connection and Upgrade.
-        let up = head(StatusCode::SWITCHING_PROTOCOLS, &[("connection", "upgrade"), ("upgrade", "websocket"), date[0]], ResponseFraming::NoBody, None);
-        assert!(up.contains("connection: upgrade\r\nupgrade: websocket\r\n"), "{up}");
+        let up = head(
+            StatusCode::SWITCHING_PROTOCOLS,
+            &[("connection", "upgrade"), ("upgrade", "websocket"), date[0]],
+            ResponseFraming::NoBody,
+            None,
+        );
+        assert!(
+            up.contains("connection: upgrade\r\nupgrade: websocket\r\n"),
+            "{up}"
+        );
         // A missing Date is added; an unknown status has an empty reason.
-        let h = head(StatusCode::from_u16(599).unwrap(), &[], ResponseFraming::Length(0), None);
+        let h = head(
+            StatusCode::from_u16(599).unwrap(),
+            &[],
+            ResponseFraming::Length(0),
+            None,
+        );
         assert!(h.starts_with("HTTP/1.1 599 \r\ndate: "), "{h}");
         assert!(h.ends_with(" GMT\r\ncontent-length: 0\r\n\r\n"), "{h}");
     }
