@@ -156,6 +156,9 @@ const WATCH_TICK: Duration = Duration::from_secs(10);
 /// An HTTP/1 connection with nothing in flight that completes no request head for this
 /// many ticks in a row (30 to 40 s) is closed: idle keep-alive and slow-head clients.
 const WATCH_IDLE_TICKS: u32 = 3;
+/// While the gateway drains, how often a connection with an exchange in flight is
+/// checked again.
+const DRAIN_CHECK: Duration = Duration::from_millis(50);
 
 impl ConnInfo {
     /// Marks the start of an exchange; the returned guard ends it when dropped.
@@ -181,23 +184,42 @@ impl Drop for ExchangeGuard {
 
 /// Returns when an HTTP/1 connection has completed no request head for
 /// [`WATCH_IDLE_TICKS`] ticks in a row while nothing was in flight (idle keep-alive
-/// connections, clients that send their head or their TLS handshake too slowly); the
-/// caller then drops the connection. Never returns for HTTP/2 connections, which
-/// hyper's keep-alive pings watch. It is polled inside the connection's own task, so
-/// its one timer goes away with the connection: as a task of its own it outlived
-/// every connection by up to a tick and held the finished connection's task memory
-/// (several KiB) through its abort handle, which grew RSS by gigabytes under a load of
-/// short connections.
-async fn watchdog(watch: Arc<ConnWatch>) {
+/// connections, clients that send their head or their TLS handshake too slowly), or
+/// once the gateway drains and nothing is in flight; the caller then drops the
+/// connection (an exchange in flight finishes first and its response says
+/// `connection: close`). Never returns for HTTP/2 connections, which hyper's keep-alive
+/// pings watch and which drain with a GOAWAY.
+///
+/// It is polled inside the connection's own task, so its one timer goes away with the
+/// connection: as a task of its own it outlived every connection by up to a tick and
+/// held the finished connection's task memory (several KiB) through its abort handle,
+/// which grew RSS by gigabytes under a load of short connections. Watching the drain
+/// signal here, once per tick, keeps that off the per-request path.
+async fn watchdog(watch: Arc<ConnWatch>, mut drain: watch::Receiver<bool>) {
     let mut last_heads = 0;
     let mut idle_ticks = 0;
+    let mut draining = false;
     loop {
-        tokio::time::sleep(WATCH_TICK).await;
+        if draining {
+            tokio::time::sleep(DRAIN_CHECK).await;
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(WATCH_TICK) => {}
+                _ = drain.wait_for(|d| *d) => draining = true,
+            }
+        }
         if watch.h2.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
+        let idle = watch.active.load(Ordering::Relaxed) == 0;
+        if draining {
+            if idle {
+                return;
+            }
+            continue;
+        }
         let heads = watch.heads.load(Ordering::Relaxed);
-        if heads == last_heads && watch.active.load(Ordering::Relaxed) == 0 {
+        if heads == last_heads && idle {
             idle_ticks += 1;
             if idle_ticks >= WATCH_IDLE_TICKS {
                 return;
@@ -509,6 +531,7 @@ async fn accept_loop(
         let shared = shared.clone();
         let h2 = h2.clone();
         let drain = drain.clone();
+        let watchdog_drain = drain.clone();
         let watch = Arc::new(ConnWatch::default());
         let conn_watch = watch.clone();
         let conn = async move {
@@ -550,8 +573,8 @@ async fn accept_loop(
             tokio::select! {
                 biased;
                 () = conn => {}
-                () = watchdog(watch) => {
-                    tracing::trace!("closing a connection that sent no request head in time");
+                () = watchdog(watch, watchdog_drain) => {
+                    tracing::trace!("closing an idle connection (no request head in time, or draining)");
                 }
             }
         });

@@ -310,7 +310,7 @@ pub(crate) fn h2_builder(
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     h2: Arc<hyper::server::conn::http2::Builder<TokioExecutor>>,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
     ci: Arc<ConnInfo>,
     io: DownstreamIo,
 ) {
@@ -328,13 +328,13 @@ pub(crate) async fn serve(
     });
     if matches!(conn.io, DownstreamIo::Plain(_)) {
         // HTTP/2 with prior knowledge: decided on the first bytes.
-        match read_some(&mut conn, &mut drain).await {
+        match read_some(&mut conn).await {
             Ok(true) => {}
             _ => return,
         }
         if H2_PREFACE.starts_with(&conn.rbuf[..conn.rbuf.len().min(H2_PREFACE.len())]) {
             while conn.rbuf.len() < H2_PREFACE.len() {
-                match read_some(&mut conn, &mut drain).await {
+                match read_some(&mut conn).await {
                     Ok(true) => {}
                     _ => return,
                 }
@@ -349,25 +349,16 @@ pub(crate) async fn serve(
             }
         }
     }
-    serve_h1(&shared, &ci, conn, &mut drain).await;
+    serve_h1(&shared, &ci, conn, &drain).await;
 }
 
-/// Reads more into the read buffer. `Ok(false)`: end of file, or the gateway drains
-/// while no request has started.
-async fn read_some(conn: &mut ConnIo, drain: &mut watch::Receiver<bool>) -> io::Result<bool> {
+/// Reads more into the read buffer. `Ok(false)`: end of file. (An idle connection
+/// is closed on drain by its watchdog, see `gateway::watchdog`.)
+async fn read_some(conn: &mut ConnIo) -> io::Result<bool> {
     if conn.rbuf.capacity() - conn.rbuf.len() < 1024 {
         conn.rbuf.reserve(READ_CHUNK);
     }
-    let n = if conn.rbuf.is_empty() {
-        tokio::select! {
-            biased;
-            r = conn.io.read_buf(&mut conn.rbuf) => r?,
-            _ = drain.wait_for(|d| *d) => return Ok(false),
-        }
-    } else {
-        conn.io.read_buf(&mut conn.rbuf).await?
-    };
-    Ok(n > 0)
+    Ok(conn.io.read_buf(&mut conn.rbuf).await? > 0)
 }
 
 /// The HTTP/1.1 loop: a request head, the exchange, the response; again while the
@@ -376,7 +367,7 @@ async fn serve_h1(
     shared: &Arc<Shared>,
     ci: &Arc<ConnInfo>,
     mut conn: Box<ConnIo>,
-    drain: &mut watch::Receiver<bool>,
+    drain: &watch::Receiver<bool>,
 ) {
     let mut wbuf: Vec<u8> = Vec::with_capacity(1024);
     // Allocated with the first request body that is streamed.
@@ -410,7 +401,7 @@ async fn serve_h1(
             if conn.rbuf.len() > head_cap {
                 break None;
             }
-            match read_some(&mut conn, drain).await {
+            match read_some(&mut conn).await {
                 Ok(true) => {}
                 _ => return,
             }
