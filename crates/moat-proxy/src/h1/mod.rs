@@ -2,10 +2,13 @@
 //! client towards upstreams ([`client`]) and its downstream server ([`server`]):
 //! message bodies decoded from a connection's read buffer (`Content-Length`,
 //! chunked, until close) with explicit limits, chunked encoding, and header field
-//! classification. Everything here is pure: no I/O.
+//! classification. Everything here is pure except [`poll_body`], which reads a body
+//! from a connection.
 
 pub(crate) mod client;
 pub(crate) mod server;
+#[cfg(test)]
+mod proptests;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
