@@ -487,13 +487,17 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             ));
         }
     }
-    if cfg.limits.max_headers == 0 || cfg.limits.max_header_bytes < 1024 {
+    let max_fields = crate::h1::server::MAX_HEADER_SLOTS;
+    if cfg.limits.max_headers == 0
+        || cfg.limits.max_headers > max_fields
+        || cfg.limits.max_header_bytes < 1024
+    {
         return Err(ConfigError::semantic(
             &src.file,
             0,
             0,
             "limits",
-            "max_headers must be > 0 and max_header_bytes >= 1KiB",
+            format!("max_headers must be 1 to {max_fields} and max_header_bytes >= 1KiB"),
         ));
     }
     Ok(())
