@@ -6,9 +6,9 @@
 //! from a connection.
 
 pub(crate) mod client;
-pub(crate) mod server;
 #[cfg(test)]
 mod proptests;
+pub(crate) mod server;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -248,7 +248,9 @@ fn decode_chunked(state: &mut Chunked, buf: &mut BytesMut) -> Result<Decoded, Bo
                     Some(_) => {}
                 }
                 match httparse::parse_chunk_size(buf) {
-                    Ok(httparse::Status::Complete((n, size))) => {
+                    // The limit holds for a line that arrived whole as for one that
+                    // is still incomplete (the result must not depend on the reads).
+                    Ok(httparse::Status::Complete((n, size))) if n <= MAX_CHUNK_LINE => {
                         buf.advance(n);
                         *state = if size == 0 {
                             Chunked::Trailers
@@ -283,12 +285,13 @@ fn decode_chunked(state: &mut Chunked, buf: &mut BytesMut) -> Result<Decoded, Bo
                 _ => return Err(BodyError::BadChunk),
             },
             Chunked::Trailers => {
+                // A bare-LF empty line ends no trailer section (see `parse_trailers`):
+                // refused as soon as it is seen, however the bytes arrive.
+                if buf.first() == Some(&b'\n') {
+                    return Err(BodyError::BadTrailers);
+                }
                 if buf.len() < 2 {
-                    return if buf.first().is_none_or(|&b| b != b'\n') {
-                        Ok(Decoded::NeedMore)
-                    } else {
-                        Err(BodyError::BadTrailers)
-                    };
+                    return Ok(Decoded::NeedMore);
                 }
                 if buf.starts_with(b"\r\n") {
                     buf.advance(2);
@@ -296,7 +299,9 @@ fn decode_chunked(state: &mut Chunked, buf: &mut BytesMut) -> Result<Decoded, Bo
                     return Ok(Decoded::End);
                 }
                 let Some(end) = find_blank_line(buf) else {
-                    return if buf.len() > MAX_TRAILERS {
+                    return if buf.len() > MAX_TRAILERS
+                        || memchr::memmem::find(buf, b"\n\n").is_some()
+                    {
                         Err(BodyError::BadTrailers)
                     } else {
                         Ok(Decoded::NeedMore)
@@ -371,8 +376,10 @@ fn find_blank_line(buf: &[u8]) -> Option<usize> {
 
 fn parse_trailers(section: &[u8]) -> Result<HeaderMap, BodyError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
+    // httparse also ends a section at a bare-LF empty line: the section must be all
+    // it parsed, else bytes after that line would be swallowed as trailers.
     let fields = match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((_, f))) => f,
+        Ok(httparse::Status::Complete((n, f))) if n == section.len() => f,
         _ => return Err(BodyError::BadTrailers),
     };
     let mut map = HeaderMap::with_capacity(fields.len());
@@ -452,6 +459,10 @@ mod tests {
             b"ffffffffffffffffff\r\n",
             b"0\r\nno-colon\r\n\r\n",
             b"0\r\n\n",
+            // A bare-LF empty line does not end trailers (found by the property tests:
+            // whole, the bytes after it were swallowed as trailers).
+            b"0\r\n\n\r\n\r\n",
+            b"0\r\nx: 1\n\nGET /next HTTP/1.1\r\n\r\n",
         ] {
             assert!(
                 decode_all(chunked(), wire, 1).is_err(),
@@ -460,6 +471,14 @@ mod tests {
             );
             assert!(decode_all(chunked(), wire, wire.len()).is_err());
         }
+        // A complete chunk-size line over the limit, arriving in one read.
+        let mut wire = b"1;".to_vec();
+        wire.resize(MAX_CHUNK_LINE, b'a');
+        wire.extend_from_slice(b"\r\nx\r\n0\r\n\r\n");
+        assert_eq!(
+            decode_all(chunked(), &wire, wire.len()).unwrap_err(),
+            BodyError::BadChunk
+        );
         // An endless extension or trailer section.
         let mut wire = b"5;".to_vec();
         wire.resize(MAX_CHUNK_LINE + 10, b'a');

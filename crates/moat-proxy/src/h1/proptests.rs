@@ -778,13 +778,12 @@ proptest! {
     }
 }
 
-// The decoders disagree with themselves depending on how the bytes arrive. Both
-// properties below fail on the wire code as it is; they are kept, ignored, as the
-// specification of the fix (run with `--ignored`). See the minimal inputs in each.
+// The decoder must not depend on how the bytes arrive. Both properties below found
+// bugs (fixed): their minimal inputs are kept in the comments.
 proptest! {
     #![proptest_config(config())]
 
-    /// BUG: a trailer section is taken to end at the first CRLF CRLF, but parsed with
+    /// Found (fixed): a trailer section was taken to end at the first CRLF CRLF, but parsed with
     /// `httparse::parse_headers`, which also ends a section at a bare LF empty line and
     /// whose consumed length is not checked. So `0\r\n\n` + anything + `\r\n\r\n` is
     /// accepted whole, the bytes after the LF (e.g. a pipelined request) silently
@@ -792,7 +791,6 @@ proptest! {
     /// (`0\r\n\n` alone is `BadTrailers`). Minimal: `b"0\r\n\n\r\n\r\n"`: whole, it is
     /// `Trailers({})` consuming 7 bytes; in 1-byte reads it is `Err(BadTrailers)`.
     #[test]
-    #[ignore = "finds a real bug in decode_chunked (trailers end at a bare LF): see the comment"]
     fn chunked_trailers_end_where_httparse_ends_them(
         wire in prop_oneof![chunked_soup(), trailer_soup()],
         pieces in pieces(),
@@ -815,13 +813,12 @@ proptest! {
         }
     }
 
-    /// BUG (limit): `MAX_CHUNK_LINE` is only checked while a chunk-size line is
+    /// Found (fixed): `MAX_CHUNK_LINE` was only checked while a chunk-size line is
     /// incomplete. A longer line that arrives whole in one read is accepted; the same
     /// line in smaller reads is `BadChunk`. Minimal: `b"1;"` + 4093 bytes `a` +
     /// `b"\r\nx\r\n0\r\n\r\n"` (a size line of 4097 bytes): whole, it decodes to
     /// `x`; in 1-byte reads it is `Err(BadChunk)`.
     #[test]
-    #[ignore = "finds a real bug in decode_chunked (MAX_CHUNK_LINE not applied to complete lines): see the comment"]
     fn chunk_line_limit_is_split_independent(
         ext in (MAX_CHUNK_LINE - 8)..(MAX_CHUNK_LINE + 8),
         pieces in pieces(),
