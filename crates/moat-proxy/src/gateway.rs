@@ -231,6 +231,73 @@ async fn watchdog(watch: Arc<ConnWatch>, mut drain: watch::Receiver<bool>) {
     }
 }
 
+/// A future polled only when its own waker fired (and on its first poll).
+///
+/// The connection's watchdog shares its task with the connection, which is woken
+/// several times per request (reads, writes, the upstream); polling the watchdog each
+/// time re-registers its timer and takes the lock of the drain signal's waiter list.
+/// Wrapped, it costs a flag check on those polls.
+struct OnOwnWake<F> {
+    inner: std::pin::Pin<Box<F>>,
+    wake: Arc<OwnWake>,
+    /// The task waker last registered in `wake.task` (compared, not re-registered).
+    registered: Option<std::task::Waker>,
+}
+
+#[derive(Default)]
+struct OwnWake {
+    woken: AtomicBool,
+    task: futures_util::task::AtomicWaker,
+}
+
+impl std::task::Wake for OwnWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl<F: std::future::Future> OnOwnWake<F> {
+    fn new(inner: F) -> Self {
+        let wake = Arc::new(OwnWake::default());
+        wake.woken.store(true, Ordering::Relaxed);
+        OnOwnWake {
+            inner: Box::pin(inner),
+            wake,
+            registered: None,
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for OnOwnWake<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        if !this
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            this.wake.task.register(cx.waker());
+            this.registered = Some(cx.waker().clone());
+        }
+        if !this.wake.woken.swap(false, Ordering::AcqRel) {
+            return std::task::Poll::Pending;
+        }
+        let waker = std::task::Waker::from(this.wake.clone());
+        this.inner
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker))
+    }
+}
+
 impl Shared {
     /// Builds a snapshot from a validated configuration.
     fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
@@ -573,7 +640,7 @@ async fn accept_loop(
             tokio::select! {
                 biased;
                 () = conn => {}
-                () = watchdog(watch, watchdog_drain) => {
+                () = OnOwnWake::new(watchdog(watch, watchdog_drain)) => {
                     tracing::trace!("closing an idle connection (no request head in time, or draining)");
                 }
             }
