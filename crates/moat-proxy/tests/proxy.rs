@@ -502,3 +502,42 @@ async fn idle_upstream_connections_expire() {
     );
     gw.shutdown(Duration::from_secs(1)).await;
 }
+
+/// HTTP/2 with prior knowledge on a plain listener: the first bytes decide, and the
+/// connection is served as HTTP/2 (GET and POST, several streams on one connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_prior_knowledge_on_a_plain_listener() {
+    use http_body_util::BodyExt;
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
+    let addr = gw.listener_addr("main").unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for i in 0..3 {
+        let req = Request::post(format!("http://{addr}/h2c/{i}"))
+            .body(Full::new(Bytes::from(format!("body {i}"))))
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.headers()["x-request-id"].len(), 32);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v = json(&body);
+        assert_eq!(v["method"], "POST");
+        assert_eq!(v["uri"], format!("/h2c/{i}"));
+        assert_eq!(v["body"], format!("body {i}"));
+    }
+    assert!(gw.shutdown(Duration::from_secs(2)).await);
+}
