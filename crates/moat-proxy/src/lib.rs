@@ -5,6 +5,7 @@
 //! * [`gateway`]: listeners, TLS hand-off, configuration snapshots, hot reload, graceful shutdown.
 //! * [`proxy`]: the request path.
 //! * [`upstream`]: clusters, round-robin, passive ejection, keep-alive pools.
+//! * [`stream`]: a TCP connection, plain or under TLS, as one type.
 //! * [`admin`]: the admin listener (a `path -> handler` table).
 //! * [`metrics`]: Prometheus counters and per-phase histograms.
 //! * [`events`]: the sink for access, security and TLS records.
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
 mod server;
+pub mod stream;
 pub mod upstream;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};

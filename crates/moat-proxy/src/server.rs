@@ -51,63 +51,7 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 256 << 10;
 
 /// A downstream byte stream: TCP, or TLS over TCP.
-#[derive(Debug)]
-pub(crate) enum DownstreamIo {
-    /// Plain TCP.
-    Plain(TcpStream),
-    /// TLS (boxed: the session state is large and this enum is moved around).
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for DownstreamIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DownstreamIo::Plain(t) => Pin::new(t).poll_read(cx, buf),
-            DownstreamIo::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for DownstreamIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            DownstreamIo::Plain(t) => Pin::new(t).poll_write(cx, b),
-            DownstreamIo::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, b),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DownstreamIo::Plain(t) => Pin::new(t).poll_flush(cx),
-            DownstreamIo::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            DownstreamIo::Plain(t) => Pin::new(t).poll_shutdown(cx),
-            DownstreamIo::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            DownstreamIo::Plain(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            DownstreamIo::Tls(t) => Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            DownstreamIo::Plain(t) => t.is_write_vectored(),
-            DownstreamIo::Tls(t) => t.is_write_vectored(),
-        }
-    }
-}
+pub(crate) type DownstreamIo = crate::stream::MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
 
 /// The connection as the HTTP/1.1 loop and a streaming request body share it: the
 /// body owns it while it is read (see [`H1Body`]).

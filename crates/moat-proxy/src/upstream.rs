@@ -22,7 +22,7 @@ use http::{HeaderMap, Method, Response};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
@@ -101,68 +101,9 @@ impl From<ProtocolError> for Failure {
     }
 }
 
-/// A connection to an upstream: plain TCP or TLS over TCP.
-#[derive(Debug)]
-pub enum UpstreamStream {
-    /// Plaintext.
-    Plain(TcpStream),
-    /// TLS (moat-tls upstream connector).
-    Tls(Box<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for UpstreamStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(t) => Pin::new(t).poll_read(cx, buf),
-            UpstreamStream::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(t) => Pin::new(t).poll_write(cx, buf),
-            UpstreamStream::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(t) => Pin::new(t).poll_flush(cx),
-            UpstreamStream::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(t) => Pin::new(t).poll_shutdown(cx),
-            UpstreamStream::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(t) => Pin::new(t).poll_write_vectored(cx, bufs),
-            UpstreamStream::Tls(t) => Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamStream::Plain(t) => t.is_write_vectored(),
-            UpstreamStream::Tls(t) => t.is_write_vectored(),
-        }
-    }
-}
+/// A connection to an upstream: plain TCP or TLS over TCP (moat-tls upstream connector).
+pub type UpstreamStream =
+    crate::stream::MaybeTls<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>;
 
 /// An upstream connection with its buffers, owned by one exchange at a time.
 #[derive(Debug)]
