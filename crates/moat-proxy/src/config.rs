@@ -288,12 +288,40 @@ pub enum OnLimit {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Total size of the request head (names + values); larger answers 431.
-    #[serde(default = "default_header_bytes", with = "byte_size")]
+    /// Total size of the request head (names + values); larger answers 431. At least 1KiB.
+    #[serde(
+        default = "default_header_bytes",
+        deserialize_with = "head_bytes",
+        serialize_with = "byte_size::serialize"
+    )]
     pub max_header_bytes: u64,
-    /// Number of request headers; more answers 431.
-    #[serde(default = "default_max_headers")]
+    /// Number of request headers; more answers 431. 1 to 512 (the HTTP/1.1 parser's
+    /// hard cap).
+    #[serde(default = "default_max_headers", deserialize_with = "header_count")]
     pub max_headers: usize,
+}
+
+/// `limits.max_header_bytes`, checked while it is read (so an error has its position).
+fn head_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = byte_size::deserialize(d)?;
+    if n < 1024 {
+        return Err(serde::de::Error::custom(format!(
+            "max_header_bytes must be at least 1KiB, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// `limits.max_headers`, checked while it is read (so an error has its position).
+fn header_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    let max = crate::h1::server::MAX_HEADER_SLOTS;
+    if n == 0 || n > max {
+        return Err(serde::de::Error::custom(format!(
+            "max_headers must be 1 to {max}, got {n}"
+        )));
+    }
+    Ok(n)
 }
 
 fn default_header_bytes() -> u64 {
@@ -487,19 +515,6 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             ));
         }
     }
-    let max_fields = crate::h1::server::MAX_HEADER_SLOTS;
-    if cfg.limits.max_headers == 0
-        || cfg.limits.max_headers > max_fields
-        || cfg.limits.max_header_bytes < 1024
-    {
-        return Err(ConfigError::semantic(
-            &src.file,
-            0,
-            0,
-            "limits",
-            format!("max_headers must be 1 to {max_fields} and max_header_bytes >= 1KiB"),
-        ));
-    }
     Ok(())
 }
 
@@ -541,5 +556,41 @@ mod tests {
         assert_eq!(ok.routes[0].body.on_limit, OnLimit::Forward);
         assert_eq!(ok.routes[0].host.value, "*");
         assert_eq!(ok.clusters[0].connect_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn header_limits_out_of_range_name_line_and_field() {
+        for (limits, field, what) in [
+            (
+                "limits:\n  max_headers: 0\n",
+                "limits.max_headers",
+                "1 to 512",
+            ),
+            (
+                "limits:\n  max_headers: 513\n",
+                "limits.max_headers",
+                "1 to 512",
+            ),
+            (
+                "limits:\n  max_header_bytes: 100\n",
+                "limits.max_header_bytes",
+                "at least 1KiB",
+            ),
+        ] {
+            let text = format!("clusters:\n  - name: app\n    endpoints: [\"a:1\"]\n{limits}");
+            let e = parse(&src(), &text).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert_eq!(e.line, 5, "{e}");
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        let ok = parse(
+            &src(),
+            "limits: {max_headers: 512, max_header_bytes: 1KiB}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.limits.max_headers, ok.limits.max_header_bytes),
+            (512, 1024)
+        );
     }
 }
