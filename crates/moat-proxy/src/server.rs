@@ -428,8 +428,10 @@ async fn serve_h1(
             return;
         }
         if !keep_alive {
-            let _ = conn.io.shutdown().await;
-            if !conn.rbuf.is_empty() {
+            // With input left unread, `linger` shuts the connection down itself.
+            if conn.rbuf.is_empty() {
+                let _ = conn.io.shutdown().await;
+            } else {
                 linger(conn).await;
             }
             return;
@@ -472,18 +474,16 @@ async fn write_response(
     };
     wbuf.clear();
     encode_response_head(wbuf, status, &parts.headers, framing, connection);
-    let result = match framing {
-        ResponseFraming::NoBody => Ok(()),
-        _ => write_body(conn, wbuf, &mut body, framing).await,
-    };
-    let result = match result {
-        Ok(()) if !wbuf.is_empty() => conn.io.write_all(wbuf).await,
-        other => other,
-    };
-    let result = match result {
-        Ok(()) => conn.io.flush().await,
-        Err(e) => Err(e),
-    };
+    let result = async {
+        if framing != ResponseFraming::NoBody {
+            write_body(conn, wbuf, &mut body, framing).await?;
+        }
+        if !wbuf.is_empty() {
+            conn.io.write_all(wbuf).await?;
+        }
+        conn.io.flush().await
+    }
+    .await;
     // The exchange ends here: its record and deferred work run now.
     drop(body);
     result
