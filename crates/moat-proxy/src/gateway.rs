@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -118,8 +118,9 @@ impl Snapshot {
 
 /// State shared by listeners, the admin API and the request path.
 pub struct Shared {
-    /// Current configuration snapshot.
-    pub snapshot: ArcSwap<Snapshot>,
+    /// Current configuration snapshot; replaced only by [`Shared::apply`], which also
+    /// advances `generation`.
+    pub(crate) snapshot: ArcSwap<Snapshot>,
     /// Metrics (kept across reloads).
     pub metrics: Arc<Metrics>,
     /// Event sink, if any.
@@ -127,6 +128,40 @@ pub struct Shared {
     pipeline_factory: PipelineFactory,
     ready: std::sync::atomic::AtomicBool,
     draining: std::sync::atomic::AtomicBool,
+    /// Incremented after each new snapshot is installed (see [`CachedSnapshot`]).
+    generation: AtomicU64,
+}
+
+/// A connection's reference to the current snapshot, refreshed when a reload has
+/// installed a new one.
+///
+/// Loading from the `ArcSwap` for every request costs several atomic read-modify-write
+/// instructions (a debt slot, the reference count); checking a generation number is a
+/// plain load. A connection holds its snapshot while idle, so an old snapshot lives until
+/// the last connection that used it sends another request or closes.
+pub(crate) struct CachedSnapshot {
+    snap: Arc<Snapshot>,
+    generation: u64,
+}
+
+impl CachedSnapshot {
+    pub(crate) fn new(shared: &Shared) -> Self {
+        // The generation is read first: a reload racing with this is seen next time.
+        let generation = shared.generation.load(Ordering::Acquire);
+        CachedSnapshot {
+            snap: shared.snapshot.load_full(),
+            generation,
+        }
+    }
+
+    /// The current snapshot.
+    pub(crate) fn current(&mut self, shared: &Shared) -> &Arc<Snapshot> {
+        let generation = shared.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            *self = CachedSnapshot::new(shared);
+        }
+        &self.snap
+    }
 }
 
 /// Per-connection data shared by its requests.
@@ -144,8 +179,9 @@ pub(crate) struct ConnInfo {
 pub(crate) struct ConnWatch {
     /// Requests whose head was read.
     heads: AtomicU64,
-    /// Exchanges in progress: from the request head until the response body is written.
-    active: AtomicU32,
+    /// An exchange is in progress: from the request head until the response body is
+    /// written.
+    active: AtomicBool,
     /// Set on the first HTTP/2 request: the watchdog is for HTTP/1 only.
     h2: AtomicBool,
 }
@@ -161,24 +197,27 @@ const WATCH_IDLE_TICKS: u32 = 3;
 const DRAIN_CHECK: Duration = Duration::from_millis(50);
 
 impl ConnInfo {
-    /// Marks the start of an exchange; the returned guard ends it when dropped.
-    pub(crate) fn begin(self: &Arc<Self>, h2: bool) -> ExchangeGuard {
+    /// Marks the start of an HTTP/1 exchange (its request head was read).
+    ///
+    /// Only the connection's own task writes these counters, one exchange at a time, so
+    /// a plain load and store is enough: no atomic read-modify-write per request.
+    pub(crate) fn h1_exchange_started(&self) {
         let w = &self.watch;
-        w.heads.fetch_add(1, Ordering::Relaxed);
-        w.active.fetch_add(1, Ordering::Relaxed);
-        if h2 && !w.h2.load(Ordering::Relaxed) {
-            w.h2.store(true, Ordering::Relaxed);
-        }
-        ExchangeGuard(self.clone())
+        w.heads
+            .store(w.heads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        w.active.store(true, Ordering::Relaxed);
     }
-}
 
-/// Ends an exchange of a connection when dropped (after the response body is written).
-pub(crate) struct ExchangeGuard(Arc<ConnInfo>);
+    /// Marks the end of an HTTP/1 exchange (its response was written, or failed).
+    pub(crate) fn h1_exchange_ended(&self) {
+        self.watch.active.store(false, Ordering::Relaxed);
+    }
 
-impl Drop for ExchangeGuard {
-    fn drop(&mut self) {
-        self.0.watch.active.fetch_sub(1, Ordering::Relaxed);
+    /// Marks the connection as HTTP/2, which the watchdog leaves to hyper.
+    pub(crate) fn h2_exchange(&self) {
+        if !self.watch.h2.load(Ordering::Relaxed) {
+            self.watch.h2.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -211,7 +250,7 @@ async fn watchdog(watch: Arc<ConnWatch>, mut drain: watch::Receiver<bool>) {
         if watch.h2.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
-        let idle = watch.active.load(Ordering::Relaxed) == 0;
+        let idle = !watch.active.load(Ordering::Relaxed);
         if draining {
             if idle {
                 return;
@@ -325,6 +364,7 @@ impl Shared {
                     tracing::warn!("admin address changed: restart moat to apply it");
                 }
                 self.snapshot.store(Arc::new(snap));
+                self.generation.fetch_add(1, Ordering::Release);
                 self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 tracing::info!("configuration reloaded");
                 Ok(())
@@ -335,6 +375,16 @@ impl Shared {
                 Err(e)
             }
         }
+    }
+
+    /// The current configuration snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// True once shutdown started.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Re-reads the configuration file and applies it (see [`apply`](Self::apply)).
@@ -493,6 +543,7 @@ impl Gateway {
             pipeline_factory: opts.pipeline_factory,
             ready: false.into(),
             draining: false.into(),
+            generation: AtomicU64::new(0),
         });
         Ok(Gateway {
             shared,
@@ -686,6 +737,41 @@ fn conn_info(
     })
 }
 
+/// How often the config file is checked for changes (see
+/// [`RunningGateway::spawn_reload_triggers`]).
+pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What identifies a version of the config file: a change of any field means the file was
+/// rewritten, replaced (rename, symlink swap) or appeared. `None` while it cannot be read.
+#[derive(PartialEq, Eq)]
+struct FileStamp(Option<StatFields>);
+
+/// `(device, inode, ctime s, ctime ns)` on unix; length and mtime everywhere.
+#[derive(PartialEq, Eq)]
+struct StatFields {
+    #[cfg(unix)]
+    identity: (u64, u64, i64, i64),
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    /// Stats `path` (following symlinks). A blocking call on the runtime thread, but a
+    /// `stat` of a local file takes microseconds, once a second; `tokio::fs` would start
+    /// a blocking-pool thread for it.
+    fn of(path: &std::path::Path) -> FileStamp {
+        FileStamp(std::fs::metadata(path).ok().map(|m| StatFields {
+            #[cfg(unix)]
+            identity: {
+                use std::os::unix::fs::MetadataExt as _;
+                (m.dev(), m.ino(), m.ctime(), m.ctime_nsec())
+            },
+            len: m.len(),
+            modified: m.modified().ok(),
+        }))
+    }
+}
+
 /// A gateway that is serving.
 pub struct RunningGateway {
     shared: Arc<Shared>,
@@ -714,74 +800,66 @@ impl RunningGateway {
 
     /// Reloads on SIGHUP and whenever the config file changes on disk.
     /// Does nothing for configurations that do not come from a file.
+    ///
+    /// The file is polled (`stat`, every [`CONFIG_POLL_INTERVAL`]) from the runtime rather
+    /// than watched with inotify: a watcher needs a thread of its own, and a second thread
+    /// makes every socket call of a one-worker gateway pay for glibc's cancellation
+    /// bookkeeping and the kernel's shared file-table reference counts (about 9% of its
+    /// cycles, docs/perf.md). Polling the path also follows symlink swaps, which is how
+    /// Kubernetes updates a mounted ConfigMap.
     pub fn spawn_reload_triggers(&self) {
         let file: PathBuf = self.shared.snapshot.load().source.file.clone();
         if !file.is_file() {
             return;
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(8);
-        #[cfg(unix)]
-        {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let Ok(mut hup) = signal(SignalKind::hangup()) else {
-                    tracing::warn!("cannot install the SIGHUP handler");
-                    return;
-                };
-                while hup.recv().await.is_some() {
-                    tracing::info!("SIGHUP: reloading configuration");
-                    let _ = tx.try_send(());
-                }
-            });
-        }
-        let watched = file.canonicalize().unwrap_or(file.clone());
-        let dir = watched
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
-        let name = watched.file_name().map(|n| n.to_os_string());
-        let ftx = tx.clone();
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if let Ok(ev) = res {
-                let relevant = !matches!(ev.kind, notify::EventKind::Access(_))
-                    && ev
-                        .paths
-                        .iter()
-                        .any(|p| p.file_name().map(|n| n.to_os_string()) == name);
-                if relevant {
-                    let _ = ftx.try_send(());
-                }
-            }
-        });
-        let watcher = match watcher {
-            Ok(mut w) => {
-                use notify::Watcher as _;
-                match w.watch(&dir, notify::RecursiveMode::NonRecursive) {
-                    Ok(()) => Some(w),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot watch the config file; SIGHUP still reloads");
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch the config file; SIGHUP still reloads");
-                None
-            }
-        };
         let shared = self.shared.clone();
         let mut stop = self.stop.subscribe();
         tokio::spawn(async move {
-            let _keep = watcher;
+            #[cfg(unix)]
+            let mut hup = match tokio::signal::unix::signal(
+                tokio::signal::unix::SignalKind::hangup(),
+            ) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot install the SIGHUP handler; file changes still reload");
+                    None
+                }
+            };
+            let mut poll = tokio::time::interval(CONFIG_POLL_INTERVAL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = FileStamp::of(&file);
             loop {
+                #[cfg(unix)]
+                let hangup = async {
+                    match hup.as_mut() {
+                        Some(s) => s.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                #[cfg(not(unix))]
+                let hangup = std::future::pending::<Option<()>>();
                 tokio::select! {
                     _ = stop.changed() => break,
-                    r = rx.recv() => if r.is_none() { break },
+                    _ = hangup => tracing::info!("SIGHUP: reloading configuration"),
+                    _ = poll.tick() => {
+                        if FileStamp::of(&file) == seen {
+                            continue;
+                        }
+                        // Editors and deploy tools write in several steps: wait until the
+                        // file has stopped changing (bounded) before reading it.
+                        for _ in 0..20 {
+                            let before = FileStamp::of(&file);
+                            tokio::time::sleep(Duration::from_millis(150)).await;
+                            if FileStamp::of(&file) == before {
+                                break;
+                            }
+                        }
+                        tracing::info!(file = %file.display(), "configuration file changed: reloading");
+                    }
                 }
-                // Debounce bursts of file events (editors write in several steps).
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                while rx.try_recv().is_ok() {}
+                seen = FileStamp::of(&file);
+                // Building a new snapshot compiles every engine (up to ~100 ms): off the
+                // request threads.
                 let s = shared.clone();
                 let _ = tokio::task::spawn_blocking(move || s.reload_from_file()).await;
             }

@@ -41,12 +41,12 @@ const GATHER_MAX: usize = 64 << 10;
 /// Returns the response and what is left to do once its body has been sent (the
 /// access record, work after-response phases registered; see [`AfterBody`]).
 pub(crate) async fn handle(
-    shared: Arc<Shared>,
-    ci: Arc<ConnInfo>,
+    shared: &Arc<Shared>,
+    ci: &ConnInfo,
+    snap: &Snapshot,
     req: Request<RequestBody>,
 ) -> (ProxyResponse, Option<Box<AfterBody>>) {
     let start = Instant::now();
-    let snap = shared.snapshot.load_full();
     let (mut parts, body) = req.into_parts();
 
     // Request head limits, on the head as the client sent it (the connection's parser
@@ -82,7 +82,7 @@ pub(crate) async fn handle(
     } else {
         String::new()
     };
-    let client_ip = client_ip(&ci, &parts.headers);
+    let client_ip = client_ip(ci, &parts.headers);
     let mut ctx = RequestCtx {
         request_id,
         route: route.name.clone(),
@@ -100,8 +100,8 @@ pub(crate) async fn handle(
         } else {
             None
         },
-        shared: &shared,
-        snap: &snap,
+        shared,
+        snap,
         route,
         start,
         host,

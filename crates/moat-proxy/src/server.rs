@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -31,12 +31,12 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::body::{BoxError, ProxyBody, RequestBody};
-use crate::gateway::{ConnInfo, ExchangeGuard, Shared};
+use crate::gateway::{CachedSnapshot, ConnInfo, Shared};
 use crate::h1::server::{
     encode_response_head, parse_request_head, request_head_end, RequestError, ResponseFraming,
     CONTINUE,
 };
-use crate::h1::{self, Decoded, Decoder, ReadError, READ_CHUNK};
+use crate::h1::{self, take_bytes, Decoded, Decoder, ReadError, READ_CHUNK};
 use crate::metrics::Decision;
 use crate::proxy::{self, AfterBody};
 use crate::upstream::UpstreamStream;
@@ -147,22 +147,17 @@ impl http_body::Body for H1Body {
     }
 }
 
-/// A response body that holds the exchange open until it is dropped (after the last
-/// frame was written, or when the client went away), then runs what is left of the
-/// request (its access record, the after-response phases' deferred work).
+/// A response body that runs what is left of the request once it is dropped (after the
+/// last frame was written, or when the client went away): its access record, the
+/// after-response phases' deferred work.
 pub(crate) struct GuardedBody {
     body: ProxyBody,
     after: Option<Box<AfterBody>>,
-    _guard: ExchangeGuard,
 }
 
 impl GuardedBody {
-    fn new(body: ProxyBody, after: Option<Box<AfterBody>>, guard: ExchangeGuard) -> Self {
-        GuardedBody {
-            body,
-            after,
-            _guard: guard,
-        }
+    fn new(body: ProxyBody, after: Option<Box<AfterBody>>) -> Self {
+        GuardedBody { body, after }
     }
 
     /// The upstream connection of a `101 Switching Protocols` response.
@@ -234,9 +229,10 @@ impl Drain {
     }
 }
 
-/// True once the gateway drains (or is gone).
-fn draining(drain: &watch::Receiver<bool>) -> bool {
-    *drain.borrow() || drain.has_changed().is_err()
+/// True once the gateway drains (or is gone). Reads two atomics; borrowing the watch
+/// value would take its lock on every request.
+fn draining(shared: &Shared, drain: &watch::Receiver<bool>) -> bool {
+    shared.is_draining() || drain.has_changed().is_err()
 }
 
 /// HTTP/2 server settings, built once from the configuration.
@@ -316,12 +312,13 @@ async fn serve_h1(
     let mut wbuf: Vec<u8> = Vec::with_capacity(1024);
     // Allocated with the first request body that is streamed.
     let mut home: Option<Arc<BodyHome>> = None;
+    let mut snapshot = CachedSnapshot::new(shared);
     loop {
         // The request head.
         // Hard caps on the raw head, as twice the configured limits (checked exactly
         // on the parsed head): beyond them the head is not parsed at all.
         let (head_cap, max_fields) = {
-            let snap = shared.snapshot.load();
+            let snap = snapshot.current(shared);
             (
                 (snap.max_header_bytes * 2).max(16 << 10),
                 (snap.max_headers * 2).max(128),
@@ -336,7 +333,7 @@ async fn serve_h1(
                 .take_while(|&&b| b == b'\r' || b == b'\n')
                 .count();
             if blank > 0 {
-                let _ = conn.rbuf.split_to(blank);
+                conn.rbuf.advance(blank);
                 scanned = 0;
             }
             if let Some(n) = request_head_end(&conn.rbuf, &mut scanned) {
@@ -352,14 +349,16 @@ async fn serve_h1(
         };
         let parsed = match end {
             Some(n) if n <= head_cap => {
-                parse_request_head(conn.rbuf.split_to(n).freeze(), max_fields)
+                let head = parse_request_head(&conn.rbuf[..n], max_fields);
+                conn.rbuf.advance(n);
+                head
             }
             _ => Err(RequestError::TOO_LARGE),
         };
         let head = match parsed {
             Ok(h) => h,
             Err(e) => {
-                let _ = refuse(shared, ci, &mut conn, &mut wbuf, e).await;
+                let _ = refuse(shared, &mut conn, &mut wbuf, e).await;
                 return linger(conn).await;
             }
         };
@@ -372,7 +371,7 @@ async fn serve_h1(
         let (body, kept) = match head.decoder {
             Decoder::Length(0) => (RequestBody::Empty, Some(conn)),
             Decoder::Length(n) if conn.rbuf.len() as u64 >= n => {
-                let data = conn.rbuf.split_to(n as usize).freeze();
+                let data = take_bytes(&mut conn.rbuf, n as usize);
                 (RequestBody::Full(Some(data)), Some(conn))
             }
             decoder => {
@@ -392,9 +391,10 @@ async fn serve_h1(
                 (RequestBody::H1(body), None)
             }
         };
-        let guard = ci.begin(false);
+        ci.h1_exchange_started();
         let req = http::Request::from_parts(head.parts, body);
-        let (resp, after) = proxy::handle(shared.clone(), ci.clone(), req).await;
+        let snap = snapshot.current(shared);
+        let (resp, after) = proxy::handle(shared, ci, snap, req).await;
         conn = match kept {
             Some(conn) => conn,
             None => {
@@ -407,10 +407,10 @@ async fn serve_h1(
                 conn
             }
         };
-        keep_alive &= !draining(drain);
+        keep_alive &= !draining(shared, drain);
 
         let (parts, body) = resp.into_parts();
-        let body = GuardedBody::new(body, after, guard);
+        let body = GuardedBody::new(body, after);
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
             return tunnel(conn, &mut wbuf, &parts, body).await;
         }
@@ -424,6 +424,7 @@ async fn serve_h1(
             &mut keep_alive,
         )
         .await;
+        ci.h1_exchange_ended();
         if written.is_err() {
             return;
         }
@@ -560,7 +561,6 @@ async fn write_body(
 /// Answers a request head moat refuses; the connection is closed after.
 async fn refuse(
     shared: &Shared,
-    ci: &Arc<ConnInfo>,
     conn: &mut ConnIo,
     wbuf: &mut Vec<u8>,
     e: RequestError,
@@ -578,7 +578,7 @@ async fn refuse(
     let request_id = proxy::new_request_id();
     let reply = proxy::error_page(e.status, None, e.reason, &request_id);
     let (parts, body) = proxy::reply_response(reply, &request_id).into_parts();
-    let body = GuardedBody::new(body, None, ci.begin(false));
+    let body = GuardedBody::new(body, None);
     let mut keep_alive = false;
     write_response(
         conn,
@@ -654,11 +654,12 @@ async fn serve_h2<I: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
     io: I,
 ) {
     let svc = service_fn(move |req: http::Request<Incoming>| {
-        let guard = ci.begin(true);
-        let fut = proxy::handle(shared.clone(), ci.clone(), req.map(RequestBody::H2));
+        ci.h2_exchange();
+        let (shared, ci) = (shared.clone(), ci.clone());
         async move {
-            let (resp, after) = fut.await;
-            Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody::new(body, after, guard)))
+            let snap = shared.snapshot.load_full();
+            let (resp, after) = proxy::handle(&shared, &ci, &snap, req.map(RequestBody::H2)).await;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody::new(body, after)))
         }
     });
     let conn = builder.serve_connection(TokioIo::new(io), svc);

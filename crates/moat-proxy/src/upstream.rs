@@ -16,7 +16,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, Response};
 use http_body::{Frame, SizeHint};
@@ -201,7 +201,9 @@ impl Conn {
         let mut scanned = 0;
         loop {
             if let Some(n) = crate::h1::head_end(&self.rbuf, &mut scanned) {
-                let head = h1::parse_response_head(self.rbuf.split_to(n).freeze(), method)?;
+                let head = h1::parse_response_head(&self.rbuf[..n], method);
+                self.rbuf.advance(n);
+                let head = head?;
                 scanned = 0;
                 if head.status.is_informational() {
                     if head.status == http::StatusCode::SWITCHING_PROTOCOLS {

@@ -491,7 +491,7 @@ fn routes_match_host_and_prefix_in_order() {
         .unwrap();
     rt.block_on(async {
         let gw = moat_proxy::Gateway::new(cfg, src, GatewayOptions::default()).unwrap();
-        let snap = gw.shared().snapshot.load();
+        let snap = gw.shared().snapshot();
         let m = |h: &str, p: &str| snap.match_route(h, p).map(|r| r.name.to_string());
         assert_eq!(m("api.example.com", "/v1/x").as_deref(), Some("exact"));
         assert_eq!(m("API.Example.com", "/v1").as_deref(), Some("exact"));

@@ -430,7 +430,7 @@ async fn admin_endpoints_and_token() {
         admin: moat_proxy::AdminRouter::new().route_fn("/v1/hello", |req| async move {
             moat_proxy::admin::json(
                 StatusCode::OK,
-                &serde_json::json!({"routes": req.gateway.snapshot.load().routes.len()}),
+                &serde_json::json!({"routes": req.gateway.snapshot().routes.len()}),
             )
         }),
         ..GatewayOptions::default()

@@ -7,7 +7,6 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
 use http::header::{TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, StatusCode, Version};
@@ -205,7 +204,7 @@ pub(crate) struct ResponseHead {
 /// Parses a complete response head (`head` ends with its empty line, see
 /// [`super::head_end`]). The header values share `head`'s buffer: nothing is copied.
 pub(crate) fn parse_response_head(
-    head: Bytes,
+    head: &[u8],
     request_method: &Method,
 ) -> Result<ResponseHead, ProtocolError> {
     if head.len() > MAX_HEAD {
@@ -214,7 +213,7 @@ pub(crate) fn parse_response_head(
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, &head, &mut slots)
+        .parse_response_with_uninit_headers(&mut resp, head, &mut slots)
     {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(ProtocolError::TooManyHeaders),
@@ -317,8 +316,7 @@ pub(crate) fn parse_response_head(
         if keep {
             let name =
                 HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| ProtocolError::BadHead)?;
-            let value = HeaderValue::from_maybe_shared(head.slice_ref(f.value))
-                .map_err(|_| ProtocolError::BadHead)?;
+            let value = HeaderValue::from_bytes(f.value).map_err(|_| ProtocolError::BadHead)?;
             headers.append(name, value);
         }
     }
@@ -355,9 +353,7 @@ mod tests {
     /// What the connection's read loop does with `raw` received so far.
     fn head(raw: &[u8], method: &Method) -> Result<Option<(usize, ResponseHead)>, ProtocolError> {
         match head_end(raw, &mut 0) {
-            Some(n) => {
-                parse_response_head(Bytes::copy_from_slice(&raw[..n]), method).map(|h| Some((n, h)))
-            }
+            Some(n) => parse_response_head(&raw[..n], method).map(|h| Some((n, h))),
             None if raw.len() >= MAX_HEAD => Err(ProtocolError::HeadTooLarge),
             None => Ok(None),
         }

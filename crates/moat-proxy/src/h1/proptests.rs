@@ -3,7 +3,7 @@
 //! * Request heads ([`parse_request_head`]): arbitrary bytes, token soups and valid
 //!   heads with random byte flips, insertions and deletions never panic; an accepted
 //!   head is consistent with what `httparse` reads in the same bytes (method, target,
-//!   fields, values sharing the input buffer), never carries both `Content-Length` and
+//!   fields and their values in order), never carries both `Content-Length` and
 //!   `Transfer-Encoding`, and its body decoder is the one its fields describe. A model
 //!   of the framing rules says exactly which `Content-Length` / `Transfer-Encoding`
 //!   combinations are accepted.
@@ -205,18 +205,11 @@ fn list(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
-/// True when `inner` lies inside `outer`'s memory.
-fn within(outer: &[u8], inner: &[u8]) -> bool {
-    let o = outer.as_ptr_range();
-    let i = inner.as_ptr_range();
-    o.start <= i.start && i.end <= o.end
-}
-
 /// Parses `input` as a complete request head and checks every invariant of an
 /// accepted head against what `httparse` reads in the same bytes.
 fn check_request_head(input: &[u8], max_fields: usize) -> Result<(), TestCaseError> {
     let head = Bytes::copy_from_slice(input);
-    let Ok(h) = parse_request_head(head.clone(), max_fields) else {
+    let Ok(h) = parse_request_head(&head, max_fields) else {
         return Ok(());
     };
     let RequestHead { parts, decoder, .. } = &h;
@@ -241,22 +234,13 @@ fn check_request_head(input: &[u8], max_fields: usize) -> Result<(), TestCaseErr
     );
     if target.starts_with('/') {
         prop_assert_eq!(parts.uri.path_and_query().map(|p| p.as_str()), Some(target));
-        // (`http` keeps `/` as a static string.)
-        let path = parts.uri.path().as_bytes();
-        prop_assert!(path.len() <= 1 || within(&head, path));
     }
 
-    // Fields: every value shares the input buffer (but a `Content-Length` that moat
-    // rewrote from a list of equal lengths), and each name keeps its values in order.
+    // Fields: each name keeps its values in order (but a `Content-Length` that moat
+    // rewrote from a list of equal lengths).
     let is = |f: &httparse::Header<'_>, n: &str| f.name.eq_ignore_ascii_case(n);
     let fields = &*req.headers;
-    for (name, value) in &parts.headers {
-        prop_assert!(
-            value.is_empty()
-                || within(&head, value.as_bytes())
-                || name == http::header::CONTENT_LENGTH,
-            "{name}: {value:?} does not share the head's buffer"
-        );
+    for name in parts.headers.keys() {
         if name == http::header::CONTENT_LENGTH || name == http::header::EXPECT {
             continue;
         }
@@ -456,7 +440,7 @@ proptest! {
             s.push_str(&format!("{name}: {v}\r\n"));
         }
         s.push_str("\r\n");
-        let got = parse_request_head(Bytes::from(s.clone()), MAX_HEADER_SLOTS);
+        let got = parse_request_head(s.as_bytes(), MAX_HEADER_SLOTS);
         let want = framing_model(minor, &fields);
         prop_assert_eq!(got.as_ref().ok().map(|h| h.decoder), want, "{:?} -> {:?}", s, got);
         check_request_head(s.as_bytes(), MAX_HEADER_SLOTS)?;
@@ -972,7 +956,7 @@ proptest! {
 
         // moat's own client reads the body framing back.
         if framing != ResponseFraming::NoBody {
-            let h = parse_response_head(Bytes::copy_from_slice(out), &Method::GET);
+            let h = parse_response_head(out, &Method::GET);
             let h = h.map_err(|e| TestCaseError::fail(format!("{e}: {}", String::from_utf8_lossy(out))))?;
             prop_assert_eq!(h.status, status);
             let bodyless = status.is_informational()
@@ -1036,7 +1020,7 @@ proptest! {
         let mut buf = Vec::new();
         encode_request_head(&mut buf, &req, framing);
         prop_assert_eq!(request_head_end(&buf, &mut 0), Some(buf.len()));
-        let h = parse_request_head(Bytes::from(buf.clone()), MAX_HEADER_SLOTS)
+        let h = parse_request_head(&buf, MAX_HEADER_SLOTS)
             .map_err(|e| TestCaseError::fail(format!("{}: {}", e.reason, String::from_utf8_lossy(&buf))))?;
         check_request_head(&buf, MAX_HEADER_SLOTS)?;
         prop_assert_eq!(&h.parts.method, &method);

@@ -9,7 +9,6 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
@@ -79,14 +78,13 @@ pub(crate) fn request_head_end(buf: &[u8], scanned: &mut usize) -> Option<usize>
 /// [`request_head_end`]). The target and the header values share `head`'s buffer.
 /// More than `max_fields` header fields (at most [`MAX_HEADER_SLOTS`]) is an error.
 pub(crate) fn parse_request_head(
-    head: Bytes,
+    head: &[u8],
     max_fields: usize,
 ) -> Result<RequestHead, RequestError> {
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADER_SLOTS];
     let slots = &mut slots[..max_fields.clamp(1, MAX_HEADER_SLOTS)];
     let mut req = httparse::Request::new(&mut []);
-    match httparse::ParserConfig::default()
-        .parse_request_with_uninit_headers(&mut req, &head, slots)
+    match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, head, slots)
     {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         Err(httparse::Error::TooManyHeaders) => return Err(RequestError::TOO_LARGE),
@@ -97,7 +95,7 @@ pub(crate) fn parse_request_head(
     };
     let method =
         Method::from_bytes(method.as_bytes()).map_err(|_| RequestError::bad("invalid method"))?;
-    let uri = Uri::from_maybe_shared(head.slice_ref(target.as_bytes()))
+    let uri = Uri::try_from(target.as_bytes())
         .map_err(|_| RequestError::bad("invalid request target"))?;
     // Only CONNECT uses the authority form, and moat does not tunnel.
     if uri.path_and_query().is_none() && uri != "*" {
@@ -191,7 +189,7 @@ pub(crate) fn parse_request_head(
         }
         let name = HeaderName::from_bytes(f.name.as_bytes())
             .map_err(|_| RequestError::bad("invalid header field name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice_ref(f.value))
+        let value = HeaderValue::from_bytes(f.value)
             .map_err(|_| RequestError::bad("invalid header field value"))?;
         headers.append(name, value);
     }
@@ -355,7 +353,7 @@ mod tests {
     use super::*;
 
     fn parse(raw: &str) -> Result<RequestHead, RequestError> {
-        parse_request_head(Bytes::copy_from_slice(raw.as_bytes()), MAX_HEADER_SLOTS)
+        parse_request_head(raw.as_bytes(), MAX_HEADER_SLOTS)
     }
 
     fn status(raw: &str) -> StatusCode {
