@@ -300,7 +300,9 @@ pub(crate) fn parse_response_head(
     // The fields forwarded downstream: end-to-end ones only, except for a protocol
     // switch (the client needs `Upgrade` and `Connection`).
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    // Sized for every field (connection fields are dropped), which leaves room for the
+    // `x-request-id` the proxy adds.
+    let mut headers = HeaderMap::with_capacity(fields.len() + 1);
     for f in fields {
         let keep = switching
             || match classify(f.name) {
