@@ -474,6 +474,48 @@ async fn file_change_triggers_reload() {
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
+/// A Kubernetes ConfigMap volume: `moat.yaml` -> `..data/moat.yaml`, and an update swaps
+/// the `..data` symlink to a new directory (the file moat read is never written).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_style_symlink_swap_triggers_reload() {
+    use std::os::unix::fs::symlink;
+    let a = upstream("a").await;
+    let b = upstream("b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (version, up) in [("v1", a.addr), ("v2", b.addr)] {
+        std::fs::create_dir(d.join(version)).unwrap();
+        std::fs::write(d.join(version).join("moat.yaml"), basic_config(up, "")).unwrap();
+    }
+    symlink("v1", d.join("..data")).unwrap();
+    symlink("..data/moat.yaml", d.join("moat.yaml")).unwrap();
+    let (cfg, src) = config::load_file(&d.join("moat.yaml")).unwrap();
+    let gw = gateway_from(cfg, src, GatewayOptions::default()).await;
+    gw.spawn_reload_triggers();
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+    assert_eq!(h["x-upstream"], "a");
+    // The atomic swap kubelet does: a new link renamed over the old one.
+    symlink("v2", d.join("..data_tmp")).unwrap();
+    std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
+    let mut seen_b = false;
+    for _ in 0..100 {
+        let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
+        if h["x-upstream"] == "b" {
+            seen_b = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen_b,
+        "the swapped ConfigMap symlink did not reload the config"
+    );
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
 #[test]
 fn routes_match_host_and_prefix_in_order() {
     let src = ConfigSource {
