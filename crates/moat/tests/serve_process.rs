@@ -56,6 +56,77 @@ impl Drop for Proc {
     }
 }
 
+/// Starts `moat serve --config cfg` (text logs on stderr) and waits for `/readyz`.
+fn serve_until_ready(cfg: &std::path::Path, admin: SocketAddr) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--log-format", "text"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let proc = Proc(child);
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = http_get(admin, "/readyz") {
+            if r.starts_with("HTTP/1.1 200") {
+                return proc;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "moat did not become ready"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn sighup_reloads_and_one_worker_is_one_thread() {
+    let up = slow_upstream(Duration::ZERO);
+    let listen = free_port();
+    let admin = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("moat.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "runtime: {{ threads: 1 }}\nlisteners:\n  - name: main\n    address: {listen}\nadmin: {{ address: {admin} }}\nclusters:\n  - name: app\n    endpoints: [\"{up}\"]\nroutes:\n  - name: all\n    cluster: app\n"
+        ),
+    )
+    .unwrap();
+    let proc = serve_until_ready(&cfg, admin);
+    let pid = proc.0.id().to_string();
+    // One worker is one thread: no helper thread (such as a file watcher) makes every
+    // socket call pay for a multi-threaded process.
+    #[cfg(target_os = "linux")]
+    {
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .count();
+        assert_eq!(threads, 1, "moat --threads 1 runs {threads} threads");
+    }
+    assert!(http_get(listen, "/").unwrap().starts_with("HTTP/1.1 200"));
+    let reloads = || {
+        let m = http_get(admin, "/metrics").unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix("moat_config_reloads_total{result=\"ok\"} "))
+            .map(str::to_owned)
+    };
+    assert_eq!(reloads().as_deref(), Some("0"));
+    // The file is unchanged: only the signal can cause this reload.
+    let st = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloads().as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(http_get(listen, "/").unwrap().starts_with("HTTP/1.1 200"));
+}
+
 #[test]
 fn sigterm_drains_in_flight_requests() {
     let up = slow_upstream(Duration::from_millis(1500));
@@ -70,28 +141,7 @@ fn sigterm_drains_in_flight_requests() {
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_moat"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .args(["--log-format", "text"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut proc = Proc(child);
-    let start = Instant::now();
-    loop {
-        if let Ok(r) = http_get(admin, "/readyz") {
-            if r.starts_with("HTTP/1.1 200") {
-                break;
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "moat did not become ready"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    let mut proc = serve_until_ready(&cfg, admin);
     let inflight = thread::spawn(move || http_get(listen, "/slow"));
     thread::sleep(Duration::from_millis(400));
     let pid = proc.0.id().to_string();
