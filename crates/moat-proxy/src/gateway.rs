@@ -184,6 +184,24 @@ pub(crate) struct ConnWatch {
     active: AtomicBool,
     /// Set on the first HTTP/2 request: the watchdog is for HTTP/1 only.
     h2: AtomicBool,
+    /// A write to the client is waiting for it to read.
+    sending: AtomicBool,
+    /// Writes to the client that made progress.
+    sends: AtomicU64,
+}
+
+impl ConnWatch {
+    /// Marks the start and the end of a write to the client. Like the other counters,
+    /// written only by the connection's own task: plain stores.
+    pub(crate) fn set_sending(&self, on: bool) {
+        self.sending.store(on, Ordering::Relaxed);
+    }
+
+    /// Counts a write to the client that made progress.
+    pub(crate) fn sent(&self) {
+        self.sends
+            .store(self.sends.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
 }
 
 /// Check period of the connection watchdog that replaces hyper's per-request
@@ -191,6 +209,8 @@ pub(crate) struct ConnWatch {
 const WATCH_TICK: Duration = Duration::from_secs(10);
 /// An HTTP/1 connection with nothing in flight that completes no request head for this
 /// many ticks in a row (30 to 40 s) is closed: idle keep-alive and slow-head clients.
+/// So is one whose write to the client makes no progress for as many ticks: a client
+/// that stopped reading its response.
 const WATCH_IDLE_TICKS: u32 = 3;
 /// While the gateway drains, how often a connection with an exchange in flight is
 /// checked again.
@@ -213,6 +233,11 @@ impl ConnInfo {
         self.watch.active.store(false, Ordering::Relaxed);
     }
 
+    /// What the connection's watchdog reads.
+    pub(crate) fn watch(&self) -> &Arc<ConnWatch> {
+        &self.watch
+    }
+
     /// Marks the connection as HTTP/2, which the watchdog leaves to hyper.
     pub(crate) fn h2_exchange(&self) {
         if !self.watch.h2.load(Ordering::Relaxed) {
@@ -223,8 +248,10 @@ impl ConnInfo {
 
 /// Returns when an HTTP/1 connection has completed no request head for
 /// [`WATCH_IDLE_TICKS`] ticks in a row while nothing was in flight (idle keep-alive
-/// connections, clients that send their head or their TLS handshake too slowly), or
-/// once the gateway drains and nothing is in flight; the caller then drops the
+/// connections, clients that send their head or their TLS handshake too slowly), when a
+/// write to the client made no progress for as many ticks (a client that stopped
+/// reading; waiting for the upstream's next bytes does not count), or once the gateway
+/// drains and nothing is in flight; the caller then drops the
 /// connection (an exchange in flight finishes first and its response says
 /// `connection: close`). Never returns for HTTP/2 connections, which hyper's keep-alive
 /// pings watch and which drain with a GOAWAY.
@@ -237,6 +264,8 @@ impl ConnInfo {
 async fn watchdog(watch: Arc<ConnWatch>, mut drain: watch::Receiver<bool>) {
     let mut last_heads = 0;
     let mut idle_ticks = 0;
+    let mut last_sends = 0;
+    let mut stalled_ticks = 0;
     let mut draining = false;
     loop {
         if draining {
@@ -256,6 +285,17 @@ async fn watchdog(watch: Arc<ConnWatch>, mut drain: watch::Receiver<bool>) {
                 return;
             }
             continue;
+        }
+        let sends = watch.sends.load(Ordering::Relaxed);
+        if watch.sending.load(Ordering::Relaxed) && sends == last_sends {
+            stalled_ticks += 1;
+            if stalled_ticks >= WATCH_IDLE_TICKS {
+                tracing::debug!("closing a connection whose client stopped reading");
+                return;
+            }
+        } else {
+            stalled_ticks = 0;
+            last_sends = sends;
         }
         let heads = watch.heads.load(Ordering::Relaxed);
         if heads == last_heads && idle {
@@ -330,6 +370,10 @@ impl<F: std::future::Future> std::future::Future for OnOwnWake<F> {
         if !this.wake.woken.swap(false, Ordering::AcqRel) {
             return std::task::Poll::Pending;
         }
+        // The wake-up that set the flag took the task's waker out of `wake.task`: put it
+        // back before the inner future arms anything that wakes it again, or that
+        // wake-up would be lost (an idle connection's watchdog never fired twice).
+        this.wake.task.register(cx.waker());
         let waker = std::task::Waker::from(this.wake.clone());
         this.inner
             .as_mut()

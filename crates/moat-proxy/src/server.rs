@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::body::{BoxError, ProxyBody, RequestBody};
-use crate::gateway::{CachedSnapshot, ConnInfo, Shared};
+use crate::gateway::{CachedSnapshot, ConnInfo, ConnWatch, Shared};
 use crate::h1::server::{
     encode_response_head, parse_request_head, request_head_end, RequestError, ResponseFraming,
     CONTINUE,
@@ -60,6 +60,38 @@ pub(crate) struct ConnIo {
     io: DownstreamIo,
     /// Bytes read and not yet consumed (the next request head, pipelined requests).
     rbuf: BytesMut,
+    /// Where writes to the client report progress (see `gateway::watchdog`).
+    watch: Arc<ConnWatch>,
+}
+
+impl ConnIo {
+    /// Writes all of `buf` to the client, reporting each write that makes progress: the
+    /// connection's watchdog closes a connection whose client stopped reading.
+    async fn send(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        self.watch.set_sending(true);
+        let result = async {
+            while !buf.is_empty() {
+                let n = self.io.write(buf).await?;
+                if n == 0 {
+                    return Err(io::ErrorKind::WriteZero.into());
+                }
+                self.watch.sent();
+                buf = &buf[n..];
+            }
+            Ok(())
+        }
+        .await;
+        self.watch.set_sending(false);
+        result
+    }
+
+    /// Flushes what TLS holds back, watched like [`ConnIo::send`].
+    async fn flush(&mut self) -> io::Result<()> {
+        self.watch.set_sending(true);
+        let result = self.io.flush().await;
+        self.watch.set_sending(false);
+        result
+    }
 }
 
 /// Where a streamed request body gives the connection back when it is dropped, and
@@ -265,6 +297,7 @@ pub(crate) async fn serve(
     let mut conn = Box::new(ConnIo {
         io,
         rbuf: BytesMut::with_capacity(READ_CHUNK),
+        watch: ci.watch().clone(),
     });
     if matches!(conn.io, DownstreamIo::Plain(_)) {
         // HTTP/2 with prior knowledge: decided on the first bytes.
@@ -280,7 +313,7 @@ pub(crate) async fn serve(
                 }
             }
             if conn.rbuf.starts_with(H2_PREFACE) {
-                let ConnIo { io, rbuf } = *conn;
+                let ConnIo { io, rbuf, .. } = *conn;
                 let rewound = Rewind {
                     pre: rbuf.freeze(),
                     io,
@@ -480,9 +513,9 @@ async fn write_response(
             write_body(conn, wbuf, &mut body, framing).await?;
         }
         if !wbuf.is_empty() {
-            conn.io.write_all(wbuf).await?;
+            conn.send(wbuf).await?;
         }
-        conn.io.flush().await
+        conn.flush().await
     }
     .await;
     // The exchange ends here: its record and deferred work run now.
@@ -509,10 +542,10 @@ async fn write_body(
             Poll::Pending => {
                 // Nothing ready: what is gathered leaves before waiting.
                 if !wbuf.is_empty() {
-                    conn.io.write_all(wbuf).await?;
+                    conn.send(wbuf).await?;
                     wbuf.clear();
                 }
-                conn.io.flush().await?;
+                conn.flush().await?;
                 std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
             }
         };
@@ -540,9 +573,9 @@ async fn write_body(
         if wbuf.len() + data.len() <= COALESCE {
             wbuf.extend_from_slice(&data);
         } else {
-            conn.io.write_all(wbuf).await?;
+            conn.send(wbuf).await?;
             wbuf.clear();
-            conn.io.write_all(&data).await?;
+            conn.send(&data).await?;
         }
         if chunked {
             wbuf.extend_from_slice(b"\r\n");
@@ -631,7 +664,7 @@ async fn tunnel(
     );
     // Bytes the upstream sent right after its 101 head.
     wbuf.extend_from_slice(&early);
-    if conn.io.write_all(wbuf).await.is_err() || conn.io.flush().await.is_err() {
+    if conn.send(wbuf).await.is_err() || conn.flush().await.is_err() {
         return;
     }
     // Bytes the client sent right after its request head.
