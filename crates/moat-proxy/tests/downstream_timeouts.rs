@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use moat_proxy::GatewayOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -36,26 +35,14 @@ async fn drain(s: &mut TcpStream) -> usize {
     }
 }
 
-async fn start() -> (
-    moat_proxy::RunningGateway,
-    std::net::SocketAddr,
-    tempfile::TempDir,
-) {
-    let up = upstream("a").await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(
-        dir.path(),
-        &basic_config(up.addr, ""),
-        GatewayOptions::default(),
-    )
-    .await;
-    let addr = gw.listener_addr("main").unwrap();
-    (gw, addr, dir)
-}
-
 #[tokio::test(start_paused = true)]
 async fn idle_keep_alive_connection_is_closed() {
-    let (_gw, addr, _dir) = start().await;
+    let BasicGateway {
+        addr,
+        gw: _gw,
+        dir: _dir,
+        ..
+    } = basic_gateway().await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
         .await
@@ -77,7 +64,12 @@ async fn idle_keep_alive_connection_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn client_that_stops_reading_is_disconnected() {
-    let (_gw, addr, _dir) = start().await;
+    let BasicGateway {
+        addr,
+        gw: _gw,
+        dir: _dir,
+        ..
+    } = basic_gateway().await;
     let total = 32 << 20;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET /big?n={total} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())
@@ -96,7 +88,12 @@ async fn client_that_stops_reading_is_disconnected() {
 
 #[tokio::test(start_paused = true)]
 async fn client_that_reads_slowly_gets_the_whole_response() {
-    let (_gw, addr, _dir) = start().await;
+    let BasicGateway {
+        addr,
+        gw: _gw,
+        dir: _dir,
+        ..
+    } = basic_gateway().await;
     let total: usize = 12 << 20;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET /big?n={total} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())

@@ -187,6 +187,30 @@ limits: {{ max_header_bytes: 8KiB, max_headers: 50 }}
     )
 }
 
+/// A gateway on [`basic_config`] in front of `upstream("a")`.
+pub struct BasicGateway {
+    pub gw: RunningGateway,
+    /// The main listener's address.
+    pub addr: SocketAddr,
+    pub up: Upstream,
+    /// Holds the config file; bind it (not to `_`) to keep it for the test's duration.
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts the most common test setup: [`BasicGateway`].
+pub async fn basic_gateway() -> BasicGateway {
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        dir.path(),
+        &basic_config(up.addr, ""),
+        GatewayOptions::default(),
+    )
+    .await;
+    let addr = gw.listener_addr("main").unwrap();
+    BasicGateway { gw, addr, up, dir }
+}
+
 /// Starts a gateway from YAML text written to `dir/moat.yaml`.
 pub async fn gateway(dir: &Path, yaml: &str, opts: GatewayOptions) -> RunningGateway {
     let file = dir.join("moat.yaml");
