@@ -91,12 +91,12 @@ pub enum ProxyBody {
     /// or a phase that inspected only a prefix).
     Prefixed(Option<Bytes>, Box<ProxyBody>),
     /// The trailers of a body whose data was gathered in memory.
-    Trailers(Option<http::HeaderMap>),
+    Trailers(Option<Box<http::HeaderMap>>),
     /// A stream that fails once more than `remaining` bytes pass (limit policy `reject`,
     /// length unknown in advance). `tripped` is set when it fails.
     Limited {
-        /// The stream.
-        inner: RequestBody,
+        /// The stream (boxed: this rare variant would otherwise size every body).
+        inner: Box<RequestBody>,
         /// Bytes still allowed.
         remaining: u64,
         /// Set when the limit was exceeded.
@@ -129,7 +129,7 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Stream(inc) => Pin::new(inc).poll_frame(cx),
             ProxyBody::Upstream(up) => Pin::new(up).poll_frame(cx),
-            ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(t)))),
+            ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(*t)))),
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
                 Some(p) if !p.is_empty() => Poll::Ready(Some(Ok(Frame::data(p)))),
                 _ => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -138,7 +138,7 @@ impl http_body::Body for ProxyBody {
                 inner,
                 remaining,
                 tripped,
-            } => match Pin::new(inner).poll_frame(cx) {
+            } => match Pin::new(inner.as_mut()).poll_frame(cx) {
                 Poll::Ready(Some(Ok(f))) => {
                     if let Some(d) = f.data_ref() {
                         let n = d.len() as u64;
@@ -238,7 +238,7 @@ pub struct Gathered {
     /// True when the body ended: `data` (and `trailers`) is all of it.
     pub complete: bool,
     /// Trailers, when the body carried some.
-    pub trailers: Option<http::HeaderMap>,
+    pub trailers: Option<Box<http::HeaderMap>>,
 }
 
 /// Takes the frames of `body` that are available without waiting for the peer, up to
@@ -286,7 +286,7 @@ where
                 }
                 Err(frame) => {
                     // Trailers end the body.
-                    out.trailers = frame.into_trailers().ok();
+                    out.trailers = frame.into_trailers().ok().map(Box::new);
                     out.complete = true;
                     break;
                 }

@@ -6,10 +6,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderName, HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, UPGRADE,
-    USER_AGENT,
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, UPGRADE, USER_AGENT,
 };
-use http::{HeaderMap, Request, Response, StatusCode, Version};
+use http::{HeaderMap, Response, StatusCode, Version};
 use moat_core::{
     AfterSent, Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
     SecurityEvent, Verdict,
@@ -21,9 +20,7 @@ use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
 use crate::metrics::{Decision, Phase};
 use crate::pipeline::max_need;
-use crate::upstream::{UpstreamError, UpstreamRequest, X_FORWARDED_FOR};
-
-static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+use crate::upstream::{UpstreamError, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID};
 
 /// The response type of the proxy service.
 pub type ProxyResponse = Response<ProxyBody>;
@@ -44,16 +41,16 @@ pub(crate) async fn handle(
     shared: &Arc<Shared>,
     ci: &ConnInfo,
     snap: &Snapshot,
-    req: Request<RequestBody>,
+    parts: &mut http::request::Parts,
+    body: RequestBody,
 ) -> (ProxyResponse, Option<Box<AfterBody>>) {
     let start = Instant::now();
-    let (mut parts, body) = req.into_parts();
 
     // Request head limits, on the head as the client sent it (the connection's parser
     // enforces hard caps on the raw head before this).
     let too_large =
-        parts.headers.len() > snap.max_headers || head_bytes(&parts) > snap.max_header_bytes;
-    let request_id = request_id(&mut parts.headers);
+        parts.headers.len() > snap.max_headers || head_bytes(parts) > snap.max_header_bytes;
+    let request_id = request_id(&parts.headers);
     if too_large {
         let reply = error_page(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -65,7 +62,7 @@ pub(crate) async fn handle(
         return (reply_response(reply, &request_id), None);
     }
 
-    let Some(route) = snap.match_route(request_host(&parts), parts.uri.path()) else {
+    let Some(route) = snap.match_route(request_host(parts), parts.uri.path()) else {
         snap.no_route.record(Decision::Error, 404);
         let reply = error_page(
             StatusCode::NOT_FOUND,
@@ -78,7 +75,7 @@ pub(crate) async fn handle(
 
     // The host is kept only for access records.
     let host = if shared.events.is_some() {
-        request_host(&parts).to_owned()
+        request_host(parts).to_owned()
     } else {
         String::new()
     };
@@ -111,15 +108,17 @@ pub(crate) async fn handle(
         response_body: None,
         bytes_in: 0,
     };
-    let resp = proxy(&mut state, &mut ctx, &mut parts, body).await;
+    let resp = proxy(&mut state, &mut ctx, parts, body).await;
     let (mut resp, decision) = match resp {
         Ok(x) => x,
         Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
     };
     // The client can quote the id of any response (unless the upstream set its own).
+    // A value of its own, not a clone of the request's: a clone would turn both into
+    // reference-counted buffers.
     if !resp.headers().contains_key(&X_REQUEST_ID) {
-        if let Some(id) = parts.headers.get(&X_REQUEST_ID) {
-            resp.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
+        if let Ok(id) = HeaderValue::from_str(&ctx.request_id) {
+            resp.headers_mut().insert(X_REQUEST_ID.clone(), id);
         }
     }
     let after = state.finish(ctx, parts, &resp, decision);
@@ -303,7 +302,7 @@ async fn proxy(
                     }
                     let rest = if route.on_limit == OnLimit::Reject && !over_limit {
                         ProxyBody::Limited {
-                            inner: body,
+                            inner: Box::new(body),
                             remaining: limit.saturating_sub(consumed),
                             tripped: tripped.get_or_insert_with(Default::default).clone(),
                         }
@@ -340,6 +339,7 @@ async fn proxy(
             .unwrap_or(&cluster.endpoints[ep].authority)
             .as_str(),
         forwarded_for: st.xff,
+        request_id: &ctx.request_id,
         forwarded_proto: if ctx.conn.tls.is_some() {
             "https"
         } else {
@@ -538,7 +538,7 @@ impl ReqState<'_> {
     fn finish(
         &mut self,
         ctx: RequestCtx,
-        parts: http::request::Parts,
+        parts: &mut http::request::Parts,
         resp: &ProxyResponse,
         decision: Decision,
     ) -> Option<Box<AfterBody>> {
@@ -561,7 +561,7 @@ impl ReqState<'_> {
         }
         let mut after_sent = AfterSent::default();
         if !pipeline.after_response.is_empty() {
-            let done = Finished::new(&ctx, &parts, status, resp.headers())
+            let done = Finished::new(&ctx, parts, status, resp.headers())
                 .with_bodies(self.request_body.as_ref(), self.response_body.as_ref())
                 .with_duration_us(self.start.elapsed().as_micros() as u64);
             for p in &pipeline.after_response {
@@ -576,8 +576,9 @@ impl ReqState<'_> {
                 (cluster.name.clone(), cluster.endpoints[i].authority.clone())
             }),
             ctx,
-            method: parts.method,
-            uri: parts.uri,
+            // The request is done with: its method and target move to the record.
+            method: std::mem::take(&mut parts.method),
+            uri: std::mem::take(&mut parts.uri),
             host: std::mem::take(&mut self.host),
             user_agent: self.user_agent.take(),
             status: status.as_u16(),
@@ -672,7 +673,7 @@ fn limited_stream(
 ) -> ProxyBody {
     if route.on_limit == OnLimit::Reject && content_length.is_none() {
         ProxyBody::Limited {
-            inner: body,
+            inner: Box::new(body),
             remaining: route.body_max,
             tripped: tripped.get_or_insert_with(Default::default).clone(),
         }
@@ -692,8 +693,9 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
     false
 }
 
-/// The request id: a valid incoming `x-request-id`, or a new one (set on the request).
-fn request_id(headers: &mut HeaderMap) -> String {
+/// The request id: a valid incoming `x-request-id`, or a new one. The upstream request
+/// carries it in place of the incoming field (see [`UpstreamRequest::request_id`]).
+fn request_id(headers: &HeaderMap) -> String {
     if let Some(v) = headers.get(&X_REQUEST_ID) {
         if !v.is_empty() && v.len() <= MAX_REQUEST_ID {
             if let Ok(s) = v.to_str() {
@@ -701,11 +703,7 @@ fn request_id(headers: &mut HeaderMap) -> String {
             }
         }
     }
-    let digits = request_id_digits();
-    if let Ok(v) = HeaderValue::from_bytes(&digits) {
-        headers.insert(X_REQUEST_ID.clone(), v);
-    }
-    String::from_utf8_lossy(&digits).into_owned()
+    new_request_id()
 }
 
 /// 32 lowercase hex digits.

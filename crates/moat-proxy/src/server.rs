@@ -388,7 +388,7 @@ async fn serve_h1(
             }
             _ => Err(RequestError::TOO_LARGE),
         };
-        let head = match parsed {
+        let mut head = match parsed {
             Ok(h) => h,
             Err(e) => {
                 let _ = refuse(shared, &mut conn, &mut wbuf, e).await;
@@ -425,9 +425,8 @@ async fn serve_h1(
             }
         };
         ci.h1_exchange_started();
-        let req = http::Request::from_parts(head.parts, body);
         let snap = snapshot.current(shared);
-        let (resp, after) = proxy::handle(shared, ci, snap, req).await;
+        let (resp, after) = proxy::handle(shared, ci, snap, &mut head.parts, body).await;
         conn = match kept {
             Some(conn) => conn,
             None => {
@@ -691,7 +690,9 @@ async fn serve_h2<I: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
         let (shared, ci) = (shared.clone(), ci.clone());
         async move {
             let snap = shared.snapshot.load_full();
-            let (resp, after) = proxy::handle(&shared, &ci, &snap, req.map(RequestBody::H2)).await;
+            let (mut parts, body) = req.into_parts();
+            let body = RequestBody::H2(body);
+            let (resp, after) = proxy::handle(&shared, &ci, &snap, &mut parts, body).await;
             Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody::new(body, after)))
         }
     });

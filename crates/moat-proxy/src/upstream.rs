@@ -27,8 +27,8 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 pub use crate::h1::client::ProtocolError;
-pub(crate) use crate::h1::client::X_FORWARDED_FOR;
 use crate::h1::client::{self as h1, RequestFraming};
+pub(crate) use crate::h1::client::{X_FORWARDED_FOR, X_REQUEST_ID};
 use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
 
 use crate::body::{BoxError, ProxyBody};
@@ -122,14 +122,16 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    fn new(io: UpstreamStream) -> Conn {
-        Conn {
+    /// Boxed: the connection moves with every exchange (pool, body, pool again), and
+    /// a pointer is cheaper to move than its buffers and timer.
+    fn new(io: UpstreamStream) -> Box<Conn> {
+        Box::new(Conn {
             io,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
             timer: None,
             reused: false,
-        }
+        })
     }
 
     /// True when the idle connection is still open: a read that does not wait finds
@@ -247,12 +249,12 @@ impl Conn {
 /// Idle keep-alive connections of one endpoint (most recently used last).
 #[derive(Debug, Default)]
 pub struct EndpointPool {
-    idle: Mutex<Vec<(Conn, Instant)>>,
+    idle: Mutex<Vec<(Box<Conn>, Instant)>>,
     max_idle: usize,
 }
 
 impl EndpointPool {
-    fn checkout(&self, idle_timeout: Duration) -> Option<Conn> {
+    fn checkout(&self, idle_timeout: Duration) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock();
         while let Some((mut conn, since)) = idle.pop() {
             if since.elapsed() < idle_timeout && conn.is_open() {
@@ -264,7 +266,7 @@ impl EndpointPool {
     }
 
     /// Returns a connection whose exchange is complete (its read buffer is empty).
-    fn put(&self, conn: Conn) {
+    fn put(&self, conn: Box<Conn>) {
         let mut idle = self.idle.lock();
         if idle.len() < self.max_idle {
             idle.push((conn, Instant::now()));
@@ -289,14 +291,14 @@ impl EndpointPool {
 #[derive(Debug)]
 pub struct UpstreamBody {
     /// `None` once the body ended (or failed).
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     decoder: Decoder,
     keep_alive: bool,
     pool: Arc<EndpointPool>,
 }
 
 impl UpstreamBody {
-    fn new(conn: Conn, decoder: Decoder, keep_alive: bool, pool: Arc<EndpointPool>) -> Self {
+    fn new(conn: Box<Conn>, decoder: Decoder, keep_alive: bool, pool: Arc<EndpointPool>) -> Self {
         let mut body = UpstreamBody {
             conn: Some(conn),
             decoder,
@@ -411,10 +413,12 @@ pub struct UpstreamRequest<'a> {
     pub forwarded_for: &'a http::HeaderValue,
     /// `X-Forwarded-Proto`: `http` or `https`.
     pub forwarded_proto: &'static str,
+    /// `X-Request-Id`: the client's, or the one moat made (it replaces the field).
+    pub request_id: &'a str,
 }
 
 /// The response to hand downstream: the head, and the body still on `conn`.
-fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Conn) -> Response<UpstreamBody> {
+fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<UpstreamBody> {
     let body = if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
         // The connection now carries the new protocol: see `into_upgraded`.
         UpstreamBody {
@@ -602,9 +606,9 @@ impl Cluster {
     async fn exchange(
         &self,
         ep: &Endpoint,
-        mut conn: Conn,
+        mut conn: Box<Conn>,
         req: UpstreamRequest<'_>,
-    ) -> Result<(h1::ResponseHead, Conn), UpstreamError> {
+    ) -> Result<(h1::ResponseHead, Box<Conn>), UpstreamError> {
         let framing = request_framing(&req);
         conn.wbuf.clear();
         h1::encode_request_head(&mut conn.wbuf, &req, framing);
@@ -646,7 +650,7 @@ impl Cluster {
 
     /// Opens a connection to `ep`: TCP, then TLS when configured, within the connect
     /// timeout.
-    async fn connect(&self, ep: &Endpoint) -> Result<Conn, UpstreamError> {
+    async fn connect(&self, ep: &Endpoint) -> Result<Box<Conn>, UpstreamError> {
         let open = async {
             // An IP literal is connected to directly; a name is resolved on tokio's
             // blocking pool (a thread hop), so only names pay for it.

@@ -18,6 +18,8 @@ use crate::upstream::UpstreamRequest;
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`.
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Request-Id`.
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -147,7 +149,7 @@ pub(crate) fn encode_request_head(
             if !(req.upgrade && name == UPGRADE) {
                 continue;
             }
-        } else if name == X_FORWARDED_FOR || name == X_FORWARDED_PROTO {
+        } else if name == X_FORWARDED_FOR || name == X_FORWARDED_PROTO || name == X_REQUEST_ID {
             // Rewritten below.
             continue;
         }
@@ -174,6 +176,7 @@ pub(crate) fn encode_request_head(
     buf.extend_from_slice(req.forwarded_for.as_bytes());
     buf.extend_from_slice(b"\r\n");
     push_field(buf, b"x-forwarded-proto", req.forwarded_proto.as_bytes());
+    push_field(buf, b"x-request-id", req.request_id.as_bytes());
     match framing {
         RequestFraming::None | RequestFraming::Length => {}
         RequestFraming::AddLength(n) => {
@@ -372,6 +375,7 @@ mod tests {
             default_host: "fallback:80",
             forwarded_for: peer,
             forwarded_proto: "http",
+            request_id: "rid-1",
         }
     }
 
@@ -390,7 +394,7 @@ mod tests {
         assert_eq!(
             wire(&request(&h, &peer), RequestFraming::AddLength(1234)),
             "POST /p?q=1 HTTP/1.1\r\nhost: up\r\nx-a: 1\r\nx-forwarded-for: 10.0.0.1\r\n\
-             x-forwarded-proto: http\r\ncontent-length: 1234\r\n\r\n"
+             x-forwarded-proto: http\r\nx-request-id: rid-1\r\ncontent-length: 1234\r\n\r\n"
         );
         assert!(wire(&request(&h, &peer), RequestFraming::Chunked)
             .ends_with("transfer-encoding: chunked\r\n\r\n"));
@@ -423,6 +427,7 @@ mod tests {
         h.insert(UPGRADE, HeaderValue::from_static("websocket"));
         h.insert("x-keep", HeaderValue::from_static("1"));
         h.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("spoofed"));
+        h.insert(&X_REQUEST_ID, HeaderValue::from_static("replaced"));
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
         h.append(&X_FORWARDED_FOR, HeaderValue::from_static("5.6.7.8"));
         let peer = HeaderValue::from_static("10.0.0.1");
@@ -430,7 +435,8 @@ mod tests {
         assert_eq!(
             out,
             "POST /p?q=1 HTTP/1.1\r\nx-keep: 1\r\nhost: fallback:80\r\n\
-             x-forwarded-for: 1.2.3.4, 5.6.7.8, 10.0.0.1\r\nx-forwarded-proto: http\r\n\r\n"
+             x-forwarded-for: 1.2.3.4, 5.6.7.8, 10.0.0.1\r\nx-forwarded-proto: http\r\n\
+             x-request-id: rid-1\r\n\r\n"
         );
 
         // An upgrade keeps Upgrade and says so in Connection.

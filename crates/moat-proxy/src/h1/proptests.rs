@@ -1016,6 +1016,7 @@ proptest! {
             default_host: "up.example:8080",
             forwarded_for: &peer,
             forwarded_proto: "https",
+            request_id: "req-7",
         };
         let mut buf = Vec::new();
         encode_request_head(&mut buf, &req, framing);
@@ -1040,6 +1041,8 @@ proptest! {
         prop_assert_eq!(h.parts.headers.get_all(http::header::HOST).iter().count(), 1);
         prop_assert_eq!(h.parts.headers[http::header::HOST].as_bytes(), want_host.as_bytes());
         prop_assert_eq!(&h.parts.headers["x-forwarded-proto"], "https");
+        prop_assert_eq!(h.parts.headers.get_all("x-request-id").iter().count(), 1);
+        prop_assert_eq!(&h.parts.headers["x-request-id"], "req-7");
         for name in ["connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection"] {
             prop_assert!(!h.parts.headers.contains_key(name), "{} forwarded", name);
         }
@@ -1054,7 +1057,7 @@ proptest! {
             let ordinary = !matches!(
                 k.as_str(),
                 "connection" | "keep-alive" | "upgrade" | "te" | "trailer" | "proxy-connection"
-                    | "x-forwarded-for" | "x-forwarded-proto"
+                    | "x-forwarded-for" | "x-forwarded-proto" | "x-request-id"
             );
             if !ordinary || listed.iter().any(|l| l == k.as_str().as_bytes()) {
                 continue;

@@ -114,8 +114,7 @@ pub(crate) fn parse_request_head(
     let mut has_te = false;
     let mut length: Option<u64> = None;
     let mut hosts = 0usize;
-    // Room for the `x-request-id` the proxy adds, so that the map is not grown.
-    let mut headers = HeaderMap::with_capacity(fields.len() + 1);
+    let mut headers = HeaderMap::with_capacity(fields.len());
     for f in fields {
         match classify(f.name) {
             Field::Connection => {
