@@ -894,12 +894,14 @@ impl RunningGateway {
                         }
                         // Editors and deploy tools write in several steps: wait until the
                         // file has stopped changing (bounded) before reading it.
+                        let mut last = FileStamp::of(&file);
                         for _ in 0..20 {
-                            let before = FileStamp::of(&file);
                             tokio::time::sleep(Duration::from_millis(150)).await;
-                            if FileStamp::of(&file) == before {
+                            let now = FileStamp::of(&file);
+                            if now == last {
                                 break;
                             }
+                            last = now;
                         }
                         tracing::info!(file = %file.display(), "configuration file changed: reloading");
                     }

@@ -548,18 +548,6 @@ async fn refused(addr: SocketAddr, request: &[u8], what: &str) {
     c.expect_closed().await;
 }
 
-async fn start(up: &Recorder) -> (moat_proxy::RunningGateway, SocketAddr, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(
-        dir.path(),
-        &basic_config(up.addr, ""),
-        GatewayOptions::default(),
-    )
-    .await;
-    let addr = gw.listener_addr("main").unwrap();
-    (gw, addr, dir)
-}
-
 fn is_request_id(v: &str) -> bool {
     v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -571,7 +559,7 @@ fn is_request_id(v: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_then_connection_close() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     for path in ["/one", "/two?x=1"] {
         c.send(&get(path)).await;
@@ -604,7 +592,7 @@ async fn keep_alive_then_connection_close() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http10_closes_unless_keep_alive() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
 
     // HTTP/1.0 without keep-alive: answered, then closed.
     let mut c = Conn::open(addr).await;
@@ -662,7 +650,7 @@ async fn http10_closes_unless_keep_alive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     let mut all = get("/p1");
     all.extend_from_slice(b"POST /p2 HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\n\r\nxyz");
@@ -690,7 +678,7 @@ async fn pipelined_requests_are_answered_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_sent_heads_do_not_disturb_other_clients() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
 
     // Half a head, then the client goes away.
     let mut c = Conn::open(addr).await;
@@ -734,7 +722,7 @@ async fn half_sent_heads_do_not_disturb_other_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_length_body_in_pieces() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     // The head itself is split too, inside a field name and inside the CRLF CRLF.
     for piece in [
@@ -771,7 +759,7 @@ async fn content_length_body_in_pieces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_body_with_extensions_and_trailer() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     let pieces: [&[u8]; 5] = [
         b"POST /chunked HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n5;name=value\r\nhel",
@@ -806,7 +794,7 @@ async fn chunked_body_with_extensions_and_trailer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_100_continue() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     c.send(
         b"POST /expect HTTP/1.1\r\nhost: t\r\nexpect: 100-continue\r\ncontent-length: 11\r\n\r\n",
@@ -845,7 +833,7 @@ async fn expect_100_continue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_length_with_transfer_encoding_is_not_smuggled() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let cases: [(&str, String); 3] = [
         (
             "/clte-1",
@@ -901,7 +889,7 @@ async fn content_length_with_transfer_encoding_is_not_smuggled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_content_length_is_400() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     for (i, value) in [
         "5\r\ncontent-length: 6",
         "5, 6",
@@ -957,7 +945,7 @@ async fn invalid_content_length_is_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_transfer_coding_and_chunks_are_400() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     // Transfer-Encoding whose final coding is not chunked (RFC 9112 6.3: 400 and close),
     // and Transfer-Encoding in HTTP/1.0 (framing faulty, RFC 9112 6.1).
     for (i, head) in [
@@ -1008,7 +996,7 @@ async fn invalid_transfer_coding_and_chunks_are_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_request_lines_and_field_names_are_400() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     for request in [
         // Characters outside `token` in the method.
         &b"G(T /bad-method HTTP/1.1\r\nhost: t\r\n\r\n"[..],
@@ -1113,7 +1101,7 @@ async fn malformed_request_lines_and_field_names_are_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_heads_are_431() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
 
     // Over max_header_bytes, under the hard cap.
     let mut c = Conn::open(addr).await;
@@ -1203,7 +1191,7 @@ async fn oversized_heads_are_431() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_bodies_are_413() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
 
     // Content-Length over the limit: 413 at once, before the body is sent. The body
     // that follows (full of request lines) is never taken for requests: the connection
@@ -1297,7 +1285,7 @@ async fn oversized_bodies_are_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_response_has_headers_and_no_body() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     c.send(b"HEAD /head HTTP/1.1\r\nhost: t\r\n\r\n").await;
     let r = c.head_response().await;
@@ -1326,7 +1314,7 @@ async fn head_response_has_headers_and_no_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_and_bodyless_upstream_responses_are_framed() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     for _ in 0..2 {
         c.send(&get("/chunked-resp")).await;
@@ -1364,7 +1352,7 @@ async fn streamed_and_bodyless_upstream_responses_are_framed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_ids_are_generated_and_propagated() {
     let up = recorder("a").await;
-    let (gw, addr, _dir) = start(&up).await;
+    let (gw, addr, _dir) = basic_gateway_to(up.addr).await;
     let mut c = Conn::open(addr).await;
     c.send(&get("/rid-1")).await;
     let r1 = c.response().await;

@@ -37,12 +37,8 @@ async fn drain(s: &mut TcpStream) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn idle_keep_alive_connection_is_closed() {
-    let BasicGateway {
-        addr,
-        gw: _gw,
-        dir: _dir,
-        ..
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let addr = g.addr;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
         .await
@@ -64,12 +60,8 @@ async fn idle_keep_alive_connection_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn client_that_stops_reading_is_disconnected() {
-    let BasicGateway {
-        addr,
-        gw: _gw,
-        dir: _dir,
-        ..
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let addr = g.addr;
     let total = 32 << 20;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET /big?n={total} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())
@@ -88,12 +80,8 @@ async fn client_that_stops_reading_is_disconnected() {
 
 #[tokio::test(start_paused = true)]
 async fn client_that_reads_slowly_gets_the_whole_response() {
-    let BasicGateway {
-        addr,
-        gw: _gw,
-        dir: _dir,
-        ..
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let addr = g.addr;
     let total: usize = 12 << 20;
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET /big?n={total} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes())

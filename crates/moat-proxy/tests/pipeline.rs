@@ -445,32 +445,31 @@ async fn hot_reload_swaps_routes_without_dropping_in_flight_requests() {
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
+/// True once requests to `addr` reach the upstream named `name` (within 5 s).
+async fn upstream_becomes(c: &TestClient, addr: std::net::SocketAddr, name: &str) -> bool {
+    for _ in 0..100 {
+        let (_, h, _) = get(c, &format!("http://{addr}/")).await;
+        if h["x-upstream"] == name {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_change_triggers_reload() {
     let a = upstream("a").await;
     let b = upstream("b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(
-        dir.path(),
-        &basic_config(a.addr, ""),
-        GatewayOptions::default(),
-    )
-    .await;
+    let (gw, addr, dir) = basic_gateway_to(a.addr).await;
     gw.spawn_reload_triggers();
-    let addr = gw.listener_addr("main").unwrap();
     let c = client();
     tokio::time::sleep(Duration::from_millis(100)).await;
     std::fs::write(dir.path().join("moat.yaml"), basic_config(b.addr, "")).unwrap();
-    let mut seen_b = false;
-    for _ in 0..100 {
-        let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
-        if h["x-upstream"] == "b" {
-            seen_b = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(seen_b, "the file watcher did not reload the config");
+    assert!(
+        upstream_becomes(&c, addr, "b").await,
+        "the file watcher did not reload the config"
+    );
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -500,17 +499,8 @@ async fn configmap_style_symlink_swap_triggers_reload() {
     // The atomic swap kubelet does: a new link renamed over the old one.
     symlink("v2", d.join("..data_tmp")).unwrap();
     std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
-    let mut seen_b = false;
-    for _ in 0..100 {
-        let (_, h, _) = get(&c, &format!("http://{addr}/")).await;
-        if h["x-upstream"] == "b" {
-            seen_b = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     assert!(
-        seen_b,
+        upstream_becomes(&c, addr, "b").await,
         "the swapped ConfigMap symlink did not reload the config"
     );
     gw.shutdown(Duration::from_secs(2)).await;

@@ -14,12 +14,8 @@ use moat_proxy::GatewayOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxies_get_post_and_chunked_bodies() {
-    let BasicGateway {
-        gw,
-        addr,
-        up: _,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let c = client();
 
     let (status, headers, body) = get(&c, &format!("http://{addr}/hello?x=1")).await;
@@ -71,12 +67,8 @@ async fn proxies_get_post_and_chunked_bodies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reuses_upstream_connections() {
-    let BasicGateway {
-        gw,
-        addr,
-        up,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let c = client();
     for i in 0..30 {
         let (status, _, _) = get(&c, &format!("http://{addr}/r{i}")).await;
@@ -92,7 +84,7 @@ async fn keep_alive_reuses_upstream_connections() {
         assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     }
     assert_eq!(
-        up.connections(),
+        g.up.connections(),
         1,
         "sequential requests must reuse one upstream connection"
     );
@@ -104,12 +96,8 @@ async fn closed_connections_leave_no_tasks_behind() {
     // Every downstream connection's state (its task, its idle watchdog) must go away
     // when it closes: a watchdog that outlived its connection by a 10 s tick once held
     // every finished connection's memory, gigabytes under short-connection load.
-    let BasicGateway {
-        gw,
-        addr,
-        up: _,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let close = b"GET /x HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n";
     // Warm up: the upstream connection is pooled, its task exists from now on.
     assert!(raw(addr, close).await.starts_with("HTTP/1.1 200"));
@@ -310,12 +298,8 @@ async fn passive_ejection_on_consecutive_5xx_when_enabled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_431_and_bodies_413() {
-    let BasicGateway {
-        gw,
-        addr,
-        up: _,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let c = client();
 
     // Head larger than max_header_bytes (8KiB).
@@ -367,12 +351,8 @@ async fn oversized_headers_431_and_bodies_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_upgrade_passes_through() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let BasicGateway {
-        gw,
-        addr,
-        up: _,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
         b"GET /ws HTTP/1.1\r\nhost: t\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
@@ -493,12 +473,8 @@ async fn idle_upstream_connections_expire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_prior_knowledge_on_a_plain_listener() {
     use http_body_util::BodyExt;
-    let BasicGateway {
-        gw,
-        addr,
-        up: _,
-        dir: _dir,
-    } = basic_gateway().await;
+    let g = basic_gateway().await;
+    let (gw, addr) = (g.gw, g.addr);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),

@@ -57,6 +57,26 @@ impl Drop for Proc {
 }
 
 /// Starts `moat serve --config cfg` (text logs on stderr) and waits for `/readyz`.
+/// Writes `dir/moat.yaml`: one listener and an admin listener on free ports, the
+/// `runtime` keys given, every request routed to `upstream`. Returns the file and the
+/// two addresses.
+fn write_config(
+    dir: &std::path::Path,
+    runtime: &str,
+    upstream: SocketAddr,
+) -> (std::path::PathBuf, SocketAddr, SocketAddr) {
+    let (listen, admin) = (free_port(), free_port());
+    let cfg = dir.join("moat.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "runtime: {{ {runtime} }}\nlisteners:\n  - name: main\n    address: {listen}\nadmin: {{ address: {admin} }}\nclusters:\n  - name: app\n    endpoints: [\"{upstream}\"]\nroutes:\n  - name: all\n    cluster: app\n"
+        ),
+    )
+    .unwrap();
+    (cfg, listen, admin)
+}
+
 fn serve_until_ready(cfg: &std::path::Path, admin: SocketAddr) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_moat"))
         .args(["serve", "--config"])
@@ -86,17 +106,8 @@ fn serve_until_ready(cfg: &std::path::Path, admin: SocketAddr) -> Proc {
 #[test]
 fn sighup_reloads_and_one_worker_is_one_thread() {
     let up = slow_upstream(Duration::ZERO);
-    let listen = free_port();
-    let admin = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("moat.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "runtime: {{ threads: 1 }}\nlisteners:\n  - name: main\n    address: {listen}\nadmin: {{ address: {admin} }}\nclusters:\n  - name: app\n    endpoints: [\"{up}\"]\nroutes:\n  - name: all\n    cluster: app\n"
-        ),
-    )
-    .unwrap();
+    let (cfg, listen, admin) = write_config(dir.path(), "threads: 1", up);
     let proc = serve_until_ready(&cfg, admin);
     let pid = proc.0.id().to_string();
     // One worker is one thread: no helper thread (such as a file watcher) makes every
@@ -130,17 +141,8 @@ fn sighup_reloads_and_one_worker_is_one_thread() {
 #[test]
 fn sigterm_drains_in_flight_requests() {
     let up = slow_upstream(Duration::from_millis(1500));
-    let listen = free_port();
-    let admin = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("moat.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "runtime: {{ threads: 1, shutdown_timeout: 10s }}\nlisteners:\n  - name: main\n    address: {listen}\nadmin: {{ address: {admin} }}\nclusters:\n  - name: app\n    endpoints: [\"{up}\"]\nroutes:\n  - name: all\n    cluster: app\n"
-        ),
-    )
-    .unwrap();
+    let (cfg, listen, admin) = write_config(dir.path(), "threads: 1, shutdown_timeout: 10s", up);
     let mut proc = serve_until_ready(&cfg, admin);
     let inflight = thread::spawn(move || http_get(listen, "/slow"));
     thread::sleep(Duration::from_millis(400));

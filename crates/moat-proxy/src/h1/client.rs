@@ -205,7 +205,8 @@ pub(crate) struct ResponseHead {
 }
 
 /// Parses a complete response head (`head` ends with its empty line, see
-/// [`super::head_end`]). The header values share `head`'s buffer: nothing is copied.
+/// [`super::head_end`]). The header values are copied out of `head` (see
+/// [`super::server::parse_request_head`]).
 pub(crate) fn parse_response_head(
     head: &[u8],
     request_method: &Method,

@@ -1,5 +1,5 @@
 //! moat's HTTP/1.1 server side: request heads parsed with `httparse` into `http`
-//! types that share the read buffer, and response heads written into a reused buffer.
+//! types, and response heads written into a reused buffer.
 //! The connection driver that does the I/O is [`crate::server`].
 //!
 //! Message framing follows RFC 9112 section 6, strictly: a request whose length is
@@ -75,7 +75,9 @@ pub(crate) fn request_head_end(buf: &[u8], scanned: &mut usize) -> Option<usize>
 }
 
 /// Parses a complete request head (`head` ends with its empty line, see
-/// [`request_head_end`]). The target and the header values share `head`'s buffer.
+/// [`request_head_end`]). The target and the header values are copied out of `head`
+/// (small copies are cheaper than the atomic reference counts of a shared buffer), so
+/// the connection's read buffer stays a plain vector reused in place.
 /// More than `max_fields` header fields (at most [`MAX_HEADER_SLOTS`]) is an error.
 pub(crate) fn parse_request_head(
     head: &[u8],

@@ -187,7 +187,9 @@ limits: {{ max_header_bytes: 8KiB, max_headers: 50 }}
     )
 }
 
-/// A gateway on [`basic_config`] in front of `upstream("a")`.
+/// A gateway on [`basic_config`] in front of `upstream("a")`. Tests bind it whole and
+/// move out the fields they use, so that the rest (the upstream, the config directory)
+/// lives to the end of the test.
 pub struct BasicGateway {
     pub gw: RunningGateway,
     /// The main listener's address.
@@ -200,15 +202,24 @@ pub struct BasicGateway {
 /// Starts the most common test setup: [`BasicGateway`].
 pub async fn basic_gateway() -> BasicGateway {
     let up = upstream("a").await;
+    let (gw, addr, dir) = basic_gateway_to(up.addr).await;
+    BasicGateway { gw, addr, up, dir }
+}
+
+/// A gateway on [`basic_config`] in front of the upstream at `upstream`: the gateway,
+/// its main listener's address, and the directory holding its config file.
+pub async fn basic_gateway_to(
+    upstream: SocketAddr,
+) -> (RunningGateway, SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(
         dir.path(),
-        &basic_config(up.addr, ""),
+        &basic_config(upstream, ""),
         GatewayOptions::default(),
     )
     .await;
     let addr = gw.listener_addr("main").unwrap();
-    BasicGateway { gw, addr, up, dir }
+    (gw, addr, dir)
 }
 
 /// Starts a gateway from YAML text written to `dir/moat.yaml`.
