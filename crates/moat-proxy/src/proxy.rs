@@ -836,6 +836,9 @@ mod tests {
         assert_eq!(strip_port("a.example:8080"), "a.example");
         assert_eq!(strip_port("a.example"), "a.example");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
-        assert_eq!(new_request_id().len(), 32);
+        let id = new_request_id();
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
+        assert_ne!(id, new_request_id());
     }
 }

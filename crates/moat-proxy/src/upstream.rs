@@ -34,6 +34,7 @@ use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
 use crate::body::{BoxError, ProxyBody};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, Metrics};
+use crate::stream::MaybeTls;
 
 /// Request bodies up to this size that are in memory go out in the same write as the
 /// request head (and can be replayed on a fresh connection, see [`Cluster::send`]).
@@ -102,8 +103,7 @@ impl From<ProtocolError> for Failure {
 }
 
 /// A connection to an upstream: plain TCP or TLS over TCP (moat-tls upstream connector).
-pub type UpstreamStream =
-    crate::stream::MaybeTls<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>;
+pub type UpstreamStream = MaybeTls<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>;
 
 /// An upstream connection with its buffers, owned by one exchange at a time.
 #[derive(Debug)]
@@ -137,12 +137,23 @@ impl Conn {
     /// True when the idle connection is still open: a read that does not wait finds
     /// neither end of file nor unexpected bytes.
     fn is_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
         let mut byte = [0u8; 1];
-        let mut rb = ReadBuf::new(&mut byte);
-        Pin::new(&mut self.io)
-            .poll_read(&mut cx, &mut rb)
-            .is_pending()
+        match &mut self.io {
+            // `try_read` answers from the readiness the runtime has cached (no system
+            // call unless the socket became readable) and, unlike a poll, registers no
+            // waker: this runs on every checkout.
+            MaybeTls::Plain(tcp) => {
+                matches!(tcp.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+            // A TLS connection may hold a buffered record (a close_notify): read through it.
+            MaybeTls::Tls(_) => {
+                let mut cx = Context::from_waker(Waker::noop());
+                let mut rb = ReadBuf::new(&mut byte);
+                Pin::new(&mut self.io)
+                    .poll_read(&mut cx, &mut rb)
+                    .is_pending()
+            }
+        }
     }
 
     /// Writes the request: `wbuf` (head, and the body when it was inlined), then the
