@@ -706,20 +706,15 @@ fn request_id(headers: &HeaderMap) -> String {
     new_request_id()
 }
 
-/// 32 lowercase hex digits.
+/// A random request id: 32 lowercase hex digits (filled in place: this runs per request).
 pub fn new_request_id() -> String {
-    String::from_utf8_lossy(&request_id_digits()).into_owned()
-}
-
-/// A random request id as ASCII hex digits (filled in place: this runs per request).
-fn request_id_digits() -> [u8; 32] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let n: u128 = rand::random();
     let mut digits = [0u8; 32];
     for (i, d) in digits.iter_mut().enumerate() {
         *d = HEX[((n >> (4 * i)) & 0xf) as usize];
     }
-    digits
+    String::from_utf8_lossy(&digits).into_owned()
 }
 
 /// Host addressed by the request (authority for HTTP/2 and absolute-form, else `Host`), without port.

@@ -11,18 +11,6 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Reads until the end of the response head; returns what was read.
-async fn read_head(s: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "connection closed before the response head");
-        got.extend_from_slice(&buf[..n]);
-    }
-    got
-}
-
 /// Reads until end of file or a reset; returns the number of bytes.
 async fn drain(s: &mut TcpStream) -> usize {
     let mut total = 0;

@@ -269,6 +269,19 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Reads from `s` until the end of a response head; returns all that was read (the head,
+/// and whatever followed it in the same reads).
+pub async fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed before the response head");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
 pub fn json(b: &Bytes) -> serde_json::Value {
     serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {b:?}"))
 }
