@@ -56,7 +56,6 @@ impl Drop for Proc {
     }
 }
 
-/// Starts `moat serve --config cfg` (text logs on stderr) and waits for `/readyz`.
 /// Writes `dir/moat.yaml`: one listener and an admin listener on free ports, the
 /// `runtime` keys given, every request routed to `upstream`. Returns the file and the
 /// two addresses.
@@ -77,6 +76,7 @@ fn write_config(
     (cfg, listen, admin)
 }
 
+/// Starts `moat serve --config cfg` (text logs on stderr) and waits for `/readyz`.
 fn serve_until_ready(cfg: &std::path::Path, admin: SocketAddr) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_moat"))
         .args(["serve", "--config"])
