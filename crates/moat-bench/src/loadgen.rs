@@ -22,17 +22,16 @@
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
+use moat_tls::MaybeTls;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::http1::ResponseReader;
@@ -662,58 +661,18 @@ enum Conn {
     H2(H2Conn),
 }
 
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+/// A load-generator connection: plain TCP or client-side TLS.
+type Stream = MaybeTls<tokio_rustls::client::TlsStream<TcpStream>>;
 
 async fn connect(ctx: &Ctx, shared: &Shared) -> io::Result<Stream> {
     let tcp = TcpStream::connect(ctx.target.addr).await?;
     tcp.set_nodelay(true)?;
     shared.opened.set(shared.opened.get() + 1);
     match &ctx.tls {
-        None => Ok(Stream::Plain(tcp)),
+        None => Ok(MaybeTls::Plain(tcp)),
         Some((connector, name)) => {
             let s = connector.connect(name.clone(), tcp).await?;
-            Ok(Stream::Tls(Box::new(s)))
+            Ok(MaybeTls::Tls(Box::new(s)))
         }
     }
 }

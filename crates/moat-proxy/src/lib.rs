@@ -23,7 +23,6 @@ pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
 mod server;
-pub mod stream;
 pub mod upstream;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};

@@ -18,7 +18,7 @@ use crate::body::{gather_ready, read_prefix, BodyTooLarge, ProxyBody, RequestBod
 use crate::config::OnLimit;
 use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
-use crate::metrics::{Decision, Phase};
+use crate::metrics::{Decision, Metrics, Phase};
 use crate::pipeline::max_need;
 use crate::upstream::{UpstreamError, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID};
 
@@ -156,31 +156,19 @@ async fn proxy(
     let metrics = &st.shared.metrics;
 
     // Phase: request headers.
-    if !pipeline.request_headers.is_empty() {
-        let t = Instant::now();
-        for p in &pipeline.request_headers {
-            if let Verdict::Respond(r) = p.on_request_headers(ctx, parts) {
-                metrics.phase(Phase::RequestHeaders).observe(t.elapsed());
-                return Err((r, Decision::Block));
-            }
-        }
-        metrics.phase(Phase::RequestHeaders).observe(t.elapsed());
-    }
+    run_phase(
+        metrics,
+        Phase::RequestHeaders,
+        &pipeline.request_headers,
+        |p| p.on_request_headers(ctx, parts),
+    )?;
 
     // Request body: limit check, buffering when a phase asks, phases.
     let content_length = content_length(&parts.headers);
     st.bytes_in = content_length.unwrap_or(0);
     let limit = route.body_max;
     if route.on_limit == OnLimit::Reject && content_length.is_some_and(|l| l > limit) {
-        return Err((
-            error_page(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                parts.headers.get(ACCEPT),
-                "request body too large",
-                &ctx.request_id,
-            ),
-            Decision::Limit,
-        ));
+        return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
     }
     let mut need = BodyNeed::None;
     if !pipeline.request_body.is_empty() {
@@ -205,17 +193,7 @@ async fn proxy(
                     let mut body = body;
                     match gather_ready(&mut body, n as usize).await {
                         Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
-                        Err(_) => {
-                            return Err((
-                                error_page(
-                                    StatusCode::BAD_REQUEST,
-                                    parts.headers.get(ACCEPT),
-                                    "request body could not be read",
-                                    &ctx.request_id,
-                                ),
-                                Decision::Error,
-                            ))
-                        }
+                        Err(_) => return Err(refuse_body(BodyRefusal::Unreadable, parts, ctx)),
                     }
                 }
                 _ => limited_stream(body, route, content_length, &mut tripped),
@@ -225,30 +203,12 @@ async fn proxy(
                 let mut body = body;
                 let buffered = match read_prefix(&mut body, cap).await {
                     Ok(b) => b,
-                    Err(_) => {
-                        return Err((
-                            error_page(
-                                StatusCode::BAD_REQUEST,
-                                parts.headers.get(ACCEPT),
-                                "request body could not be read",
-                                &ctx.request_id,
-                            ),
-                            Decision::Error,
-                        ))
-                    }
+                    Err(_) => return Err(refuse_body(BodyRefusal::Unreadable, parts, ctx)),
                 };
                 let over_limit = buffered.truncated && cap as u64 == limit;
                 if over_limit {
                     if route.on_limit == OnLimit::Reject {
-                        return Err((
-                            error_page(
-                                StatusCode::PAYLOAD_TOO_LARGE,
-                                parts.headers.get(ACCEPT),
-                                "request body too large",
-                                &ctx.request_id,
-                            ),
-                            Decision::Limit,
-                        ));
+                        return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
                     }
                     ctx.events.push(
                         SecurityEvent::new(
@@ -262,42 +222,18 @@ async fn proxy(
                         .at("body"),
                     );
                 }
-                let encoding = parts
-                    .headers
-                    .get(CONTENT_ENCODING)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                let mut b = Body::new(
-                    buffered.data,
-                    encoding,
-                    buffered.truncated,
-                    DecodeLimits::default(),
-                );
-                if !pipeline.request_body.is_empty() {
-                    let t = Instant::now();
-                    for p in &pipeline.request_body {
-                        if let Verdict::Respond(r) = p.on_request_body(ctx, parts, &mut b) {
-                            metrics.phase(Phase::RequestBody).observe(t.elapsed());
-                            return Err((r, Decision::Block));
-                        }
-                    }
-                    metrics.phase(Phase::RequestBody).observe(t.elapsed());
-                }
-                let modified = b.modified();
-                if modified {
-                    parts.headers.remove(CONTENT_ENCODING);
-                }
-                let data = b.into_raw();
+                let mut b = phase_body(buffered.data, buffered.truncated, &parts.headers);
+                run_phase(metrics, Phase::RequestBody, &pipeline.request_body, |p| {
+                    p.on_request_body(ctx, parts, &mut b)
+                })?;
+                let inspected = Inspected::new(b, &mut parts.headers);
                 if keep_bodies != BodyNeed::None {
-                    st.request_body = Some(data.clone());
+                    st.request_body = Some(inspected.data.clone());
                 }
                 if buffered.truncated {
-                    let mut prefix = BytesMut::with_capacity(data.len() + buffered.overflow.len());
-                    prefix.extend_from_slice(&data);
-                    prefix.extend_from_slice(&buffered.overflow);
-                    let prefix = prefix.freeze();
+                    let prefix = inspected.followed_by(&buffered.overflow);
                     let consumed = prefix.len() as u64;
-                    if content_length.is_none() || modified {
+                    if content_length.is_none() || inspected.modified {
                         parts.headers.remove(CONTENT_LENGTH);
                     }
                     let rest = if route.on_limit == OnLimit::Reject && !over_limit {
@@ -311,8 +247,8 @@ async fn proxy(
                     };
                     ProxyBody::Prefixed(Some(prefix), Box::new(rest))
                 } else {
-                    set_content_length(&mut parts.headers, data.len());
-                    ProxyBody::full(data)
+                    set_content_length(&mut parts.headers, inspected.data.len());
+                    ProxyBody::full(inspected.data)
                 }
             }
         }
@@ -353,20 +289,12 @@ async fn proxy(
     let resp = match result {
         Err(e) => {
             let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
-            let body_too_large = match &e {
+            let stream_over = match &e {
                 UpstreamError::RequestBody(b) => source_is::<BodyTooLarge>(b.as_ref()),
                 _ => false,
             };
-            if over || body_too_large {
-                return Err((
-                    error_page(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        parts.headers.get(ACCEPT),
-                        "request body too large",
-                        &ctx.request_id,
-                    ),
-                    Decision::Limit,
-                ));
+            if over || stream_over {
+                return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
             }
             let (status, title) = match &e {
                 UpstreamError::ConnectTimeout | UpstreamError::Timeout => {
@@ -414,16 +342,12 @@ async fn proxy(
     let (mut rparts, rbody) = resp.into_parts();
 
     // Phase: response headers.
-    if !pipeline.response_headers.is_empty() {
-        let t = Instant::now();
-        for p in &pipeline.response_headers {
-            if let Verdict::Respond(r) = p.on_response_headers(ctx, parts, &mut rparts) {
-                metrics.phase(Phase::ResponseHeaders).observe(t.elapsed());
-                return Err((r, Decision::Block));
-            }
-        }
-        metrics.phase(Phase::ResponseHeaders).observe(t.elapsed());
-    }
+    run_phase(
+        metrics,
+        Phase::ResponseHeaders,
+        &pipeline.response_headers,
+        |p| p.on_response_headers(ctx, parts, &mut rparts),
+    )?;
 
     // Response body.
     let mut rneed = BodyNeed::None;
@@ -482,49 +406,25 @@ async fn proxy(
                     .at("response_body"),
                 );
             }
-            let encoding = rparts
-                .headers
-                .get(CONTENT_ENCODING)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let mut b = Body::new(
-                buffered.data,
-                encoding,
-                buffered.truncated,
-                DecodeLimits::default(),
-            );
-            if !pipeline.response_body.is_empty() {
-                let t = Instant::now();
-                for p in &pipeline.response_body {
-                    if let Verdict::Respond(r) = p.on_response_body(ctx, parts, &mut rparts, &mut b)
-                    {
-                        metrics.phase(Phase::ResponseBody).observe(t.elapsed());
-                        return Err((r, Decision::Block));
-                    }
-                }
-                metrics.phase(Phase::ResponseBody).observe(t.elapsed());
-            }
-            let modified = b.modified();
-            if modified {
-                rparts.headers.remove(CONTENT_ENCODING);
-            }
-            let data = b.into_raw();
+            let mut b = phase_body(buffered.data, buffered.truncated, &rparts.headers);
+            run_phase(metrics, Phase::ResponseBody, &pipeline.response_body, |p| {
+                p.on_response_body(ctx, parts, &mut rparts, &mut b)
+            })?;
+            let inspected = Inspected::new(b, &mut rparts.headers);
             if keep_bodies != BodyNeed::None {
-                st.response_body = Some(data.clone());
+                st.response_body = Some(inspected.data.clone());
             }
             if buffered.truncated {
-                let mut prefix = BytesMut::with_capacity(data.len() + buffered.overflow.len());
-                prefix.extend_from_slice(&data);
-                prefix.extend_from_slice(&buffered.overflow);
-                if modified {
+                if inspected.modified {
                     rparts.headers.remove(CONTENT_LENGTH);
                 }
-                ProxyBody::Prefixed(Some(prefix.freeze()), Box::new(ProxyBody::Upstream(rbody)))
+                let prefix = inspected.followed_by(&buffered.overflow);
+                ProxyBody::Prefixed(Some(prefix), Box::new(ProxyBody::Upstream(rbody)))
             } else {
                 if parts.method != http::Method::HEAD {
-                    set_content_length(&mut rparts.headers, data.len());
+                    set_content_length(&mut rparts.headers, inspected.data.len());
                 }
-                ProxyBody::full(data)
+                ProxyBody::full(inspected.data)
             }
         }
     };
@@ -750,6 +650,69 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
+/// Runs one phase's engines in order, timed as that phase (an empty phase is not
+/// timed: the clock is read per request). The first engine that answers ends the
+/// request with its reply.
+fn run_phase<P: ?Sized>(
+    metrics: &Metrics,
+    phase: Phase,
+    engines: &[Arc<P>],
+    mut call: impl FnMut(&P) -> Verdict,
+) -> Result<(), (Reply, Decision)> {
+    if engines.is_empty() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let verdict = engines.iter().map(|p| call(p)).find_map(|v| match v {
+        Verdict::Respond(r) => Some(r),
+        _ => None,
+    });
+    metrics.phase(phase).observe(t.elapsed());
+    verdict.map_or(Ok(()), |r| Err((r, Decision::Block)))
+}
+
+/// A buffered body (or its first `truncated` part) as body phases see it, decoded
+/// according to the message's `Content-Encoding`.
+fn phase_body(data: Bytes, truncated: bool, headers: &HeaderMap) -> Body {
+    let encoding = headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Body::new(data, encoding, truncated, DecodeLimits::default())
+}
+
+/// A body after its phases ran: the bytes to forward in its place.
+struct Inspected {
+    /// The body as the phases left it (on the wire encoding, or rewritten).
+    data: Bytes,
+    /// A phase rewrote it.
+    modified: bool,
+}
+
+impl Inspected {
+    /// Takes the phases' result; a rewritten body is sent without its original
+    /// `Content-Encoding` (phases write decoded bytes).
+    fn new(body: Body, headers: &mut HeaderMap) -> Self {
+        let modified = body.modified();
+        if modified {
+            headers.remove(CONTENT_ENCODING);
+        }
+        Inspected {
+            data: body.into_raw(),
+            modified,
+        }
+    }
+
+    /// The inspected prefix followed by the bytes read past it (`overflow`), for a
+    /// body whose rest still streams.
+    fn followed_by(&self, overflow: &Bytes) -> Bytes {
+        let mut prefix = BytesMut::with_capacity(self.data.len() + overflow.len());
+        prefix.extend_from_slice(&self.data);
+        prefix.extend_from_slice(overflow);
+        prefix.freeze()
+    }
+}
+
 fn set_content_length(h: &mut HeaderMap, n: usize) {
     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
 }
@@ -790,6 +753,37 @@ fn client_ip(ci: &ConnInfo, h: &HeaderMap) -> std::net::IpAddr {
         }
     }
     peer
+}
+
+/// Why a request body is refused before the upstream sees it.
+#[derive(Clone, Copy)]
+enum BodyRefusal {
+    /// Over the route's limit (413).
+    TooLarge,
+    /// Not readable: the client broke its framing or went away (400).
+    Unreadable,
+}
+
+/// moat's reply to a refused request body.
+fn refuse_body(
+    why: BodyRefusal,
+    parts: &http::request::Parts,
+    ctx: &RequestCtx,
+) -> (Reply, Decision) {
+    let (status, title, decision) = match why {
+        BodyRefusal::TooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+            Decision::Limit,
+        ),
+        BodyRefusal::Unreadable => (
+            StatusCode::BAD_REQUEST,
+            "request body could not be read",
+            Decision::Error,
+        ),
+    };
+    let page = error_page(status, parts.headers.get(ACCEPT), title, &ctx.request_id);
+    (page, decision)
 }
 
 /// moat's own error page, format chosen by `Accept`.

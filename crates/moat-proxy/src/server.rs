@@ -51,7 +51,7 @@ const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 256 << 10;
 
 /// A downstream byte stream: TCP, or TLS over TCP.
-pub(crate) type DownstreamIo = crate::stream::MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
+pub(crate) type DownstreamIo = moat_tls::MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
 
 /// The connection as the HTTP/1.1 loop and a streaming request body share it: the
 /// body owns it while it is read (see [`H1Body`]).

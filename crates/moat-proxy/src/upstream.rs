@@ -34,7 +34,7 @@ use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
 use crate::body::{BoxError, ProxyBody};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, Metrics};
-use crate::stream::MaybeTls;
+use moat_tls::MaybeTls;
 
 /// Request bodies up to this size that are in memory go out in the same write as the
 /// request head (and can be replayed on a fresh connection, see [`Cluster::send`]).

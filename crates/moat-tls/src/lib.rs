@@ -26,6 +26,7 @@ mod config;
 mod error;
 mod identity;
 mod pem;
+mod stream;
 mod upstream;
 
 #[cfg(feature = "testing")]
@@ -44,6 +45,7 @@ pub use config::{
 pub use error::TlsError;
 pub use identity::{peer_identity, peer_summary};
 pub use pem::MAX_PEM_FILE_BYTES;
+pub use stream::MaybeTls;
 pub use upstream::UpstreamConnector;
 
 /// Re-exported so users name the same rustls and tokio-rustls versions as this crate.

@@ -1,5 +1,6 @@
-//! A TCP connection, plain or under TLS, as one type: moat's HTTP/1.1 server and its
-//! upstream client read and write through it with static dispatch.
+//! A TCP connection, plain or under TLS, as one type: moat's HTTP/1.1 server, its
+//! upstream client and the benchmark's load generator read and write through it with
+//! static dispatch.
 
 use std::io;
 use std::pin::Pin;
