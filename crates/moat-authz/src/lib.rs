@@ -10,6 +10,8 @@
 //! [`moat_core::RequestHeadersPhase`] implementation on [`AuthzEngine`] and
 //! [`AuthzEngine::peer_auth_mode`] for deciding whether to ask for client certificates.
 
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod compiled;
 pub mod engine;

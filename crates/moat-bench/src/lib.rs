@@ -11,6 +11,8 @@
 //! - [`stats`], [`report`], [`compare`]: statistics, Markdown/HTML/JSON reports,
 //!   baseline-vs-candidate verdicts.
 
+#![warn(missing_docs)]
+
 pub mod allocs;
 pub mod compare;
 pub mod generate;

@@ -7,6 +7,8 @@
 //! Types deserialized here should use `#[serde(deny_unknown_fields)]`: an
 //! unknown key is an error, never silently ignored.
 
+#![warn(missing_docs)]
+
 use std::cell::RefCell;
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -16,6 +16,8 @@
 //! ([`http::request::Parts`], a [`Body`]) and a [`RequestCtx`], and return a
 //! [`Verdict`]. The proxy crate owns the I/O and calls them in order.
 
+#![warn(missing_docs)]
+
 pub mod body;
 pub mod event;
 pub mod reply;

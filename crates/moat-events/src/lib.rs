@@ -16,6 +16,8 @@
 //! without a store) are held by the writer while it writes a batch. A push on a
 //! full queue returns `false` at once and is counted in [`EventQueue::dropped`].
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod http_api;
 pub mod record;

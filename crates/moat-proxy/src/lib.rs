@@ -11,6 +11,8 @@
 //! * [`events`]: the sink for access, security and TLS records.
 //! * [`demo`]: the quickstart demo application.
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod body;
 pub mod config;

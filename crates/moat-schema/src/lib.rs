@@ -10,6 +10,8 @@
 //! - [`inventory`]: endpoints with merged schemas, persisted in SQLite;
 //! - [`openapi`]: OpenAPI 3.1 export.
 
+#![warn(missing_docs)]
+
 pub mod discovery;
 pub mod inventory;
 pub mod openapi;

@@ -15,6 +15,8 @@
 //!   block, redact or monitor, with size and time limits.
 //! * [`scan_api`] serves `POST /v1/scan`.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod config;
 pub mod decode;
