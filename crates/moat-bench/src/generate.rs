@@ -191,6 +191,9 @@ pub struct MoatConfigInput<'a> {
     pub threads: usize,
     /// TLS listener.
     pub tls: bool,
+    /// With `tls`: require client certificates issued by this CA (PEM text),
+    /// Istio's `PeerAuthentication` STRICT.
+    pub client_ca: Option<&'a str>,
     /// Generated policies text (written next to the config) when authz is on.
     pub policies: Option<&'a str>,
     /// Overrides merged in order (scenario level, then variant level).
@@ -216,6 +219,11 @@ pub fn moat_config(input: &MoatConfigInput<'_>) -> anyhow::Result<MoatLayout> {
         std::fs::write(&c, &cert.cert_pem)?;
         std::fs::write(&k, &cert.key_pem)?;
         listener_v["tls"] = json!({"certificates": [{"cert": c, "key": k}]});
+        if let Some(ca_pem) = input.client_ca {
+            let ca = input.dir.join("clients-ca.pem");
+            std::fs::write(&ca, ca_pem)?;
+            listener_v["tls"]["client_auth"] = json!({"mode": "STRICT", "ca": ca});
+        }
     }
     let mut cfg = json!({
         "runtime": {"threads": input.threads},
@@ -343,6 +351,7 @@ mod tests {
             engines: &[Engine::Waf, Engine::Authz],
             threads: 1,
             tls: true,
+            client_ca: Some("CA PEM"),
             policies: Some(""),
             overrides: &[&over],
         })
@@ -357,6 +366,10 @@ mod tests {
             .unwrap()
             .ends_with("policies.yaml"));
         assert!(v["listeners"][0]["tls"]["certificates"][0]["cert"].is_string());
+        let client_auth = &v["listeners"][0]["tls"]["client_auth"];
+        assert_eq!(client_auth["mode"], "STRICT");
+        let ca = std::fs::read_to_string(client_auth["ca"].as_str().unwrap()).unwrap();
+        assert_eq!(ca, "CA PEM");
         assert_eq!(v["clusters"][0]["endpoints"][0], "127.0.0.1:9");
     }
 }

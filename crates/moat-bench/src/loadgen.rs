@@ -209,6 +209,8 @@ pub struct LoadSpec {
     pub max_requests: Option<u64>,
     /// Open a new connection (and TLS handshake) for every request.
     pub new_connection_per_request: bool,
+    /// The client certificate presented when a TLS target asks for one (mTLS).
+    pub client_identity: Option<Arc<crate::tls::ClientIdentity>>,
     /// How long in-flight requests may finish after the end before they count as timeouts.
     pub grace: Duration,
     /// Called when the measured window starts.
@@ -229,6 +231,7 @@ impl LoadSpec {
             duration: Duration::from_secs(5),
             max_requests: None,
             new_connection_per_request: false,
+            client_identity: None,
             grace: Duration::from_secs(2),
             on_measure_start: None,
         }
@@ -402,7 +405,11 @@ async fn run_local(spec: LoadSpec) -> anyhow::Result<LoadResult> {
             Protocol::Http1 => &[b"http/1.1"],
             Protocol::H2 => &[b"h2"],
         };
-        let cfg = crate::tls::client_config(alpn, !spec.new_connection_per_request)?;
+        let cfg = crate::tls::client_config(
+            alpn,
+            !spec.new_connection_per_request,
+            spec.client_identity.as_deref(),
+        )?;
         let host = spec
             .target
             .host

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -85,6 +86,7 @@ pub fn prepare(opts: &RunOptions) -> anyhow::Result<Scenario> {
             url: Some(url.clone()),
             authz: None,
             config: None,
+            mtls: false,
         });
     }
     if let Some(keep) = &opts.variants {
@@ -178,6 +180,14 @@ pub fn describe_load(l: &LoadDef) -> String {
 }
 
 fn describe_variant(v: &VariantDef, tls: bool) -> String {
+    let mut d = describe_variant_kind(v, tls);
+    if v.mtls {
+        d.push_str("; mTLS STRICT (the client presents a SPIFFE certificate from a generated CA)");
+    }
+    d
+}
+
+fn describe_variant_kind(v: &VariantDef, tls: bool) -> String {
     match v.kind() {
         VariantKind::Direct if tls => {
             "straight to the upstream (no gateway), which terminates TLS itself (rustls, the same certificate type) on moat's CPU".into()
@@ -368,7 +378,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
         let cert = crate::tls::self_signed(&["localhost", "127.0.0.1"])?;
         let mut c = up.clone();
         c.cpu = Some(s.cpus.moat);
-        c.tls = Some(std::sync::Arc::new(crate::tls::server_config(&cert)?));
+        c.tls = Some(Arc::new(crate::tls::server_config(&cert)?));
         let u = Upstream::start(c)?;
         log(&format!("TLS upstream (direct) listening on {}", u.addr()));
         Some(u)
@@ -377,6 +387,12 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
     };
     let upstream = Upstream::start(up)?;
     log(&format!("upstream listening on {}", upstream.addr()));
+    // One client identity (CA and certificate) for every mTLS variant.
+    let client_identity = if s.variants.iter().any(|v| v.mtls) {
+        Some(Arc::new(crate::tls::client_identity()?))
+    } else {
+        None
+    };
 
     let mut runs: HashMap<(usize, usize), Vec<RunMetrics>> = HashMap::new();
     let mut hists: HashMap<(usize, usize), Histogram<u64>> = HashMap::new();
@@ -405,6 +421,10 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                         engines: &engines,
                         threads: s.moat.threads,
                         tls: s.moat.tls,
+                        client_ca: client_identity
+                            .as_ref()
+                            .filter(|_| v.mtls)
+                            .map(|id| id.ca_pem.as_str()),
                         policies: policies.as_deref(),
                         overrides: &overrides,
                     })?;
@@ -459,6 +479,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     duration: l.duration,
                     max_requests: l.requests_limit,
                     new_connection_per_request: l.new_connection_per_request,
+                    client_identity: client_identity.clone().filter(|_| v.mtls),
                     grace: Duration::from_secs(2),
                     on_measure_start: alloc_start.as_ref().map(|a| a.hook()),
                 };

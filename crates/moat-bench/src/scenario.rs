@@ -427,6 +427,11 @@ pub struct VariantDef {
     /// Extra config merged into this variant's moat config.
     #[serde(default)]
     pub config: Option<serde_json::Value>,
+    /// Mutual TLS: moat's listener requires a client certificate (Istio
+    /// `PeerAuthentication` STRICT) from a generated CA, and the load generator
+    /// presents one with a SPIFFE identity. Needs `moat.tls`.
+    #[serde(default)]
+    pub mtls: bool,
 }
 
 /// How a variant is reached.
@@ -506,6 +511,13 @@ impl Scenario {
                     format!("variants[{i}].authz"),
                     &v.name,
                     "generated policies need a moat variant with the authz engine".into(),
+                ));
+            }
+            if v.mtls && !(self.moat.tls && matches!(v.kind(), VariantKind::Moat(_))) {
+                return Err(err(
+                    format!("variants[{i}].mtls"),
+                    "mtls:",
+                    "mtls needs a moat variant (not `direct` or `url`) and `moat.tls: true`".into(),
                 ));
             }
         }
@@ -600,5 +612,18 @@ mod tests {
         let e = Scenario::parse(Path::new("s.yaml"), &bad).unwrap_err();
         assert_eq!(e.field, "variants[1].name", "{e}");
         assert!(e.line >= 9, "{e}");
+    }
+
+    #[test]
+    fn mtls_needs_a_tls_listener_and_a_moat_variant() {
+        let mtls = OK.replace("  - name: proxy\n", "  - name: proxy\n    mtls: true\n");
+        let e = Scenario::parse(Path::new("s.yaml"), &mtls).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (11, "variants[1].mtls"), "{e}");
+        let with_tls = format!("moat: {{tls: true}}\n{mtls}");
+        let s = Scenario::parse(Path::new("s.yaml"), &with_tls).unwrap();
+        assert!(s.variants[1].mtls && !s.variants[0].mtls);
+        let direct = with_tls.replace("name: direct\n", "name: direct\n    mtls: true\n");
+        let e = Scenario::parse(Path::new("s.yaml"), &direct).unwrap_err();
+        assert_eq!(e.field, "variants[0].mtls", "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! TLS helpers: a client that accepts any certificate (the benchmark measures, it
-//! does not authenticate) and self-signed certificates for generated configs.
+//! does not authenticate), self-signed certificates for generated configs, and a
+//! client identity (a CA and a SPIFFE client certificate) for mTLS variants.
 
 use std::sync::Arc;
 
@@ -56,16 +57,24 @@ impl ServerCertVerifier for AcceptAny {
     }
 }
 
-/// A client config that accepts any server certificate, offering `alpn`.
+/// A client config that accepts any server certificate, offering `alpn` and
+/// presenting `identity` when the server asks for a client certificate.
 /// With `resume` false every connection does a full handshake (what a
 /// handshakes-per-second measurement wants).
-pub fn client_config(alpn: &[&[u8]], resume: bool) -> anyhow::Result<rustls::ClientConfig> {
+pub fn client_config(
+    alpn: &[&[u8]],
+    resume: bool,
+    identity: Option<&ClientIdentity>,
+) -> anyhow::Result<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
+    let mut cfg = match identity {
+        Some(id) => builder.with_client_auth_cert(vec![id.cert.clone()], id.key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     if !resume {
         cfg.resumption = rustls::client::Resumption::disabled();
@@ -103,4 +112,59 @@ pub fn server_config(cert: &SelfSigned) -> anyhow::Result<rustls::ServerConfig> 
         .with_single_cert(certs, key)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
+}
+
+/// SPIFFE identity of the load generator's client certificate: moat maps it to
+/// the principal `cluster.local/ns/bench/sa/loadgen`.
+pub const CLIENT_SPIFFE_URI: &str = "spiffe://cluster.local/ns/bench/sa/loadgen";
+
+/// What an mTLS variant needs: the CA moat trusts for client certificates and
+/// the certificate the load generator presents.
+pub struct ClientIdentity {
+    /// The issuing CA's certificate, PEM (moat's `client_auth.ca`).
+    pub ca_pem: String,
+    /// The client certificate (ECDSA P-256, EKU clientAuth, URI SAN
+    /// [`CLIENT_SPIFFE_URI`]), signed by the CA.
+    pub cert: CertificateDer<'static>,
+    /// The client certificate's private key.
+    pub key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentity").finish_non_exhaustive()
+    }
+}
+
+/// Generates a CA (ECDSA P-256) and a client certificate it signs for
+/// [`CLIENT_SPIFFE_URI`], the shape of an Istio workload certificate.
+pub fn client_identity() -> anyhow::Result<ClientIdentity> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "moat bench client CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(Vec::<String>::new())?;
+    leaf.distinguished_name.push(DnType::CommonName, "loadgen");
+    leaf.subject_alt_names = vec![SanType::URI(CLIENT_SPIFFE_URI.try_into()?)];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(ClientIdentity {
+        ca_pem: ca_cert.pem(),
+        cert: cert.der().clone(),
+        key: rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    })
 }

@@ -547,7 +547,7 @@ mod connection_tests {
             ..Default::default()
         })
         .unwrap();
-        let client = crate::tls::client_config(&[b"http/1.1"], false).unwrap();
+        let client = crate::tls::client_config(&[b"http/1.1"], false, None).unwrap();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
         let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
         runtime().block_on(async {

@@ -301,6 +301,7 @@ fn moat_allocations_total_counts_proxied_requests() {
         engines: &[],
         threads: 1,
         tls: false,
+        client_ca: None,
         policies: None,
         overrides: &[],
     })
@@ -353,4 +354,115 @@ fn moat_allocations_total_counts_proxied_requests() {
     );
     assert!(bytes_per_req >= 16.0, "{bytes_per_req} bytes per request");
     p.stop();
+}
+
+/// An mTLS variant's generated config makes moat require the client
+/// certificate the load generator presents: with it every handshake completes
+/// and every request reaches the upstream; without it no request gets through.
+#[test]
+fn mtls_config_requires_the_generated_client_certificate() {
+    use moat_bench::loadgen::{self, LoadSpec, RequestTemplate, Target};
+    use moat_bench::upstream::{Upstream, UpstreamConfig};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let identity = Arc::new(moat_bench::tls::client_identity().unwrap());
+    let layout = moat_bench::generate::moat_config(&moat_bench::generate::MoatConfigInput {
+        dir: dir.path(),
+        upstream: up.addr(),
+        engines: &[],
+        threads: 1,
+        tls: true,
+        client_ca: Some(&identity.ca_pem),
+        policies: None,
+        overrides: &[],
+    })
+    .unwrap();
+    let mut p = moat_bench::runner::MoatProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_moat")),
+        &layout,
+        1,
+        0,
+        dir.path(),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let spec = |identity| {
+        let mut s = LoadSpec::closed(
+            Target::parse(&format!("https://{}", p.listener)).unwrap(),
+            vec![RequestTemplate::get("/api/items")],
+            2,
+        );
+        s.warmup = Duration::ZERO;
+        s.duration = Duration::from_secs(1);
+        s.max_requests = Some(40);
+        s.new_connection_per_request = true;
+        s.client_identity = identity;
+        s
+    };
+
+    let served0 = up.requests();
+    let with_cert = loadgen::run(&spec(Some(identity.clone())), None).unwrap();
+    assert_eq!(with_cert.responses, 40, "{:?}", with_cert.errors);
+    assert_eq!(with_cert.errors.total(), 0, "{:?}", with_cert.errors);
+    assert!(with_cert.connections_opened >= 40);
+    assert_eq!(up.requests() - served0, 40);
+
+    let served1 = up.requests();
+    let without = loadgen::run(&spec(None), None).unwrap();
+    assert_eq!(without.responses, 0);
+    assert!(without.errors.io > 0, "{:?}", without.errors);
+    assert_eq!(up.requests(), served1, "nothing reached the upstream");
+    p.stop();
+}
+
+/// `moat bench run` wires `mtls: true` per variant: the mTLS variant and the
+/// plain TLS one both complete full handshakes without errors, and the report
+/// says which one required client certificates.
+#[test]
+fn runs_a_tls_scenario_with_an_mtls_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("m.yaml");
+    std::fs::write(
+        &sc,
+        "name: mtls-smoke\nrepetitions: 1\ncpus: {load: 0, upstream: 0, moat: 0}\nmoat: {tls: true}\nrequests:\n  - {method: GET, path: /api/x}\nloads:\n  - {name: hs, connections: 2, new_connection_per_request: true, duration: 500ms, warmup: 100ms}\nvariants:\n  - name: proxy\n  - name: mtls\n    mtls: true\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = moat()
+        .args(["bench", "run"])
+        .arg(&sc)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Report =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    for variant in ["proxy", "mtls"] {
+        let cell = report.cell("hs", variant).unwrap();
+        assert!(cell.failure.is_none(), "{cell:?}");
+        assert!(cell.runs[0].responses > 0, "{cell:?}");
+        assert_eq!(cell.runs[0].errors.total(), 0, "{cell:?}");
+    }
+    let described = |name: &str| {
+        report
+            .variants
+            .iter()
+            .find(|v| v.name == name)
+            .unwrap()
+            .description
+            .clone()
+    };
+    assert!(described("mtls").contains("mTLS STRICT"));
+    assert!(!described("proxy").contains("mTLS"));
+    let mtls_config = std::fs::read_to_string(out_dir.join("variants/mtls/moat.yaml")).unwrap();
+    assert!(mtls_config.contains("STRICT"), "{mtls_config}");
 }

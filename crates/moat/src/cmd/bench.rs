@@ -283,6 +283,7 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         duration: a.duration,
         max_requests: a.requests,
         new_connection_per_request: a.new_connection_per_request,
+        client_identity: None,
         grace: Duration::from_secs(2),
         on_measure_start: None,
     };
