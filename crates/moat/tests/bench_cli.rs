@@ -228,14 +228,11 @@ fn compare_exits_1_on_a_regression_beyond_the_threshold() {
     assert_eq!(out.status.code(), Some(0));
 }
 
-/// Runs a one-variant `proxy` scenario against this moat binary and returns the report.
-fn run_proxy_scenario(dir: &Path) -> (Report, String) {
-    let sc = dir.join("p.yaml");
-    std::fs::write(
-        &sc,
-        "name: proxy-smoke\nrepetitions: 1\ncpus: {load: 0, upstream: 0, moat: 0}\nrequests:\n  - {method: GET, path: /api/x}\nloads:\n  - {name: closed, connections: 2, duration: 1s, warmup: 200ms}\nvariants:\n  - name: proxy\n",
-    )
-    .unwrap();
+/// Runs the scenario `yaml` with `moat bench run` against this moat binary,
+/// output in `dir/out`; returns the report and its Markdown rendering.
+fn run_scenario(dir: &Path, yaml: &str) -> (Report, String) {
+    let sc = dir.join("scenario.yaml");
+    std::fs::write(&sc, yaml).unwrap();
     let out_dir = dir.join("out");
     let out = moat()
         .args(["bench", "run"])
@@ -254,6 +251,45 @@ fn run_proxy_scenario(dir: &Path) -> (Report, String) {
             .unwrap();
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     (report, md)
+}
+
+/// Runs a one-variant `proxy` scenario against this moat binary and returns the report.
+fn run_proxy_scenario(dir: &Path) -> (Report, String) {
+    run_scenario(
+        dir,
+        "name: proxy-smoke\nrepetitions: 1\ncpus: {load: 0, upstream: 0, moat: 0}\nrequests:\n  - {method: GET, path: /api/x}\nloads:\n  - {name: closed, connections: 2, duration: 1s, warmup: 200ms}\nvariants:\n  - name: proxy\n",
+    )
+}
+
+/// Starts `moat serve` (one worker, CPU 0) on a generated config in `dir` that
+/// proxies to `upstream`, every engine off, TLS with client certificates from
+/// `client_ca` when given.
+fn spawn_moat(
+    dir: &Path,
+    upstream: std::net::SocketAddr,
+    tls: bool,
+    client_ca: Option<&str>,
+) -> moat_bench::runner::MoatProcess {
+    let layout = moat_bench::generate::moat_config(&moat_bench::generate::MoatConfigInput {
+        dir,
+        upstream,
+        engines: &[],
+        threads: 1,
+        tls,
+        client_ca,
+        policies: None,
+        overrides: &[],
+    })
+    .unwrap();
+    moat_bench::runner::MoatProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_moat")),
+        &layout,
+        1,
+        0,
+        dir,
+        std::time::Duration::from_secs(20),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -295,26 +331,7 @@ fn moat_allocations_total_counts_proxied_requests() {
 
     let dir = tempfile::tempdir().unwrap();
     let up = Upstream::start(UpstreamConfig::default()).unwrap();
-    let layout = moat_bench::generate::moat_config(&moat_bench::generate::MoatConfigInput {
-        dir: dir.path(),
-        upstream: up.addr(),
-        engines: &[],
-        threads: 1,
-        tls: false,
-        client_ca: None,
-        policies: None,
-        overrides: &[],
-    })
-    .unwrap();
-    let mut p = moat_bench::runner::MoatProcess::spawn(
-        Path::new(env!("CARGO_BIN_EXE_moat")),
-        &layout,
-        1,
-        0,
-        dir.path(),
-        Duration::from_secs(20),
-    )
-    .unwrap();
+    let mut p = spawn_moat(dir.path(), up.addr(), false, None);
     let t = Duration::from_secs(5);
     let first = allocs::read(p.admin, t).unwrap();
     if !cfg!(feature = "alloc-stats") {
@@ -369,26 +386,7 @@ fn mtls_config_requires_the_generated_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let up = Upstream::start(UpstreamConfig::default()).unwrap();
     let identity = Arc::new(moat_bench::tls::client_identity().unwrap());
-    let layout = moat_bench::generate::moat_config(&moat_bench::generate::MoatConfigInput {
-        dir: dir.path(),
-        upstream: up.addr(),
-        engines: &[],
-        threads: 1,
-        tls: true,
-        client_ca: Some(&identity.ca_pem),
-        policies: None,
-        overrides: &[],
-    })
-    .unwrap();
-    let mut p = moat_bench::runner::MoatProcess::spawn(
-        Path::new(env!("CARGO_BIN_EXE_moat")),
-        &layout,
-        1,
-        0,
-        dir.path(),
-        Duration::from_secs(20),
-    )
-    .unwrap();
+    let mut p = spawn_moat(dir.path(), up.addr(), true, Some(&identity.ca_pem));
     let spec = |identity| {
         let mut s = LoadSpec::closed(
             Target::parse(&format!("https://{}", p.listener)).unwrap(),
@@ -424,28 +422,10 @@ fn mtls_config_requires_the_generated_client_certificate() {
 #[test]
 fn runs_a_tls_scenario_with_an_mtls_variant() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = dir.path().join("m.yaml");
-    std::fs::write(
-        &sc,
+    let (report, _) = run_scenario(
+        dir.path(),
         "name: mtls-smoke\nrepetitions: 1\ncpus: {load: 0, upstream: 0, moat: 0}\nmoat: {tls: true}\nrequests:\n  - {method: GET, path: /api/x}\nloads:\n  - {name: hs, connections: 2, new_connection_per_request: true, duration: 500ms, warmup: 100ms}\nvariants:\n  - name: proxy\n  - name: mtls\n    mtls: true\n",
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let out = moat()
-        .args(["bench", "run"])
-        .arg(&sc)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
-    let report: Report =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
-            .unwrap();
     for variant in ["proxy", "mtls"] {
         let cell = report.cell("hs", variant).unwrap();
         assert!(cell.failure.is_none(), "{cell:?}");
@@ -463,6 +443,7 @@ fn runs_a_tls_scenario_with_an_mtls_variant() {
     };
     assert!(described("mtls").contains("mTLS STRICT"));
     assert!(!described("proxy").contains("mTLS"));
-    let mtls_config = std::fs::read_to_string(out_dir.join("variants/mtls/moat.yaml")).unwrap();
+    let mtls_config =
+        std::fs::read_to_string(dir.path().join("out/variants/mtls/moat.yaml")).unwrap();
     assert!(mtls_config.contains("STRICT"), "{mtls_config}");
 }
