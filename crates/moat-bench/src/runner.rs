@@ -387,9 +387,9 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
     };
     let upstream = Upstream::start(up)?;
     log(&format!("upstream listening on {}", upstream.addr()));
-    // One client identity (CA and certificate) for every mTLS variant.
-    let client_identity = if s.variants.iter().any(|v| v.mtls) {
-        Some(Arc::new(crate::tls::client_identity()?))
+    // One client CA and certificate for every mTLS variant.
+    let client_pki = if s.variants.iter().any(|v| v.mtls) {
+        Some(crate::tls::client_pki()?)
     } else {
         None
     };
@@ -421,10 +421,10 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                         engines: &engines,
                         threads: s.moat.threads,
                         tls: s.moat.tls,
-                        client_ca: client_identity
+                        client_ca: client_pki
                             .as_ref()
                             .filter(|_| v.mtls)
-                            .map(|id| id.ca_pem.as_str()),
+                            .map(|pki| pki.ca_pem.as_str()),
                         policies: policies.as_deref(),
                         overrides: &overrides,
                     })?;
@@ -479,7 +479,10 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     duration: l.duration,
                     max_requests: l.requests_limit,
                     new_connection_per_request: l.new_connection_per_request,
-                    client_identity: client_identity.clone().filter(|_| v.mtls),
+                    client_identity: client_pki
+                        .as_ref()
+                        .filter(|_| v.mtls)
+                        .map(|pki| pki.identity.clone()),
                     grace: Duration::from_secs(2),
                     on_measure_start: alloc_start.as_ref().map(|a| a.hook()),
                 };

@@ -2,11 +2,13 @@
 //! does not authenticate), self-signed certificates for generated configs, and a
 //! client identity (a CA and a SPIFFE client certificate) for mTLS variants.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 #[derive(Debug)]
@@ -72,7 +74,7 @@ pub fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
     let mut cfg = match identity {
-        Some(id) => builder.with_client_auth_cert(vec![id.cert.clone()], id.key.clone_key())?,
+        Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
         None => builder.with_no_client_auth(),
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -102,9 +104,8 @@ pub fn self_signed(names: &[&str]) -> anyhow::Result<SelfSigned> {
 
 /// A rustls server config from a self-signed certificate (for tests and the upstream).
 pub fn server_config(cert: &SelfSigned) -> anyhow::Result<rustls::ServerConfig> {
-    use rustls::pki_types::pem::PemObject;
     let certs = vec![CertificateDer::from_pem_slice(cert.cert_pem.as_bytes())?];
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())?;
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -114,31 +115,66 @@ pub fn server_config(cert: &SelfSigned) -> anyhow::Result<rustls::ServerConfig> 
     Ok(cfg)
 }
 
-/// SPIFFE identity of the load generator's client certificate: moat maps it to
-/// the principal `cluster.local/ns/bench/sa/loadgen`.
+/// SPIFFE identity of the generated client certificate ([`client_pki`]): moat
+/// maps it to the principal `cluster.local/ns/bench/sa/loadgen`.
 pub const CLIENT_SPIFFE_URI: &str = "spiffe://cluster.local/ns/bench/sa/loadgen";
 
-/// What an mTLS variant needs: the CA moat trusts for client certificates and
-/// the certificate the load generator presents.
+/// A client certificate chain and its private key, presented when a server asks
+/// for a client certificate (mTLS).
 pub struct ClientIdentity {
-    /// The issuing CA's certificate, PEM (moat's `client_auth.ca`).
-    pub ca_pem: String,
-    /// The client certificate (ECDSA P-256, EKU clientAuth, URI SAN
-    /// [`CLIENT_SPIFFE_URI`]), signed by the CA.
-    pub cert: CertificateDer<'static>,
-    /// The client certificate's private key.
-    pub key: rustls::pki_types::PrivateKeyDer<'static>,
+    /// The certificate chain, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's private key.
+    pub key: PrivateKeyDer<'static>,
 }
 
 impl std::fmt::Debug for ClientIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientIdentity").finish_non_exhaustive()
+        f.debug_struct("ClientIdentity")
+            .field("chain", &self.chain.len())
+            .finish_non_exhaustive()
     }
+}
+
+impl ClientIdentity {
+    /// Reads a PEM certificate chain (leaf first) and a PEM private key (PKCS#8,
+    /// PKCS#1 or SEC1). Errors name the file and what is missing.
+    pub fn from_pem_files(cert: &Path, key: &Path) -> anyhow::Result<ClientIdentity> {
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", p.display()))
+        };
+        let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("{}: invalid PEM: {e}", cert.display()))?;
+        anyhow::ensure!(
+            !chain.is_empty(),
+            "{}: no CERTIFICATE block",
+            cert.display()
+        );
+        let key = PrivateKeyDer::from_pem_slice(&read(key)?)
+            .map_err(|e| anyhow::anyhow!("{}: no usable private key: {e}", key.display()))?;
+        Ok(ClientIdentity { chain, key })
+    }
+}
+
+/// What an mTLS benchmark needs, generated: the CA moat trusts for client
+/// certificates and the identity the load generator presents.
+#[derive(Debug)]
+pub struct ClientPki {
+    /// The issuing CA's certificate, PEM (moat's `client_auth.ca`).
+    pub ca_pem: String,
+    /// The client certificate (ECDSA P-256, EKU clientAuth, URI SAN
+    /// [`CLIENT_SPIFFE_URI`]), PEM.
+    pub cert_pem: String,
+    /// Its PKCS#8 private key, PEM.
+    pub key_pem: String,
+    /// The same certificate and key, ready for a client config.
+    pub identity: Arc<ClientIdentity>,
 }
 
 /// Generates a CA (ECDSA P-256) and a client certificate it signs for
 /// [`CLIENT_SPIFFE_URI`], the shape of an Istio workload certificate.
-pub fn client_identity() -> anyhow::Result<ClientIdentity> {
+pub fn client_pki() -> anyhow::Result<ClientPki> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose, SanType,
@@ -162,9 +198,13 @@ pub fn client_identity() -> anyhow::Result<ClientIdentity> {
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     let cert = leaf.signed_by(&key, &issuer)?;
-    Ok(ClientIdentity {
+    Ok(ClientPki {
         ca_pem: ca_cert.pem(),
-        cert: cert.der().clone(),
-        key: rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        identity: Arc::new(ClientIdentity {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        }),
     })
 }

@@ -376,17 +376,17 @@ fn moat_allocations_total_counts_proxied_requests() {
 /// An mTLS variant's generated config makes moat require the client
 /// certificate the load generator presents: with it every handshake completes
 /// and every request reaches the upstream; without it no request gets through.
+/// `moat bench load --cert --key` presents a certificate read from PEM files.
 #[test]
 fn mtls_config_requires_the_generated_client_certificate() {
     use moat_bench::loadgen::{self, LoadSpec, RequestTemplate, Target};
     use moat_bench::upstream::{Upstream, UpstreamConfig};
-    use std::sync::Arc;
     use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
     let up = Upstream::start(UpstreamConfig::default()).unwrap();
-    let identity = Arc::new(moat_bench::tls::client_identity().unwrap());
-    let mut p = spawn_moat(dir.path(), up.addr(), true, Some(&identity.ca_pem));
+    let pki = moat_bench::tls::client_pki().unwrap();
+    let mut p = spawn_moat(dir.path(), up.addr(), true, Some(&pki.ca_pem));
     let spec = |identity| {
         let mut s = LoadSpec::closed(
             Target::parse(&format!("https://{}", p.listener)).unwrap(),
@@ -402,7 +402,7 @@ fn mtls_config_requires_the_generated_client_certificate() {
     };
 
     let served0 = up.requests();
-    let with_cert = loadgen::run(&spec(Some(identity.clone())), None).unwrap();
+    let with_cert = loadgen::run(&spec(Some(pki.identity.clone())), None).unwrap();
     assert_eq!(with_cert.responses, 40, "{:?}", with_cert.errors);
     assert_eq!(with_cert.errors.total(), 0, "{:?}", with_cert.errors);
     assert!(with_cert.connections_opened >= 40);
@@ -413,6 +413,49 @@ fn mtls_config_requires_the_generated_client_certificate() {
     assert_eq!(without.responses, 0);
     assert!(without.errors.io > 0, "{:?}", without.errors);
     assert_eq!(up.requests(), served1, "nothing reached the upstream");
+
+    // The same through `moat bench load --cert --key`, from PEM files.
+    let cert = dir.path().join("client.pem");
+    let key = dir.path().join("client-key.pem");
+    std::fs::write(&cert, &pki.cert_pem).unwrap();
+    std::fs::write(&key, &pki.key_pem).unwrap();
+    let url = format!("https://{}/api/items", p.listener);
+    let load = |cert: &Path, key: Option<&Path>| {
+        let mut cmd = moat();
+        cmd.args(["bench", "load", &url, "-c", "2", "-n", "20", "-d", "5s"])
+            .args(["--warmup", "0s", "--new-connection-per-request", "--json"])
+            .arg("--cert")
+            .arg(cert);
+        if let Some(key) = key {
+            cmd.arg("--key").arg(key);
+        }
+        cmd.output().unwrap()
+    };
+    let out = load(&cert, Some(&key));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let res: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(res["responses"], 20, "{res}");
+    // Hostile or inconsistent inputs are refused with a message naming the problem.
+    let not_a_cert = dir.path().join("not-a-cert.pem");
+    std::fs::write(&not_a_cert, "hello\n").unwrap();
+    for (cert, key, expected) in [
+        (
+            &not_a_cert,
+            Some(&key),
+            "not-a-cert.pem: no CERTIFICATE block",
+        ),
+        (&cert, Some(&cert), "client.pem: no usable private key"),
+        (&cert, None, "--key"),
+    ] {
+        let out = load(cert, key.map(|k| k.as_path()));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cert:?} {key:?}");
+        assert!(err.contains(expected), "{err}");
+    }
     p.stop();
 }
 

@@ -105,6 +105,13 @@ struct LoadArgs {
     /// A new connection per request (measures handshakes).
     #[arg(long)]
     new_connection_per_request: bool,
+    /// Client certificate chain (PEM, leaf first) presented when an https://
+    /// target asks for one (mTLS); needs --key.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
     /// Pin the generator to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
@@ -257,6 +264,15 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
 
 fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
     let target = Target::parse(&a.url).map_err(|e| anyhow::anyhow!(e))?;
+    let client_identity = match (&a.cert, &a.key) {
+        (Some(cert), Some(key)) => {
+            anyhow::ensure!(target.tls, "--cert needs an https:// URL");
+            Some(std::sync::Arc::new(
+                moat_bench::tls::ClientIdentity::from_pem_files(cert, key)?,
+            ))
+        }
+        _ => None,
+    };
     let mut req = RequestTemplate::get("");
     req.method = a.method.clone();
     if target.base_path.is_empty() {
@@ -283,7 +299,7 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         duration: a.duration,
         max_requests: a.requests,
         new_connection_per_request: a.new_connection_per_request,
-        client_identity: None,
+        client_identity,
         grace: Duration::from_secs(2),
         on_measure_start: None,
     };
