@@ -401,6 +401,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
     for rep in 0..s.repetitions {
         for (vi, v) in s.variants.iter().enumerate() {
             let vdir = opts.out_dir.join("variants").join(&v.name);
+            let variant_pki = client_pki.as_ref().filter(|_| v.mtls);
             // Reach the variant.
             let mut proc_: Option<MoatProcess> = None;
             let target = match v.kind() {
@@ -421,10 +422,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                         engines: &engines,
                         threads: s.moat.threads,
                         tls: s.moat.tls,
-                        client_ca: client_pki
-                            .as_ref()
-                            .filter(|_| v.mtls)
-                            .map(|pki| pki.ca_pem.as_str()),
+                        client_ca: variant_pki.map(|pki| pki.ca_pem.as_str()),
                         policies: policies.as_deref(),
                         overrides: &overrides,
                     })?;
@@ -479,10 +477,7 @@ pub fn run(opts: &RunOptions, log: &mut dyn FnMut(&str)) -> anyhow::Result<Repor
                     duration: l.duration,
                     max_requests: l.requests_limit,
                     new_connection_per_request: l.new_connection_per_request,
-                    client_identity: client_pki
-                        .as_ref()
-                        .filter(|_| v.mtls)
-                        .map(|pki| pki.identity.clone()),
+                    client_identity: variant_pki.map(|pki| pki.identity.clone()),
                     grace: Duration::from_secs(2),
                     on_measure_start: alloc_start.as_ref().map(|a| a.hook()),
                 };

@@ -137,22 +137,12 @@ impl std::fmt::Debug for ClientIdentity {
 }
 
 impl ClientIdentity {
-    /// Reads a PEM certificate chain (leaf first) and a PEM private key (PKCS#8,
-    /// PKCS#1 or SEC1). Errors name the file and what is missing.
+    /// Reads a PEM certificate chain (leaf first) and its PEM private key
+    /// (PKCS#8, PKCS#1 or SEC1) the way moat reads an upstream client
+    /// certificate ([`moat_tls::load_client_identity`]: size-limited, the key
+    /// checked against the certificate, errors naming the file).
     pub fn from_pem_files(cert: &Path, key: &Path) -> anyhow::Result<ClientIdentity> {
-        let read = |p: &Path| {
-            std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", p.display()))
-        };
-        let chain = CertificateDer::pem_slice_iter(&read(cert)?)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| anyhow::anyhow!("{}: invalid PEM: {e}", cert.display()))?;
-        anyhow::ensure!(
-            !chain.is_empty(),
-            "{}: no CERTIFICATE block",
-            cert.display()
-        );
-        let key = PrivateKeyDer::from_pem_slice(&read(key)?)
-            .map_err(|e| anyhow::anyhow!("{}: no usable private key: {e}", key.display()))?;
+        let (chain, key) = moat_tls::load_client_identity(&moat_tls::crypto_provider(), cert, key)?;
         Ok(ClientIdentity { chain, key })
     }
 }

@@ -44,7 +44,7 @@ pub use config::{
 };
 pub use error::TlsError;
 pub use identity::{peer_identity, peer_summary};
-pub use pem::MAX_PEM_FILE_BYTES;
+pub use pem::{load_client_identity, MAX_PEM_FILE_BYTES};
 pub use stream::MaybeTls;
 pub use upstream::UpstreamConnector;
 

@@ -70,6 +70,39 @@ pub(crate) fn load_certified_key(
 ) -> Result<CertifiedKey, TlsError> {
     let certs = load_certs(cert_path)?;
     let key_der = load_key(key_path)?;
+    certified_key(provider, certs, key_der, cert_path, key_path, wrap)
+}
+
+/// Loads the certificate chain and private key a TLS client presents (mTLS)
+/// and checks that they belong together; errors name the file.
+pub fn load_client_identity(
+    provider: &CryptoProvider,
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+    let certs = load_certs(cert_path)?;
+    let key = load_key(key_path)?;
+    certified_key(
+        provider,
+        certs.clone(),
+        key.clone_key(),
+        cert_path,
+        key_path,
+        |k| k,
+    )?;
+    Ok((certs, key))
+}
+
+/// Makes the signing key of `key_der` (read from `key_path`) and checks that it
+/// matches the leaf of `certs` (read from `cert_path`).
+fn certified_key(
+    provider: &CryptoProvider,
+    certs: Vec<CertificateDer<'static>>,
+    key_der: PrivateKeyDer<'static>,
+    cert_path: &Path,
+    key_path: &Path,
+    wrap: impl FnOnce(Arc<dyn SigningKey>) -> Arc<dyn SigningKey>,
+) -> Result<CertifiedKey, TlsError> {
     let key = provider
         .key_provider
         .load_private_key(key_der)

@@ -13,7 +13,7 @@ use tokio_rustls::client::TlsStream;
 
 use crate::audit::{handshake_record, CaptureSignatureScheme, RecordingVerifier, Role};
 use crate::config::{alpn_bytes, resolve, UpstreamTlsConfig};
-use crate::pem::{load_certified_key, load_certs, load_key, load_roots};
+use crate::pem::{load_client_identity, load_roots};
 use crate::{crypto_provider, TlsError};
 
 /// Opens TLS connections to upstreams and verifies their certificates.
@@ -57,12 +57,11 @@ impl UpstreamConnector {
         let mut client = match (&config.client_cert, &config.client_key) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
-                let cert_path = resolve(base_dir, cert);
                 let key_path = resolve(base_dir, key);
-                // Checks that the key matches the certificate, with file-naming errors.
-                load_certified_key(&provider, &cert_path, &key_path, |k| k)?;
+                let (certs, key) =
+                    load_client_identity(&provider, &resolve(base_dir, cert), &key_path)?;
                 builder
-                    .with_client_auth_cert(load_certs(&cert_path)?, load_key(&key_path)?)
+                    .with_client_auth_cert(certs, key)
                     .map_err(|e| TlsError::file(&key_path, format!("unusable client key: {e}")))?
             }
             _ => {

@@ -446,9 +446,9 @@ fn mtls_config_requires_the_generated_client_certificate() {
         (
             &not_a_cert,
             Some(&key),
-            "not-a-cert.pem: no CERTIFICATE block",
+            "not-a-cert.pem: no certificate found",
         ),
-        (&cert, Some(&cert), "client.pem: no usable private key"),
+        (&cert, Some(&cert), "client.pem: no private key found"),
         (&cert, None, "--key"),
     ] {
         let out = load(cert, key.map(|k| k.as_path()));
