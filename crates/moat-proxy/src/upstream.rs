@@ -448,21 +448,19 @@ fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<
     resp
 }
 
-/// How the body of `req` goes on the wire.
+/// How the body of `req` goes on the wire: from the body moat forwards (its exact
+/// length when known, else chunked), never from the client's framing fields.
 fn request_framing(req: &UpstreamRequest<'_>) -> RequestFraming {
-    if req.headers.contains_key(http::header::CONTENT_LENGTH) {
-        return RequestFraming::Length;
-    }
     if http_body::Body::is_end_stream(&req.body) {
         // RFC 9110 8.6: a request whose method expects content says it has none.
         return if matches!(*req.method, Method::POST | Method::PUT | Method::PATCH) {
-            RequestFraming::AddLength(0)
+            RequestFraming::Length(0)
         } else {
             RequestFraming::None
         };
     }
     match http_body::Body::size_hint(&req.body).exact() {
-        Some(n) => RequestFraming::AddLength(n),
+        Some(n) => RequestFraming::Length(n),
         None => RequestFraming::Chunked,
     }
 }

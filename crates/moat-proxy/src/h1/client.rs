@@ -7,7 +7,7 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, HOST};
 use http::header::{TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, StatusCode, Version};
 
@@ -68,54 +68,46 @@ impl std::fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
-/// How the request body goes on the wire (decided from headers and body).
+/// How the request body goes on the wire: always decided by moat from the body it
+/// forwards, never taken from the client's framing fields, so that what the upstream
+/// reads as this request's body is exactly the body moat inspected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RequestFraming {
-    /// No body, and no framing header to add.
+    /// No body, and no framing field.
     None,
-    /// The headers carry `Content-Length`: the body is written as is.
-    Length,
-    /// Add `content-length: N`, then the body as is.
-    AddLength(u64),
-    /// Add `transfer-encoding: chunked` and encode the body in chunks.
+    /// `content-length: n`, then the body as is.
+    Length(u64),
+    /// `transfer-encoding: chunked`, and the body encoded in chunks.
     Chunked,
 }
 
-/// Header fields that apply to one connection only (RFC 9110 7.6.1).
+/// Header fields that apply to one connection only (RFC 9110 7.6.1), and the framing
+/// fields moat writes itself.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == CONNECTION
         || name == TE
         || name == TRAILER
         || name == TRANSFER_ENCODING
+        || name == CONTENT_LENGTH
         || name == UPGRADE
         || name == KEEP_ALIVE
         || name == PROXY_CONNECTION
-}
-
-/// Other fields a `Connection` header names as hop-by-hop (rare: allocates only then).
-fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
-    let mut listed = Vec::new();
-    for v in headers.get_all(CONNECTION) {
-        for token in v.as_bytes().split(|&b| b == b',') {
-            if let Ok(name) = HeaderName::from_bytes(token.trim_ascii()) {
-                if !is_hop_by_hop(&name) {
-                    listed.push(name);
-                }
-            }
-        }
-    }
-    listed
 }
 
 /// Writes the head of `req` as it goes upstream into `buf`, in one pass over its
 /// fields (no header map is modified or copied):
 ///
 /// * hop-by-hop fields are dropped: `Connection`, `Keep-Alive`, `Proxy-Connection`,
-///   `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade` and the fields `Connection` names;
-///   for an upgrade, `Upgrade` stays and `Connection: upgrade` is sent;
+///   `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`; for an upgrade, `Upgrade` stays
+///   and `Connection: upgrade` is sent. Other fields a `Connection` header names are
+///   forwarded: moat forwards the end-to-end fields its phases inspected, and a client
+///   cannot make it drop one (`X-Forwarded-For`, `Authorization`, ...). A request whose
+///   `Connection` names `Content-Length`, `Transfer-Encoding` or `Host` never gets
+///   here (the server refuses it);
 /// * `Host` is added when the request has none;
 /// * the client address is appended to `X-Forwarded-For`, `X-Forwarded-Proto` is set;
-/// * `framing` adds `Content-Length` or `Transfer-Encoding: chunked` when needed.
+/// * the client's `Content-Length` is dropped and `framing` writes moat's own
+///   `Content-Length` or `Transfer-Encoding: chunked`.
 ///
 /// Header values were validated by `http` (no CR/LF), so nothing can be injected.
 pub(crate) fn encode_request_head(
@@ -124,11 +116,6 @@ pub(crate) fn encode_request_head(
     framing: RequestFraming,
 ) {
     let headers = req.headers;
-    let listed = if headers.contains_key(CONNECTION) {
-        connection_listed(headers)
-    } else {
-        Vec::new()
-    };
     let mut need = req.method.as_str().len() + req.target.len() + 128;
     for (k, v) in headers {
         need += k.as_str().len() + v.len() + 4;
@@ -153,9 +140,6 @@ pub(crate) fn encode_request_head(
             // Rewritten below.
             continue;
         }
-        if !listed.is_empty() && listed.contains(name) {
-            continue;
-        }
         push_field(buf, name.as_str().as_bytes(), value.as_bytes());
     }
     if !has_host {
@@ -165,12 +149,10 @@ pub(crate) fn encode_request_head(
         push_field(buf, b"connection", b"upgrade");
     }
     buf.extend_from_slice(b"x-forwarded-for: ");
-    if !listed.contains(&X_FORWARDED_FOR) {
-        for v in headers.get_all(&X_FORWARDED_FOR) {
-            if v.to_str().is_ok() {
-                buf.extend_from_slice(v.as_bytes());
-                buf.extend_from_slice(b", ");
-            }
+    for v in headers.get_all(&X_FORWARDED_FOR) {
+        if v.to_str().is_ok() {
+            buf.extend_from_slice(v.as_bytes());
+            buf.extend_from_slice(b", ");
         }
     }
     buf.extend_from_slice(req.forwarded_for.as_bytes());
@@ -178,8 +160,8 @@ pub(crate) fn encode_request_head(
     push_field(buf, b"x-forwarded-proto", req.forwarded_proto.as_bytes());
     push_field(buf, b"x-request-id", req.request_id.as_bytes());
     match framing {
-        RequestFraming::None | RequestFraming::Length => {}
-        RequestFraming::AddLength(n) => {
+        RequestFraming::None => {}
+        RequestFraming::Length(n) => {
             buf.extend_from_slice(b"content-length: ");
             push_decimal(buf, n);
             buf.extend_from_slice(b"\r\n");
@@ -393,7 +375,7 @@ mod tests {
         h.append("x-a", HeaderValue::from_static("1"));
         let peer = HeaderValue::from_static("10.0.0.1");
         assert_eq!(
-            wire(&request(&h, &peer), RequestFraming::AddLength(1234)),
+            wire(&request(&h, &peer), RequestFraming::Length(1234)),
             "POST /p?q=1 HTTP/1.1\r\nhost: up\r\nx-a: 1\r\nx-forwarded-for: 10.0.0.1\r\n\
              x-forwarded-proto: http\r\nx-request-id: rid-1\r\ncontent-length: 1234\r\n\r\n"
         );
@@ -418,10 +400,14 @@ mod tests {
     }
 
     #[test]
-    fn hop_by_hop_request_fields_are_dropped_and_forwarded_for_appended() {
+    fn hop_by_hop_and_framing_fields_are_dropped_nominations_ignored() {
         let mut h = HeaderMap::new();
-        h.insert(CONNECTION, HeaderValue::from_static("close, x-secret-hop"));
-        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(
+            CONNECTION,
+            HeaderValue::from_static("close, x-nominated, x-forwarded-for"),
+        );
+        h.insert("x-nominated", HeaderValue::from_static("1"));
+        h.insert(CONTENT_LENGTH, HeaderValue::from_static("99"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
         h.insert(TE, HeaderValue::from_static("trailers"));
@@ -435,7 +421,7 @@ mod tests {
         let out = wire(&request(&h, &peer), RequestFraming::None);
         assert_eq!(
             out,
-            "POST /p?q=1 HTTP/1.1\r\nx-keep: 1\r\nhost: fallback:80\r\n\
+            "POST /p?q=1 HTTP/1.1\r\nx-nominated: 1\r\nx-keep: 1\r\nhost: fallback:80\r\n\
              x-forwarded-for: 1.2.3.4, 5.6.7.8, 10.0.0.1\r\nx-forwarded-proto: http\r\n\
              x-request-id: rid-1\r\n\r\n"
         );

@@ -125,6 +125,12 @@ pub(crate) fn parse_request_head(
                         keep_alive = false;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
                         keep_alive |= version == Version::HTTP_10;
+                    } else if names_framing_or_routing(token) {
+                        // Only a smuggling attempt asks that the fields framing or
+                        // routing this request be dropped on the way (docs/SECURITY.md).
+                        return Err(RequestError::bad(
+                            "connection header names a framing or routing field",
+                        ));
                     }
                 }
             }
@@ -221,6 +227,14 @@ pub(crate) fn parse_request_head(
         keep_alive,
         expect_continue,
     })
+}
+
+/// True when a `Connection` option names a field that frames or routes the request
+/// (`Content-Length`, `Transfer-Encoding`, `Host`).
+fn names_framing_or_routing(token: &[u8]) -> bool {
+    token.eq_ignore_ascii_case(b"content-length")
+        || token.eq_ignore_ascii_case(b"transfer-encoding")
+        || token.eq_ignore_ascii_case(b"host")
 }
 
 /// True when `v` can be a `Host` value: `host[:port]`, the host a registered name,

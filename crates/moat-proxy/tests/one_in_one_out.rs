@@ -1,0 +1,966 @@
+//! "One request in, one request out", as a property checked against parsers that are
+//! not moat's own.
+//!
+//! Requests: generated HTTP/1.1 requests (valid, ambiguous and hostile: every field moat
+//! treats specially, `Connection` nominations of framing, routing and forwarding fields,
+//! duplicated and obfuscated framing fields, `Expect`, `Upgrade`, `TE`, `Trailer`,
+//! `Content-Encoding`, `X-Forwarded-*`, absolute-form targets, bodies that contain
+//! requests, a pipelined request after them) are written byte for byte to a real moat
+//! (access control denying `/admin*`, the WAF in block mode) in front of a hyper HTTP/1.1
+//! server. The upstream's parser must see, for each request moat accepted, exactly one
+//! request with the generated method and target and exactly the generated body (the
+//! body moat inspected); a request moat refused never reaches it; nothing reaches it
+//! that the client did not send as a request of its own.
+//!
+//! Responses: generated upstream responses (lengths, chunked, both, duplicated lengths,
+//! `Connection` nominations, bodies that contain a response, bodies delimited by the
+//! close) are read through moat by a hyper HTTP/1.1 client: exactly one response with
+//! the upstream's body, or a 502; a second request on the same connection gets the
+//! upstream's second response, never bytes of the first.
+//!
+//! Each case runs against a gateway of its own, shut down before the upstream's log is
+//! read: the upstream has then parsed every byte moat ever sent it, so the check does
+//! not depend on timing.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::gateway;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use moat_proxy::GatewayOptions;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Longest wait for any one exchange; a hang is a failure.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request the attacker wants the upstream to see without moat's checks.
+const SMUGGLED: &[u8] = b"GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Smuggled: yes\r\n\r\n";
+
+// ---------------------------------------------------------------------------------
+// The upstream: hyper's HTTP/1.1 server, recording what it parsed.
+// ---------------------------------------------------------------------------------
+
+/// One request as hyper's server parsed it.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    method: String,
+    target: String,
+    body: Vec<u8>,
+    smuggled_marker: bool,
+}
+
+#[derive(Clone, Default)]
+struct UpLog {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections whose bytes hyper could not parse as HTTP/1.1 requests.
+    parse_errors: Arc<Mutex<Vec<String>>>,
+    /// Connections still being served.
+    live: Arc<AtomicUsize>,
+}
+
+async fn hyper_upstream() -> (SocketAddr, UpLog) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = UpLog::default();
+    let l = log.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let log = l.clone();
+            log.live.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc_log = log.clone();
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let log = svc_log.clone();
+                    async move {
+                        let method = req.method().to_string();
+                        let target = req.uri().to_string();
+                        let smuggled_marker = req.headers().contains_key("x-smuggled");
+                        match req.into_body().collect().await {
+                            Ok(b) => log.seen.lock().unwrap().push(Seen {
+                                method,
+                                target,
+                                body: b.to_bytes().to_vec(),
+                                smuggled_marker,
+                            }),
+                            // Cut mid-body: no complete request arrived.
+                            Err(_) => {}
+                        }
+                        Ok::<_, Infallible>(
+                            Response::builder()
+                                .header("x-upstream", "yes")
+                                .body(Full::new(Bytes::from_static(b"upstream")))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let served = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+                if let Err(e) = served {
+                    // A body cut short by moat (the client's own body failed) is fine;
+                    // bytes that do not parse as a request are not.
+                    if e.is_parse() || e.is_parse_too_large() || e.is_parse_status() {
+                        log.parse_errors.lock().unwrap().push(e.to_string());
+                    }
+                }
+                log.live.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, log)
+}
+
+fn config(upstream: SocketAddr) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{upstream}"]
+    connect_timeout: 2s
+    request_timeout: 5s
+routes:
+  - name: all
+    cluster: app
+    body: {{ max_bytes: 64KiB, on_limit: reject }}
+authz:
+  enabled: true
+  policies: [policies]
+waf: {{ enabled: true, mode: block }}
+"#
+    )
+}
+
+const DENY_ADMIN: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin*"]}}]
+"#;
+
+/// Writes `request` on one connection (then half-closes it) and returns every byte
+/// moat answered with.
+async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let _ = s.shutdown().await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
+    out
+}
+
+/// Final (non-1xx) response statuses in `bytes`, in order, and whether each came from
+/// the upstream.
+fn statuses(mut bytes: &[u8]) -> Vec<(u16, bool)> {
+    let mut out = Vec::new();
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(n)) = resp.parse(bytes) else {
+            return out;
+        };
+        let code = resp.code.unwrap_or(0);
+        let from_upstream = resp
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("x-upstream"));
+        let len = resp
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+            .and_then(|h| {
+                std::str::from_utf8(h.value)
+                    .ok()?
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            });
+        bytes = &bytes[n..];
+        if code >= 200 {
+            out.push((code, from_upstream));
+            match len {
+                Some(l) if l <= bytes.len() => bytes = &bytes[l..],
+                // moat's own pages and the upstream's carry lengths; anything else ends here.
+                _ => return out,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Generated requests.
+// ---------------------------------------------------------------------------------
+
+/// How the generated request frames its body.
+#[derive(Debug, Clone)]
+enum Framing {
+    /// No framing field (no body).
+    None,
+    /// `Content-Length: n`.
+    Length,
+    /// Two `Content-Length` fields with the same value.
+    LengthTwice,
+    /// `Content-Length: n, n`.
+    LengthList,
+    /// `Transfer-Encoding: chunked`, chunks of these sizes.
+    Chunked(Vec<usize>),
+    /// Chunked with a trailer field.
+    ChunkedTrailer,
+    /// Ambiguous or unsupported: moat must refuse. The field lines, written as is.
+    Hostile(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+struct GenRequest {
+    method: &'static str,
+    target: &'static str,
+    host: Option<&'static str>,
+    framing: Framing,
+    connection: Vec<&'static str>,
+    extras: Vec<(&'static str, &'static str)>,
+    body: Vec<u8>,
+    pipelined: bool,
+}
+
+/// Tokens a `Connection` field may carry. Those naming framing or routing fields make
+/// moat refuse the request (see docs/SECURITY.md); the others change nothing of what
+/// is forwarded except that the standard hop-by-hop fields are dropped.
+const CONNECTION_TOKENS: &[&str] = &[
+    "close",
+    "keep-alive",
+    "content-length",
+    "Content-Length",
+    "transfer-encoding",
+    "host",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-request-id",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "content-encoding",
+    "content-type",
+    "authorization",
+    "x-custom",
+];
+
+fn nominates_framing_or_routing(tokens: &[&str]) -> bool {
+    tokens.iter().any(|t| {
+        t.eq_ignore_ascii_case("content-length")
+            || t.eq_ignore_ascii_case("transfer-encoding")
+            || t.eq_ignore_ascii_case("host")
+    })
+}
+
+const EXTRAS: &[(&str, &str)] = &[
+    ("Upgrade", "websocket"),
+    ("Expect", "100-continue"),
+    ("Expect", "something-else"),
+    ("TE", "trailers"),
+    ("Trailer", "x-t"),
+    ("Content-Encoding", "gzip"),
+    ("X-Forwarded-For", "1.2.3.4"),
+    ("X-Forwarded-Proto", "https"),
+    ("X-Request-Id", "client-id"),
+    ("Keep-Alive", "timeout=5"),
+    ("Proxy-Connection", "keep-alive"),
+    ("Content-Type", "application/json"),
+    ("X-Smuggled", "no"),
+];
+
+const HOSTILE: &[&[&str]] = &[
+    &["Content-Length: 5", "Transfer-Encoding: chunked"],
+    &["Transfer-Encoding: chunked", "Content-Length: 5"],
+    &["Content-Length: 5", "Content-Length: 6"],
+    &["Content-Length: 5, 6"],
+    &["Content-Length: +5"],
+    &["Content-Length: 0x5"],
+    &["Content-Length: -1"],
+    &["Transfer-Encoding: xchunked"],
+    &["Transfer-Encoding: chunked, identity"],
+    &["Transfer-Encoding: identity"],
+    &["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
+    &["Transfer-Encoding : chunked"],
+    &["Transfer-Encoding:\x0bchunked"],
+    &[" Transfer-Encoding: chunked"],
+    &["Transfer-Encoding: gzip, chunked"],
+];
+
+fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop_oneof![
+            3 => "[a-zA-Z0-9 =&]{0,24}".prop_map(String::into_bytes),
+            1 => Just(SMUGGLED.to_vec()),
+            1 => Just(b"0\r\n\r\n".to_vec()),
+            1 => Just(b"\r\n\r\n".to_vec()),
+        ],
+        0..4,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+fn framing_strategy() -> impl Strategy<Value = Framing> {
+    prop_oneof![
+        1 => Just(Framing::None),
+        3 => Just(Framing::Length),
+        1 => Just(Framing::LengthTwice),
+        1 => Just(Framing::LengthList),
+        3 => prop::collection::vec(1usize..16, 0..4).prop_map(Framing::Chunked),
+        1 => Just(Framing::ChunkedTrailer),
+        2 => prop::sample::select(HOSTILE)
+            .prop_map(|h| Framing::Hostile(h.iter().map(|s| s.to_string()).collect())),
+    ]
+}
+
+fn request_strategy() -> impl Strategy<Value = GenRequest> {
+    (
+        prop::sample::select(&["GET", "POST", "PUT"][..]),
+        prop::sample::select(&["/", "/api/items?q=1", "http://x/abs", "/admin/secret"][..]),
+        prop_oneof![8 => Just(Some("x")), 1 => Just(None)],
+        framing_strategy(),
+        prop::sample::subsequence(CONNECTION_TOKENS, 0..3),
+        prop::sample::subsequence(EXTRAS, 0..3),
+        body_strategy(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(method, target, host, framing, connection, extras, body, pipelined)| GenRequest {
+                method,
+                target,
+                host,
+                framing,
+                connection,
+                extras,
+                body,
+                pipelined,
+            },
+        )
+}
+
+impl GenRequest {
+    /// The bytes on the wire.
+    fn wire(&self) -> Vec<u8> {
+        let mut w = format!("{} {} HTTP/1.1\r\n", self.method, self.target).into_bytes();
+        let mut line = |s: &str| {
+            w.extend_from_slice(s.as_bytes());
+            w.extend_from_slice(b"\r\n");
+        };
+        if let Some(h) = self.host {
+            line(&format!("Host: {h}"));
+        }
+        if !self.connection.is_empty() {
+            line(&format!("Connection: {}", self.connection.join(", ")));
+        }
+        for (k, v) in &self.extras {
+            line(&format!("{k}: {v}"));
+        }
+        let n = self.body.len();
+        match &self.framing {
+            Framing::None => {}
+            Framing::Length => line(&format!("Content-Length: {n}")),
+            Framing::LengthTwice => {
+                line(&format!("Content-Length: {n}"));
+                line(&format!("Content-Length: {n}"));
+            }
+            Framing::LengthList => line(&format!("Content-Length: {n}, {n}")),
+            Framing::Chunked(_) | Framing::ChunkedTrailer => line("Transfer-Encoding: chunked"),
+            Framing::Hostile(lines) => {
+                for l in lines {
+                    line(l);
+                }
+            }
+        }
+        w.extend_from_slice(b"\r\n");
+        match &self.framing {
+            // No framing field: the request has no body (its bytes are not sent).
+            Framing::None => {}
+            Framing::Chunked(sizes) => {
+                let mut rest = &self.body[..];
+                for s in sizes.iter().cycle() {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let take = (*s).min(rest.len());
+                    w.extend_from_slice(format!("{take:x}\r\n").as_bytes());
+                    w.extend_from_slice(&rest[..take]);
+                    w.extend_from_slice(b"\r\n");
+                    rest = &rest[take..];
+                }
+                if sizes.is_empty() && !rest.is_empty() {
+                    w.extend_from_slice(format!("{:x}\r\n", rest.len()).as_bytes());
+                    w.extend_from_slice(rest);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\n\r\n");
+            }
+            Framing::ChunkedTrailer => {
+                if !self.body.is_empty() {
+                    w.extend_from_slice(format!("{:x}\r\n", self.body.len()).as_bytes());
+                    w.extend_from_slice(&self.body);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\nx-t: 1\r\n\r\n");
+            }
+            _ => w.extend_from_slice(&self.body),
+        }
+        if self.pipelined {
+            w.extend_from_slice(b"GET /second HTTP/1.1\r\nHost: x\r\n\r\n");
+        }
+        w
+    }
+
+    /// The body the request carries, as RFC 9112 frames it.
+    fn body(&self) -> &[u8] {
+        match self.framing {
+            Framing::None => b"",
+            _ => &self.body,
+        }
+    }
+
+    /// True when moat must refuse the request whatever its engines decide.
+    fn must_refuse(&self) -> bool {
+        matches!(self.framing, Framing::Hostile(_))
+            || nominates_framing_or_routing(&self.connection)
+            || self.extras.contains(&("Expect", "something-else"))
+            || self.host.is_none()
+    }
+}
+
+/// Runs one generated request through a fresh gateway; checks the property.
+async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
+    let (up, log) = hyper_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+    let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let wire = req.wire();
+    let answer = exchange(addr, &wire).await;
+    gw.shutdown(Duration::from_secs(5)).await;
+    // Every connection moat opened is closed: wait for hyper to finish parsing them.
+    let waited = tokio::time::timeout(IO_TIMEOUT, async {
+        while log.live.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    prop_assert!(waited.is_ok(), "upstream connections never closed");
+
+    let seen = log.seen.lock().unwrap().clone();
+    let errors = log.parse_errors.lock().unwrap().clone();
+    let wire_text = String::from_utf8_lossy(&wire).into_owned();
+    let answers = statuses(&answer);
+    prop_assert!(
+        errors.is_empty(),
+        "the upstream could not parse what moat sent: {:?}\nrequest:\n{}",
+        errors,
+        wire_text
+    );
+    // Nothing reached the upstream that was not one of the client's own requests.
+    prop_assert!(
+        seen.iter()
+            .all(|s| !s.smuggled_marker || s.target != "/admin/secret"),
+        "a request inside a body reached the upstream: {:?}\nrequest:\n{}",
+        seen,
+        wire_text
+    );
+    // The client's requests in order; a refused one ends the connection.
+    let mut sent: Vec<(String, String, Vec<u8>)> = Vec::new();
+    let target = req.target.strip_prefix("http://x").unwrap_or(req.target);
+    sent.push((req.method.into(), target.into(), req.body().to_vec()));
+    if req.pipelined {
+        sent.push(("GET".into(), "/second".into(), Vec::new()));
+    }
+    let got: Vec<(String, String, Vec<u8>)> = seen
+        .iter()
+        .map(|s| (s.method.clone(), s.target.clone(), s.body.clone()))
+        .collect();
+    // Each answer the client got from the upstream is for the client's request in the
+    // same position, which the upstream saw exactly, body included; requests moat
+    // answered itself (an engine blocked) never reached it; nothing else did.
+    let mut upstream_saw = got.iter();
+    for (i, (_, from_upstream)) in answers.iter().enumerate() {
+        if !from_upstream {
+            continue;
+        }
+        prop_assert!(i < sent.len(), "more answers than requests: {:?}", answers);
+        let next = upstream_saw.next();
+        prop_assert_eq!(
+            next,
+            Some(&sent[i]),
+            "upstream saw {:?}, client sent {:?}\nrequest:\n{}\nmoat answered:\n{}",
+            got,
+            sent,
+            wire_text,
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    prop_assert!(
+        upstream_saw.next().is_none(),
+        "upstream saw requests nobody got an answer to: {:?}, client sent {:?}\nrequest:\n{}\nmoat answered:\n{}",
+        got,
+        sent,
+        wire_text,
+        String::from_utf8_lossy(&answer)
+    );
+    if req.must_refuse() {
+        prop_assert!(
+            matches!(answers.first(), Some((400..=499, false)) | None),
+            "moat forwarded or accepted a request it must refuse: {:?}\nrequest:\n{}",
+            answers,
+            wire_text
+        );
+    }
+    Ok(())
+}
+
+/// The issue's reproduction: `Connection: content-length` (and a list with it) must not
+/// let a body become a second request.
+#[tokio::test]
+async fn connection_nominating_content_length_smuggles_nothing() {
+    for connection in [
+        vec!["content-length"],
+        vec!["keep-alive", "Content-Length"],
+        vec!["transfer-encoding"],
+        vec!["host"],
+    ] {
+        let req = GenRequest {
+            method: "POST",
+            target: "/",
+            host: Some("x"),
+            framing: Framing::Length,
+            connection,
+            extras: Vec::new(),
+            body: SMUGGLED.to_vec(),
+            pipelined: false,
+        };
+        check_request(req.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn one_request_in_one_request_out() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases: 160,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&request_strategy(), |req| rt.block_on(check_request(req)))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+// ---------------------------------------------------------------------------------
+// Generated responses.
+// ---------------------------------------------------------------------------------
+
+/// How a generated upstream response frames its body.
+#[derive(Debug, Clone)]
+enum RespFraming {
+    Length,
+    LengthTwice,
+    Chunked(usize),
+    /// Both: Transfer-Encoding wins (RFC 9112 6.3), the connection is not reused.
+    ChunkedAndLength,
+    /// Neither: the body ends with the connection.
+    UntilClose,
+}
+
+#[derive(Debug, Clone)]
+struct GenResponse {
+    framing: RespFraming,
+    connection: Vec<&'static str>,
+    body: Vec<u8>,
+}
+
+const SMUGGLED_RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Smuggled: yes\r\n\r\nsmuggled";
+
+fn response_strategy() -> impl Strategy<Value = GenResponse> {
+    (
+        prop_oneof![
+            Just(RespFraming::Length),
+            Just(RespFraming::LengthTwice),
+            (1usize..16).prop_map(RespFraming::Chunked),
+            Just(RespFraming::ChunkedAndLength),
+            Just(RespFraming::UntilClose),
+        ],
+        prop::sample::subsequence(
+            &[
+                "content-length",
+                "transfer-encoding",
+                "keep-alive",
+                "x-a",
+                "date",
+            ][..],
+            0..3,
+        ),
+        prop::collection::vec(
+            prop_oneof![
+                3 => "[a-z0-9]{0,20}".prop_map(String::into_bytes),
+                1 => Just(SMUGGLED_RESPONSE.to_vec()),
+            ],
+            0..3,
+        )
+        .prop_map(|p| p.concat()),
+    )
+        .prop_map(|(framing, connection, body)| GenResponse {
+            framing,
+            connection,
+            body,
+        })
+}
+
+impl GenResponse {
+    fn wire(&self) -> Vec<u8> {
+        let n = self.body.len();
+        let mut w = b"HTTP/1.1 200 OK\r\nx-seq: 1\r\n".to_vec();
+        if !self.connection.is_empty() {
+            w.extend_from_slice(
+                format!("Connection: {}\r\n", self.connection.join(", ")).as_bytes(),
+            );
+        }
+        match self.framing {
+            RespFraming::Length => {
+                w.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+            }
+            RespFraming::LengthTwice => w.extend_from_slice(
+                format!("Content-Length: {n}\r\nContent-Length: {n}\r\n").as_bytes(),
+            ),
+            RespFraming::Chunked(_) => w.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            RespFraming::ChunkedAndLength => w.extend_from_slice(
+                format!(
+                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
+                    n + 3
+                )
+                .as_bytes(),
+            ),
+            RespFraming::UntilClose => {}
+        }
+        w.extend_from_slice(b"\r\n");
+        match self.framing {
+            RespFraming::Chunked(size) => {
+                for piece in self.body.chunks(size) {
+                    w.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    w.extend_from_slice(piece);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\n\r\n");
+            }
+            RespFraming::ChunkedAndLength => {
+                if n > 0 {
+                    w.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                    w.extend_from_slice(&self.body);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\n\r\n");
+            }
+            _ => w.extend_from_slice(&self.body),
+        }
+        w
+    }
+
+    /// True when the upstream closes the connection after this response.
+    fn closes(&self) -> bool {
+        matches!(self.framing, RespFraming::UntilClose)
+    }
+}
+
+/// A raw upstream: the generated response to the first request on a connection, a
+/// plain `x-seq: N` response to each later one.
+async fn raw_upstream(first: Vec<u8>, closes: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut seq = 0usize;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            loop {
+                // One request head (the test sends bodyless GETs).
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Some(i + 4);
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break None,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let Some(end) = end else { break };
+                buf.drain(..end);
+                seq += 1;
+                let reply = if seq == 1 {
+                    first.clone()
+                } else {
+                    format!("HTTP/1.1 200 OK\r\nx-seq: {seq}\r\nContent-Length: 6\r\n\r\nsecond")
+                        .into_bytes()
+                };
+                if s.write_all(&reply).await.is_err() {
+                    break;
+                }
+                if seq == 1 && closes {
+                    let _ = s.shutdown().await;
+                    break;
+                }
+            }
+        }
+    });
+    addr
+}
+
+async fn check_response(resp: GenResponse) -> Result<(), TestCaseError> {
+    let up = raw_upstream(resp.wire(), resp.closes()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = common::basic_config(up, "");
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+
+    let result = tokio::time::timeout(IO_TIMEOUT, async {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut out = Vec::new();
+        for path in ["/first", "/second"] {
+            if send.ready().await.is_err() {
+                break;
+            }
+            let req = Request::get(path)
+                .header("host", "x")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let Ok(r) = send.send_request(req).await else {
+                break;
+            };
+            let status = r.status().as_u16();
+            let seq = r
+                .headers()
+                .get("x-seq")
+                .map(|v| v.to_str().unwrap_or("").to_string());
+            let smuggled = r.headers().contains_key("x-smuggled");
+            let body = r.into_body().collect().await.map(|b| b.to_bytes().to_vec());
+            out.push((status, seq, smuggled, body.ok()));
+        }
+        out
+    })
+    .await;
+    gw.shutdown(Duration::from_secs(5)).await;
+    let got = result.map_err(|_| TestCaseError::fail("exchange timed out"))?;
+    let wire = String::from_utf8_lossy(&resp.wire()).into_owned();
+    prop_assert!(
+        !got.is_empty(),
+        "no response at all\nupstream sent:\n{}",
+        wire
+    );
+    let (status, seq, smuggled, body) = &got[0];
+    prop_assert!(!smuggled, "{:?}", got);
+    if *status == 200 {
+        prop_assert_eq!(seq.as_deref(), Some("1"));
+        prop_assert_eq!(
+            body.as_deref(),
+            Some(&resp.body[..]),
+            "first body\nupstream sent:\n{}",
+            wire
+        );
+    } else {
+        prop_assert_eq!(*status, 502, "{:?}\nupstream sent:\n{}", got, wire);
+    }
+    if let Some((status, seq, smuggled, body)) = got.get(1) {
+        prop_assert!(!smuggled, "{:?}\nupstream sent:\n{}", got, wire);
+        prop_assert_eq!(*status, 200);
+        prop_assert!(
+            seq.as_deref().is_some_and(|s| s != "1"),
+            "second response is the first one's: {:?}",
+            got
+        );
+        prop_assert_eq!(body.as_deref(), Some(&b"second"[..]));
+    }
+    Ok(())
+}
+
+#[test]
+fn one_response_in_one_response_out() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut runner = TestRunner::new(Config {
+        cases: 96,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&response_strategy(), |resp| {
+            rt.block_on(check_response(resp))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+// ---------------------------------------------------------------------------------
+// HTTP/2 in, HTTP/1.1 out.
+// ---------------------------------------------------------------------------------
+
+/// An HPACK literal field without indexing, new name (RFC 7541 6.2.2), for short
+/// names and values.
+fn hpack_literal(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(0x00);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out.push(value.len() as u8);
+    out.extend_from_slice(value.as_bytes());
+}
+
+fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Writes one HTTP/2 request (prior knowledge, frames built by hand so that fields
+/// hyper's client would refuse to send can be sent) and returns the frame types the
+/// server answered with on stream 1.
+async fn h2_raw(addr: SocketAddr, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    h2_frame(&mut w, 0x4, 0, 0, &[]);
+    // :method POST (static 3), :scheme http (6), :path / (4), :authority x.
+    let mut block = vec![0x83, 0x86, 0x84, 0x01, 0x01, b'x'];
+    for (k, v) in fields {
+        hpack_literal(&mut block, k, v);
+    }
+    let end_stream = if body.is_empty() { 0x1 } else { 0 };
+    h2_frame(&mut w, 0x1, 0x4 | end_stream, 1, &block);
+    if !body.is_empty() {
+        h2_frame(&mut w, 0x0, 0x1, 1, body);
+    }
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&w).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut buf = [0u8; 4096];
+        let mut acc = Vec::new();
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => acc.extend_from_slice(&buf[..n]),
+            }
+            // Frames of stream 1 (and GOAWAY): the answer is complete at an end of
+            // stream, a reset or a GOAWAY.
+            let mut at = 0;
+            got.clear();
+            while acc.len() >= at + 9 {
+                let len = u32::from_be_bytes([0, acc[at], acc[at + 1], acc[at + 2]]) as usize;
+                if acc.len() < at + 9 + len {
+                    break;
+                }
+                let (kind, flags) = (acc[at + 3], acc[at + 4]);
+                let stream =
+                    u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]]);
+                if stream == 1 || kind == 0x7 {
+                    got.push(kind);
+                    if kind == 0x3 || kind == 0x7 || flags & 0x1 != 0 && kind <= 1 {
+                        return;
+                    }
+                }
+                at += 9 + len;
+            }
+        }
+    })
+    .await;
+    got
+}
+
+/// HTTP/2 forbids connection-specific fields (RFC 9113 8.2.2): a request carrying
+/// `connection`, `transfer-encoding` or `te` other than `trailers` is malformed and
+/// never reaches the upstream; a length that disagrees with the DATA sent neither.
+/// A well-formed request whose body holds a request reaches it as one request with
+/// exactly that body.
+#[tokio::test]
+async fn h2_requests_are_forwarded_as_exactly_one_request() {
+    let (up, log) = hyper_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+    let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let smuggled = std::str::from_utf8(SMUGGLED).unwrap();
+    let len = SMUGGLED.len().to_string();
+
+    for fields in [
+        vec![
+            ("connection", "content-length"),
+            ("content-length", len.as_str()),
+        ],
+        vec![("connection", "keep-alive")],
+        vec![("transfer-encoding", "chunked")],
+        vec![("te", "gzip")],
+        vec![("content-length", "3")],
+        vec![("content-length", "999")],
+    ] {
+        let frames = h2_raw(addr, &fields, SMUGGLED).await;
+        assert!(
+            frames.contains(&0x3) || frames.contains(&0x7),
+            "{fields:?}: neither RST_STREAM nor GOAWAY, frames {frames:?}"
+        );
+    }
+    // Well-formed: one request, the body exactly.
+    let frames = h2_raw(
+        addr,
+        &[
+            ("content-length", len.as_str()),
+            ("te", "trailers"),
+            ("x-a", smuggled.lines().next().unwrap()),
+        ],
+        SMUGGLED,
+    )
+    .await;
+    assert!(frames.contains(&0x1), "no HEADERS answer: {frames:?}");
+    gw.shutdown(Duration::from_secs(5)).await;
+    tokio::time::timeout(IO_TIMEOUT, async {
+        while log.live.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let seen = log.seen.lock().unwrap().clone();
+    assert!(log.parse_errors.lock().unwrap().is_empty());
+    assert_eq!(
+        seen,
+        vec![Seen {
+            method: "POST".into(),
+            target: "/".into(),
+            body: SMUGGLED.to_vec(),
+            smuggled_marker: false,
+        }]
+    );
+}
