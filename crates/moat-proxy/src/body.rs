@@ -4,6 +4,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame, SizeHint};
@@ -23,6 +26,68 @@ impl std::fmt::Display for BodyTooLarge {
 }
 impl std::error::Error for BodyTooLarge {}
 
+/// The request body did not arrive in time (see [`BodyPace`]).
+#[derive(Debug)]
+pub struct BodyTimedOut;
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body not received in time")
+    }
+}
+impl std::error::Error for BodyTimedOut {}
+
+/// How fast a request body must arrive: within `timeout`, plus one second for every
+/// `min_rate` bytes received (`routes[].body.read_timeout` and `min_rate`). A client
+/// that trickles a byte every few seconds is cut once it falls behind; a large upload
+/// at any reasonable rate is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyPace {
+    /// Time allowed before any extension.
+    pub timeout: Duration,
+    /// Bytes per second that earn one more second (0: no extension).
+    pub min_rate: u64,
+}
+
+/// The deadline of one streamed body. The timer is created on the first read that has
+/// to wait, and moved only when it fires (the deadline grows with every byte received,
+/// but is checked lazily), so a body that keeps flowing costs no timer updates.
+#[derive(Debug)]
+pub struct BodyClock {
+    pace: BodyPace,
+    started: Instant,
+    received: u64,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl BodyClock {
+    fn deadline(&self) -> Instant {
+        let earned = match self.pace.min_rate {
+            0 => Duration::ZERO,
+            rate => Duration::from_millis(self.received.saturating_mul(1000) / rate),
+        };
+        self.started + self.pace.timeout + earned
+    }
+
+    /// True once the deadline has passed; else the waker is registered with the timer.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            let deadline = self.deadline();
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if std::future::Future::poll(timer.as_mut(), cx).is_pending() {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            // Bytes arrived since the timer was set: wait for the later deadline.
+            timer.as_mut().reset(deadline);
+        }
+    }
+}
+
 /// A request body as the downstream connection delivers it.
 #[derive(Debug)]
 pub enum RequestBody {
@@ -34,6 +99,27 @@ pub enum RequestBody {
     H1(crate::server::H1Body),
     /// An HTTP/2 stream's body.
     H2(Incoming),
+    /// A streamed body (`H1` or `H2`) that must arrive at the route's pace.
+    Paced(Box<RequestBody>, BodyClock),
+}
+
+impl RequestBody {
+    /// This body, held to `pace` from now on when it is still to be read from the
+    /// connection (a body that arrived with its head is complete already).
+    pub fn paced(self, pace: BodyPace) -> RequestBody {
+        match self {
+            RequestBody::H1(_) | RequestBody::H2(_) if !self.is_end_stream() => RequestBody::Paced(
+                Box::new(self),
+                BodyClock {
+                    pace,
+                    started: Instant::now(),
+                    received: 0,
+                    timer: None,
+                },
+            ),
+            other => other,
+        }
+    }
 }
 
 impl http_body::Body for RequestBody {
@@ -54,6 +140,18 @@ impl http_body::Body for RequestBody {
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             },
+            RequestBody::Paced(inner, clock) => match Pin::new(&mut **inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(d) = frame.data_ref() {
+                        clock.received += d.len() as u64;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Pending if clock.poll_expired(cx) => {
+                    Poll::Ready(Some(Err(Box::new(BodyTimedOut))))
+                }
+                other => other,
+            },
         }
     }
 
@@ -63,6 +161,7 @@ impl http_body::Body for RequestBody {
             RequestBody::Full(b) => b.is_none(),
             RequestBody::H1(b) => b.is_end_stream(),
             RequestBody::H2(b) => b.is_end_stream(),
+            RequestBody::Paced(b, _) => b.is_end_stream(),
         }
     }
 
@@ -72,6 +171,7 @@ impl http_body::Body for RequestBody {
             RequestBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             RequestBody::H1(b) => b.size_hint(),
             RequestBody::H2(b) => b.size_hint(),
+            RequestBody::Paced(b, _) => b.size_hint(),
         }
     }
 }

@@ -240,10 +240,26 @@ pub struct BodyConfig {
     /// What happens beyond `max_bytes`.
     #[serde(default)]
     pub on_limit: OnLimit,
+    /// Time allowed to receive a request body that did not arrive with its head,
+    /// extended by one second for every `min_rate` bytes received (Apache
+    /// `mod_reqtimeout`'s `body=` with `MinRate`); beyond it moat answers 408 and
+    /// closes the connection.
+    #[serde(default = "default_body_read_timeout", with = "duration")]
+    pub read_timeout: Duration,
+    /// Bytes per second that earn a body one more second; 0 = `read_timeout` bounds
+    /// the whole body.
+    #[serde(default = "default_body_min_rate", with = "byte_size")]
+    pub min_rate: u64,
 }
 
 fn default_body_max() -> u64 {
     1 << 20
+}
+fn default_body_read_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+fn default_body_min_rate() -> u64 {
+    500
 }
 
 impl Default for BodyConfig {
@@ -251,6 +267,8 @@ impl Default for BodyConfig {
         BodyConfig {
             max_bytes: default_body_max(),
             on_limit: OnLimit::Reject,
+            read_timeout: default_body_read_timeout(),
+            min_rate: default_body_min_rate(),
         }
     }
 }

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminRouter};
+use crate::body::BodyPace;
 use crate::config::{self, ConfigSource, GatewayConfig, OnLimit};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase, RouteMetrics};
@@ -76,6 +77,8 @@ pub struct Route {
     pub body_max: u64,
     /// Request body limit policy.
     pub on_limit: OnLimit,
+    /// How fast a streamed request body must arrive.
+    pub body_pace: BodyPace,
     /// Response body inspection limit.
     pub response_max: u64,
     /// Monitor-only flag passed to engines.
@@ -502,6 +505,10 @@ fn build_snapshot(
             namespace: ns.clone(),
             body_max: r.body.max_bytes,
             on_limit: r.body.on_limit,
+            body_pace: BodyPace {
+                timeout: r.body.read_timeout,
+                min_rate: r.body.min_rate,
+            },
             response_max: r.response_body.max_bytes,
             monitor_only: r.monitor_only,
             metrics: metrics.route(&r.name.value),

@@ -19,6 +19,8 @@ pub mod config;
 pub mod demo;
 pub mod engine_api;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 mod h1;
 pub mod metrics;

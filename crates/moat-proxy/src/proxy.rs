@@ -14,7 +14,7 @@ use moat_core::{
     SecurityEvent, Verdict,
 };
 
-use crate::body::{gather_ready, read_prefix, BodyTooLarge, ProxyBody, RequestBody};
+use crate::body::{gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, ProxyBody, RequestBody};
 use crate::config::OnLimit;
 use crate::events::AccessInfo;
 use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
@@ -154,6 +154,7 @@ async fn proxy(
     let route = st.route;
     let pipeline = &snap.pipeline;
     let metrics = &st.shared.metrics;
+    let body = body.paced(route.body_pace);
 
     // Phase: request headers.
     run_phase(
@@ -193,7 +194,7 @@ async fn proxy(
                     let mut body = body;
                     match gather_ready(&mut body, n as usize).await {
                         Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
-                        Err(_) => return Err(refuse_body(BodyRefusal::Unreadable, parts, ctx)),
+                        Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
                     }
                 }
                 _ => limited_stream(body, route, content_length, &mut tripped),
@@ -203,7 +204,7 @@ async fn proxy(
                 let mut body = body;
                 let buffered = match read_prefix(&mut body, cap).await {
                     Ok(b) => b,
-                    Err(_) => return Err(refuse_body(BodyRefusal::Unreadable, parts, ctx)),
+                    Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
                 };
                 let over_limit = buffered.truncated && cap as u64 == limit;
                 if over_limit {
@@ -295,6 +296,11 @@ async fn proxy(
             };
             if over || stream_over {
                 return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+            }
+            if let UpstreamError::RequestBody(b) = &e {
+                if source_is::<BodyTimedOut>(b.as_ref()) {
+                    return Err(refuse_body(BodyRefusal::TimedOut, parts, ctx));
+                }
             }
             let (status, title) = match &e {
                 UpstreamError::ConnectTimeout | UpstreamError::Timeout => {
@@ -762,6 +768,18 @@ enum BodyRefusal {
     TooLarge,
     /// Not readable: the client broke its framing or went away (400).
     Unreadable,
+    /// Not received at the route's pace (408).
+    TimedOut,
+}
+
+impl From<&(dyn std::error::Error + Send + Sync + 'static)> for BodyRefusal {
+    fn from(e: &(dyn std::error::Error + Send + Sync + 'static)) -> Self {
+        if source_is::<BodyTimedOut>(e) {
+            BodyRefusal::TimedOut
+        } else {
+            BodyRefusal::Unreadable
+        }
+    }
 }
 
 /// moat's reply to a refused request body.
@@ -779,6 +797,11 @@ fn refuse_body(
         BodyRefusal::Unreadable => (
             StatusCode::BAD_REQUEST,
             "request body could not be read",
+            Decision::Error,
+        ),
+        BodyRefusal::TimedOut => (
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
             Decision::Error,
         ),
     };

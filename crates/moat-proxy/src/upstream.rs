@@ -6,7 +6,7 @@
 //! response body ([`UpstreamBody`]) is decoded from it while hyper's server writes it
 //! downstream. There is no client connection task and no channel between tasks.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -162,6 +162,7 @@ impl Conn {
         &mut self,
         body: Option<ProxyBody>,
         framing: RequestFraming,
+        progress: &Progress,
     ) -> Result<(), Failure> {
         // Nothing of a request whose body is inlined reached a closed pooled connection.
         let replayable = body.is_none() && self.reused;
@@ -172,7 +173,13 @@ impl Conn {
         if let Some(mut body) = body {
             let chunked = framing == RequestFraming::Chunked;
             let mut trailers = None;
-            while let Some(frame) = body.frame().await {
+            loop {
+                // Waiting for the client is not the upstream's delay.
+                progress.client_turn(true);
+                let frame = body.frame().await;
+                progress.client_turn(false);
+                progress.mark();
+                let Some(frame) = frame else { break };
                 let frame = frame.map_err(|e| Failure::fatal(UpstreamError::RequestBody(e)))?;
                 match frame.into_data() {
                     Ok(data) if chunked => {
@@ -428,6 +435,71 @@ pub struct UpstreamRequest<'a> {
     pub request_id: &'a str,
 }
 
+/// When a request last made progress towards the upstream (see [`Cluster::send`]).
+#[derive(Debug)]
+struct Progress {
+    start: tokio::time::Instant,
+    /// Milliseconds after `start` of the last piece of body read from the client.
+    last_ms: AtomicU64,
+    /// True while the request waits for the client's body.
+    client_turn: AtomicBool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            start: tokio::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+            client_turn: AtomicBool::new(false),
+        }
+    }
+
+    fn client_turn(&self, waiting: bool) {
+        self.client_turn.store(waiting, Ordering::Relaxed);
+    }
+
+    fn mark(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// Runs `fut` until `limit` passes without progress while it waits for the upstream
+/// (`timer` is the deadline's timer, moved only when it fires).
+async fn within<T>(
+    timer: &mut Pin<Box<Sleep>>,
+    progress: &Progress,
+    limit: Duration,
+    fut: impl Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = tokio::time::Instant::now();
+            let deadline = if progress.client_turn.load(Ordering::Relaxed) {
+                now + limit
+            } else {
+                progress.last() + limit
+            };
+            if deadline <= now {
+                return Poll::Ready(Err(UpstreamError::Timeout));
+            }
+            timer.as_mut().reset(deadline);
+        }
+    })
+    .await
+}
+
 /// The response to hand downstream: the head, and the body still on `conn`.
 fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<UpstreamBody> {
     let body = if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
@@ -450,7 +522,7 @@ fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<
 
 /// How the body of `req` goes on the wire: from the body moat forwards (its exact
 /// length when known, else chunked), never from the client's framing fields.
-fn request_framing(req: &UpstreamRequest<'_>) -> RequestFraming {
+pub(crate) fn request_framing(req: &UpstreamRequest<'_>) -> RequestFraming {
     if http_body::Body::is_end_stream(&req.body) {
         // RFC 9110 8.6: a request whose method expects content says it has none.
         return if matches!(*req.method, Method::POST | Method::PUT | Method::PATCH) {
@@ -562,28 +634,34 @@ impl Cluster {
     /// and reads the response head; the body is read from the returned
     /// [`UpstreamBody`], which pools the connection at its end.
     ///
-    /// The whole call is bounded by the cluster's `request_timeout`
-    /// ([`UpstreamError::Timeout`]). When a pooled connection turns out to have been
-    /// closed by the upstream (the usual keep-alive race) before the request could be
-    /// written, or, for idempotent methods, before any response byte arrived, a request
-    /// whose body is in memory is sent again once on a new connection.
+    /// The call is bounded by the cluster's `request_timeout` ([`UpstreamError::Timeout`])
+    /// counted from the last progress of the request: from the start, or from the last
+    /// piece of a streamed request body the upstream took. A body that arrives slowly
+    /// from the client is the client's delay, bounded by the route's body pace
+    /// ([`crate::body::BodyPace`]), not the upstream's. When a pooled connection turns
+    /// out to have been closed by the upstream (the usual keep-alive race) before the
+    /// request could be written, or, for idempotent methods, before any response byte
+    /// arrived, a request whose body is in memory is sent again once on a new
+    /// connection.
     pub async fn send(
         &self,
         i: usize,
         req: UpstreamRequest<'_>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let progress = Progress::new();
+        let deadline = progress.start + self.request_timeout;
         let ep = &self.endpoints[i];
         let Some(mut conn) = ep.pool.checkout(self.idle_timeout) else {
             // Boxed: this cold path would otherwise size every request's future
             // (which is moved several times per request) to hold a connect.
             let fresh = Box::pin(async {
                 let conn = self.connect(ep).await?;
-                self.exchange(ep, conn, req).await
+                self.exchange(ep, conn, req, &progress).await
             });
-            let (head, conn) = tokio::time::timeout_at(deadline, fresh)
-                .await
-                .unwrap_or(Err(UpstreamError::Timeout))?;
+            let mut timer = Box::pin(tokio::time::sleep_until(deadline));
+            let (head, mut conn) =
+                within(&mut timer, &progress, self.request_timeout, fresh).await?;
+            conn.timer = Some(timer);
             return Ok(response(ep, head, conn));
         };
         let mut timer = match conn.timer.take() {
@@ -593,19 +671,9 @@ impl Cluster {
             }
             None => Box::pin(tokio::time::sleep_until(deadline)),
         };
-        let exchange = self.exchange(ep, conn, req);
-        let mut exchange = std::pin::pin!(exchange);
-        let result = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = exchange.as_mut().poll(cx) {
-                return Poll::Ready(r);
-            }
-            timer
-                .as_mut()
-                .poll(cx)
-                .map(|()| Err(UpstreamError::Timeout))
-        })
-        .await;
-        let (head, mut conn) = result?;
+        let exchange = self.exchange(ep, conn, req, &progress);
+        let (head, mut conn) =
+            within(&mut timer, &progress, self.request_timeout, exchange).await?;
         conn.timer = Some(timer);
         Ok(response(ep, head, conn))
     }
@@ -617,6 +685,7 @@ impl Cluster {
         ep: &Endpoint,
         mut conn: Box<Conn>,
         req: UpstreamRequest<'_>,
+        progress: &Progress,
     ) -> Result<(h1::ResponseHead, Box<Conn>), UpstreamError> {
         let framing = request_framing(&req);
         conn.wbuf.clear();
@@ -632,14 +701,16 @@ impl Cluster {
             body => Some(body),
         };
         let inline = streamed.is_none();
-        let mut result = Self::round_trip(&mut conn, streamed, framing, method, upgrade).await;
+        let mut result =
+            Self::round_trip(&mut conn, streamed, framing, method, upgrade, progress).await;
         if let Err(f) = &result {
             if inline && f.replayable {
                 tracing::debug!(endpoint = %ep.authority, "pooled upstream connection was closed; sending again on a new one");
                 let mut fresh = Box::pin(self.connect(ep)).await?;
                 std::mem::swap(&mut fresh.wbuf, &mut conn.wbuf);
                 conn = fresh;
-                result = Self::round_trip(&mut conn, None, framing, method, upgrade).await;
+                result =
+                    Self::round_trip(&mut conn, None, framing, method, upgrade, progress).await;
             }
         }
         let head = result.map_err(|f| f.error)?;
@@ -652,8 +723,9 @@ impl Cluster {
         framing: RequestFraming,
         method: &Method,
         upgrade: bool,
+        progress: &Progress,
     ) -> Result<h1::ResponseHead, Failure> {
-        conn.write_request(body, framing).await?;
+        conn.write_request(body, framing, progress).await?;
         conn.read_head(method, upgrade).await
     }
 

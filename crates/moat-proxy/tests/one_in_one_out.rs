@@ -88,15 +88,14 @@ async fn hyper_upstream() -> (SocketAddr, UpLog) {
                         let method = req.method().to_string();
                         let target = req.uri().to_string();
                         let smuggled_marker = req.headers().contains_key("x-smuggled");
-                        match req.into_body().collect().await {
-                            Ok(b) => log.seen.lock().unwrap().push(Seen {
+                        // A body cut mid-way is no complete request: not recorded.
+                        if let Ok(b) = req.into_body().collect().await {
+                            log.seen.lock().unwrap().push(Seen {
                                 method,
                                 target,
                                 body: b.to_bytes().to_vec(),
                                 smuggled_marker,
-                            }),
-                            // Cut mid-body: no complete request arrived.
-                            Err(_) => {}
+                            });
                         }
                         Ok::<_, Infallible>(
                             Response::builder()

@@ -1,0 +1,106 @@
+//! Entry points for the fuzz targets in `fuzz/` (not a stable API): moat's HTTP/1.1
+//! wire path without sockets, so that a fuzzer can hold it against a parser that is not
+//! moat's own.
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderValue;
+
+use crate::body::ProxyBody;
+use crate::h1::client::{encode_request_head, RequestFraming};
+use crate::h1::server::{parse_request_head, request_head_end, MAX_HEADER_SLOTS};
+use crate::h1::{encode_chunk, encode_chunked_end, Decoded};
+use crate::upstream::{request_framing, UpstreamRequest};
+
+/// A request as moat accepted it from the client and wrote it towards the upstream.
+#[derive(Debug)]
+pub struct Forwarded {
+    /// Method.
+    pub method: String,
+    /// Origin-form target sent upstream.
+    pub target: String,
+    /// The body as moat decoded it from the client's framing (what its phases inspect).
+    pub body: Bytes,
+    /// The upstream request with the body in memory (moat frames it with its length).
+    pub buffered: Vec<u8>,
+    /// The same request with the body streamed (moat frames it in chunks, one per piece
+    /// the client's framing delivered).
+    pub streamed: Vec<u8>,
+    /// Bytes after this request's end (a pipelined next request, or garbage).
+    pub rest: usize,
+}
+
+/// Runs `input` (bytes from a client) through moat's request head parser and body
+/// decoder, and writes the upstream request the proxy would send, both with the body in
+/// memory and streamed. `None` when moat refuses the input or it ends mid-request.
+pub fn forward_request(input: &[u8]) -> Option<Forwarded> {
+    let end = request_head_end(input, &mut 0)?;
+    let head = parse_request_head(&input[..end], MAX_HEADER_SLOTS).ok()?;
+    let mut decoder = head.decoder;
+    let mut buf = BytesMut::from(&input[end..]);
+    let mut pieces: Vec<Bytes> = Vec::new();
+    let mut trailers = None;
+    loop {
+        match decoder.decode(&mut buf).ok()? {
+            Decoded::Data(d) => pieces.push(d),
+            Decoded::Trailers(t) => {
+                trailers = Some(t);
+                break;
+            }
+            Decoded::End => break,
+            // The input ended mid-body: moat would wait, then time out or see the close.
+            Decoded::NeedMore => {
+                decoder.on_eof().ok()?;
+                break;
+            }
+        }
+    }
+    let body: Bytes = pieces.concat().into();
+    let parts = &head.parts;
+    let peer = HeaderValue::from_static("192.0.2.1");
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let upstream = |body: ProxyBody| UpstreamRequest {
+        method: &parts.method,
+        target,
+        headers: &parts.headers,
+        body,
+        upgrade: false,
+        replace_host: parts.uri.authority().is_some(),
+        default_host: parts
+            .uri
+            .authority()
+            .map_or("upstream.test", |a| a.as_str()),
+        forwarded_for: &peer,
+        forwarded_proto: "http",
+        request_id: "fuzz",
+    };
+
+    // The body in memory: the framing `Cluster::send` decides, the bytes as written.
+    let req = upstream(ProxyBody::full(body.clone()));
+    let framing = request_framing(&req);
+    let mut buffered = Vec::new();
+    encode_request_head(&mut buffered, &req, framing);
+    match framing {
+        RequestFraming::Chunked => {
+            encode_chunk(&mut buffered, &body);
+            encode_chunked_end(&mut buffered, None);
+        }
+        _ => buffered.extend_from_slice(&body),
+    }
+
+    // Streamed: chunks as `Conn::write_request` writes them.
+    let mut streamed = Vec::new();
+    encode_request_head(&mut streamed, &req, RequestFraming::Chunked);
+    for piece in &pieces {
+        encode_chunk(&mut streamed, piece);
+    }
+    encode_chunked_end(&mut streamed, trailers.as_ref());
+
+    Some(Forwarded {
+        method: parts.method.to_string(),
+        target: target.to_string(),
+        body,
+        buffered,
+        streamed,
+        rest: buf.len(),
+    })
+}
