@@ -421,9 +421,8 @@ pub struct BodyContext<'a> {
     boundary: Option<&'a [u8]>,
     path: &'a str,
     direction: Direction,
-    /// The last field segment found (form: `&`-separated; multipart: a part),
-    /// as (segment start, segment end).
-    segment: Option<(usize, usize)>,
+    /// The last field segment found (form: `&`-separated; multipart: a part).
+    segment: Option<Segment>,
     oauth: Option<bool>,
 }
 
@@ -466,88 +465,70 @@ impl<'a> BodyContext<'a> {
         }
     }
 
-    fn cached_segment(&self, pos: usize) -> Option<(usize, usize)> {
-        self.segment.filter(|&(s, e)| s <= pos && pos < e)
+    /// The field of the segment holding `pos`: the cached one when `pos` is
+    /// in it, else the segment `bounds` finds, parsed once by `parse`.
+    fn segment_field(
+        &mut self,
+        pos: usize,
+        bounds: impl FnOnce(&[u8], usize, usize) -> Option<(usize, usize)>,
+        parse: impl FnOnce(&[u8], usize, usize) -> Option<Field>,
+    ) -> Option<Field> {
+        let seg = match self.segment {
+            Some(seg) if seg.start <= pos && pos < seg.end => seg,
+            _ => {
+                // Findings come in position order: the previous segment's end
+                // bounds the backward search, so placing all the findings of
+                // a body is one pass over it.
+                let floor = match self.segment {
+                    Some(seg) if seg.end <= pos => seg.end,
+                    _ => 0,
+                };
+                let (start, end) = bounds(self.data, floor, pos)?;
+                let seg = Segment {
+                    start,
+                    end,
+                    field: parse(self.data, start, end),
+                };
+                self.segment = Some(seg);
+                seg
+            }
+        };
+        seg.field.filter(|f| f.value_start <= pos)
     }
 
     fn form_field(&mut self, pos: usize) -> Option<Field> {
-        let data = self.data;
-        let (start, end) = match self.cached_segment(pos) {
-            Some(seg) => seg,
-            None => {
-                // Findings come in position order: the previous segment's end
-                // bounds the backward search, so lookups stay linear.
-                let floor = match self.segment {
-                    Some((_, e)) if e <= pos => e,
-                    _ => 0,
-                };
-                let start = memchr::memrchr(b'&', &data[floor..pos]).map_or(floor, |i| floor + i + 1);
+        self.segment_field(
+            pos,
+            |data, floor, pos| {
+                let start =
+                    memchr::memrchr(b'&', &data[floor..pos]).map_or(floor, |i| floor + i + 1);
                 let end = memchr::memchr(b'&', &data[pos..]).map_or(data.len(), |i| pos + i);
-                self.segment = Some((start, end));
-                (start, end)
-            }
-        };
-        let eq = start + memchr::memchr(b'=', &data[start..pos])?;
-        Some(Field {
-            name: FieldName::from_raw(&data[start..eq], true)?,
-            value_start: eq + 1,
-            value_end: Some(end),
-            file: false,
-        })
+                Some((start, end))
+            },
+            |data, start, end| {
+                let eq = start + memchr::memchr(b'=', &data[start..end])?;
+                Some(Field {
+                    name: FieldName::from_raw(&data[start..eq], true)?,
+                    value_start: eq + 1,
+                    value_end: Some(end),
+                    file: false,
+                })
+            },
+        )
     }
 
     fn multipart_field(&mut self, pos: usize) -> Option<Field> {
-        let data = self.data;
         let boundary = self.boundary?;
-        let (start, end) = match self.cached_segment(pos) {
-            Some(seg) => seg,
-            None => {
-                let floor = match self.segment {
-                    Some((_, e)) if e <= pos => e,
-                    _ => 0,
-                };
+        self.segment_field(
+            pos,
+            |data, floor, pos| {
                 let start = floor + memmem::rfind(&data[floor..pos], boundary)?;
                 let end = memmem::find(&data[pos..], boundary).map_or(data.len(), |i| pos + i);
-                self.segment = Some((start, end));
-                (start, end)
-            }
-        };
-        // The part's headers end at the first blank line; the secret must be
-        // in the content after it.
-        let part = &data[start..pos];
-        let (head_len, sep) = match memmem::find(part, b"\r\n\r\n") {
-            Some(i) => (i, 4),
-            None => (memmem::find(part, b"\n\n")?, 2),
-        };
-        let head = &part[..head_len];
-        let name = header_param(head, b"name")?;
-        // The content ends before the CRLF that precedes the next delimiter
-        // (`\r\n--boundary`); the last part may run to the end of the body.
-        let mut value_end = end;
-        if end < data.len() {
-            let before = &data[..end];
-            if before.ends_with(b"--") {
-                value_end -= 2;
-            }
-            let before = &data[..value_end];
-            if before.ends_with(b"\r\n") {
-                value_end -= 2;
-            } else if before.ends_with(b"\n") {
-                value_end -= 1;
-            }
-        }
-        let value_start = start + head_len + sep;
-        if value_start > pos {
-            return None;
-        }
-        Some(Field {
-            name: FieldName::from_raw(name, false)?,
-            value_start,
-            value_end: Some(value_end.max(value_start)),
-            file: header_param(head, b"filename").is_some(),
-        })
+                Some((start, end))
+            },
+            |data, start, end| multipart_part(data, start, end),
+        )
     }
-
     /// Whether the body is an OAuth 2.0 token request: a `grant_type` field,
     /// sent to a path whose last segment names a token endpoint.
     fn oauth_request(&mut self) -> bool {
@@ -666,7 +647,8 @@ impl<'a> BodyContext<'a> {
     }
 
     fn issuing_path(&self) -> bool {
-        contains_ignore_case(last_segment(self.path), "token") || matches!(form_kind(self.path), FormKind::Login | FormKind::SignUp)
+        contains_ignore_case(last_segment(self.path), "token")
+            || matches!(form_kind(self.path), FormKind::Login | FormKind::SignUp)
     }
 
     fn form_kind_article(&self) -> &'static str {
@@ -677,6 +659,46 @@ impl<'a> BodyContext<'a> {
             FormKind::Other => "a form",
         }
     }
+}
+
+/// A form segment or multipart part, with its field parsed once.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    start: usize,
+    end: usize,
+    field: Option<Field>,
+}
+
+/// The field of the multipart part at `start..end` (from its boundary to
+/// the next): the headers end at the first blank line, the content ends
+/// before the CRLF that precedes the next delimiter (`\r\n--boundary`); the
+/// last part may run to the end of the body.
+fn multipart_part(data: &[u8], start: usize, end: usize) -> Option<Field> {
+    let part = &data[start..end];
+    let (head_len, sep) = match memmem::find(part, b"\r\n\r\n") {
+        Some(i) => (i, 4),
+        None => (memmem::find(part, b"\n\n")?, 2),
+    };
+    let head = &part[..head_len];
+    let name = header_param(head, b"name")?;
+    let mut value_end = end;
+    if end < data.len() {
+        if data[..value_end].ends_with(b"--") {
+            value_end -= 2;
+        }
+        if data[..value_end].ends_with(b"\r\n") {
+            value_end -= 2;
+        } else if data[..value_end].ends_with(b"\n") {
+            value_end -= 1;
+        }
+    }
+    let value_start = start + head_len + sep;
+    Some(Field {
+        name: FieldName::from_raw(name, false)?,
+        value_start,
+        value_end: Some(value_end.max(value_start)),
+        file: header_param(head, b"filename").is_some(),
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -796,11 +818,11 @@ fn body_kind<'a>(content_type: Option<&'a str>, data: &[u8]) -> (BodyKind, Optio
             None => (BodyKind::Text, None),
         };
     }
-    let lower_json = mime.len() >= 4
-        && (mime.eq_ignore_ascii_case("application/json")
-            || mime.eq_ignore_ascii_case("text/json")
-            || mime[mime.len() - 5.min(mime.len())..].eq_ignore_ascii_case("+json"));
-    if lower_json {
+    let m = mime.as_bytes();
+    let json = mime.eq_ignore_ascii_case("application/json")
+        || mime.eq_ignore_ascii_case("text/json")
+        || (m.len() >= 5 && m[m.len() - 5..].eq_ignore_ascii_case(b"+json"));
+    if json {
         return (BodyKind::Json, None);
     }
     let first = data.iter().find(|b| !b.is_ascii_whitespace());
@@ -901,12 +923,25 @@ mod tests {
         ] {
             assert_eq!(name_class(&name(n)), NameClass::Password, "{n}");
         }
-        for n in ["api_key", "apiKey", "key", "token", "access_token", "X-API-Key"] {
+        for n in [
+            "api_key",
+            "apiKey",
+            "key",
+            "token",
+            "access_token",
+            "X-API-Key",
+        ] {
             assert_eq!(name_class(&name(n)), NameClass::KeyParameter, "{n}");
         }
         assert_eq!(name_class(&name("client_secret")), NameClass::ClientSecret);
         assert_eq!(name_class(&name("Authorization")), NameClass::Authorization);
-        for n in ["comment", "aws_secret", "bypass", "aws_access_key_id", "keyboard"] {
+        for n in [
+            "comment",
+            "aws_secret",
+            "bypass",
+            "aws_access_key_id",
+            "keyboard",
+        ] {
             assert_eq!(name_class(&name(n)), NameClass::Other, "{n}");
         }
     }
@@ -914,7 +949,12 @@ mod tests {
     #[test]
     fn form_fields_are_found_from_the_position() {
         let d = b"a=1&comment=my+key+AKIAXXXX&api_key=SECRET";
-        let mut c = BodyContext::new(d, Some("application/x-www-form-urlencoded"), "/x", Direction::Request);
+        let mut c = BodyContext::new(
+            d,
+            Some("application/x-www-form-urlencoded"),
+            "/x",
+            Direction::Request,
+        );
         let p = d.windows(4).position(|w| w == b"AKIA").unwrap();
         let f = c.field_at(p).unwrap();
         assert_eq!(f.name.as_bytes(), b"comment");
@@ -946,11 +986,19 @@ mod tests {
     #[test]
     fn multipart_fields_and_files() {
         let d = b"--XyZ\r\nContent-Disposition: form-data; name=\"password\"\r\n\r\nhunter2\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"id_rsa\"\r\nContent-Type: text/plain\r\n\r\nKEYDATA\r\n--XyZ--\r\n";
-        let mut c = BodyContext::new(d, Some("multipart/form-data; boundary=XyZ"), "/x", Direction::Request);
+        let mut c = BodyContext::new(
+            d,
+            Some("multipart/form-data; boundary=XyZ"),
+            "/x",
+            Direction::Request,
+        );
         let p = d.windows(7).position(|w| w == b"hunter2").unwrap();
         let f = c.field_at(p).unwrap();
         assert_eq!(f.name.as_bytes(), b"password");
-        assert_eq!((f.value_start, f.value_end, f.file), (p, Some(p + 7), false));
+        assert_eq!(
+            (f.value_start, f.value_end, f.file),
+            (p, Some(p + 7), false)
+        );
         let p = d.windows(7).position(|w| w == b"KEYDATA").unwrap();
         let f = c.field_at(p).unwrap();
         assert_eq!(f.name.as_bytes(), b"file");
@@ -969,6 +1017,9 @@ mod tests {
             b"\"",
         ] {
             for ct in [
+                "application/é+json",
+                "é",
+                "application/vnd.api+json",
                 "application/json",
                 "application/x-www-form-urlencoded",
                 "multipart/form-data; boundary=b",

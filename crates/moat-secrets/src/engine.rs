@@ -163,7 +163,10 @@ impl SecretsEngine {
             (None, _) => format!("in a {} body, outside any named field", cx.kind().as_str()),
         };
         if policy.context {
-            if let Some(ex) = field.as_ref().and_then(|fl| cx.exemption(fl, secret.clone())) {
+            if let Some(ex) = field
+                .as_ref()
+                .and_then(|fl| cx.exemption(fl, secret.clone()))
+            {
                 return Decision {
                     action: None,
                     confidence,
@@ -361,7 +364,11 @@ fn rule_classes(
         .collect();
     for (field, ids, confidence) in [
         ("generic_rules", &config.generic_rules, Confidence::Generic),
-        ("specific_rules", &config.specific_rules, Confidence::Specific),
+        (
+            "specific_rules",
+            &config.specific_rules,
+            Confidence::Specific,
+        ),
     ] {
         for id in ids {
             let other = match confidence {
@@ -425,7 +432,10 @@ fn finding_event(
         "secrets",
         f.rule_id.to_string(),
         action,
-        format!("{} ({}): {decision}: {}", f.description, f.rule_id, d.reason),
+        format!(
+            "{} ({}): {decision}: {}",
+            f.description, f.rule_id, d.reason
+        ),
     )
     .at(format!("{}:{}:{}", side.location(), f.line, f.column))
     .with_details(serde_json::json!({

@@ -293,7 +293,10 @@ fn aws_key_in_a_comment_field_is_blocked() {
         assert_eq!(ev.action, EventAction::Block);
         assert_eq!(detail(ev, "decision"), "block");
         assert_eq!(detail(ev, "confidence"), "specific");
-        assert!(detail(ev, "reason").starts_with("provider-specific rule"), "{ev:?}");
+        assert!(
+            detail(ev, "reason").starts_with("provider-specific rule"),
+            "{ev:?}"
+        );
         if ctype != "text/plain" {
             assert_eq!(detail(ev, "field"), "comment");
             assert!(detail(ev, "reason").contains("in field comment"), "{ev:?}");
@@ -342,7 +345,9 @@ fn key_in_a_response_is_redacted() {
         .into_parts()
         .0;
     let mut ctx = RequestCtx::for_test("r");
-    let mut b = body(&format!(r#"{{"aws_access_key_id": "{AWS}", "token": "{JWT}"}}"#));
+    let mut b = body(&format!(
+        r#"{{"aws_access_key_id": "{AWS}", "token": "{JWT}"}}"#
+    ));
     assert!(matches!(
         e.on_response_body(&mut ctx, &r, &mut resp, &mut b),
         Verdict::Continue
@@ -468,7 +473,12 @@ fn config_keys_parse_and_overrides_are_checked() {
     let p = c.policy("other");
     assert_eq!(
         (p.action, p.generic_action, p.context, p.response_action),
-        (SecretsAction::Block, SecretsAction::Monitor, true, SecretsAction::Redact)
+        (
+            SecretsAction::Block,
+            SecretsAction::Monitor,
+            true,
+            SecretsAction::Redact
+        )
     );
     let e = SecretsEngine::build(&c, Path::new(".")).unwrap();
     assert_eq!(
@@ -495,7 +505,9 @@ fn config_keys_parse_and_overrides_are_checked() {
             specific_rules: s.into_iter().map(String::from).collect(),
             ..SecretsConfig::default()
         };
-        let err = SecretsEngine::build(&c, Path::new(".")).unwrap_err().to_string();
+        let err = SecretsEngine::build(&c, Path::new("."))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(msg), "{err}");
     }
 }
@@ -515,6 +527,18 @@ fn classification_of_the_rulesets() {
     ] {
         assert_eq!(e.classification(id).unwrap().confidence, want, "{id}");
     }
+    let mut generic: Vec<&str> = e
+        .scanner()
+        .rules()
+        .iter()
+        .filter(|r| e.classification(&r.id).unwrap().confidence == Confidence::Generic)
+        .map(|r| &*r.id)
+        .collect();
+    generic.sort_unstable();
+    assert_eq!(
+        generic,
+        ["generic-secret-assignment", "jwt", "twilio-api-key"]
+    );
     // gitleaks' own file: the same principles, no per-rule list.
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/datasets/gitleaks/gitleaks.toml");
@@ -526,7 +550,12 @@ fn classification_of_the_rulesets() {
         let r = set.rules.iter().find(|r| &*r.id == id).unwrap();
         classify(r).confidence
     };
-    for id in ["generic-api-key", "jwt", "hashicorp-tf-password", "kubernetes-secret-yaml"] {
+    for id in [
+        "generic-api-key",
+        "jwt",
+        "hashicorp-tf-password",
+        "kubernetes-secret-yaml",
+    ] {
         assert_eq!(class(id), Confidence::Generic, "{id}");
     }
     for id in [
@@ -545,5 +574,8 @@ fn classification_of_the_rulesets() {
         .iter()
         .filter(|r| classify(r).confidence == Confidence::Generic)
         .count();
-    eprintln!("gitleaks.toml: {generic} of {} rules generic", set.rules.len());
+    eprintln!(
+        "gitleaks.toml: {generic} of {} rules generic",
+        set.rules.len()
+    );
 }
