@@ -526,7 +526,7 @@ impl<'a> BodyContext<'a> {
                 let end = memmem::find(&data[pos..], boundary).map_or(data.len(), |i| pos + i);
                 Some((start, end))
             },
-            |data, start, end| multipart_part(data, start, end),
+            multipart_part,
         )
     }
     /// Whether the body is an OAuth 2.0 token request: a `grant_type` field,
