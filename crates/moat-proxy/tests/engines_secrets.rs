@@ -124,6 +124,9 @@ routes:
   - name: redact
     path_prefix: /redact
     cluster: app
+  - name: strict
+    path_prefix: /strict
+    cluster: app
   - name: all
     cluster: app
 secrets:
@@ -132,6 +135,7 @@ secrets:
   scan_responses: true
   routes:
     redact: {{ action: redact }}
+    strict: {{ response_action: block }}
 "#
     )
 }
@@ -190,6 +194,14 @@ async fn block_mode_lists_rule_ids_never_the_secret_and_does_not_forward() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(json(&resp)["body"], clean);
     assert_eq!(up.hits(), 1);
+
+    // A password in a login form is a credential in its designated place, not a
+    // finding: forwarded unchanged (docs/secrets.md, "Direction and context").
+    let login = r#"{"username":"ann","password":"oiADN5RpVI2XQWhX1ssrKrxq"}"#;
+    let (s, _, resp) = send(&c, post_json(format!("http://{addr}/login"), login)).await;
+    assert_eq!(s, StatusCode::OK, "{resp:?}");
+    assert_eq!(json(&resp)["body"], login);
+    assert_eq!(up.hits(), 2);
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -313,13 +325,14 @@ async fn redact_mode_on_a_form_body_percent_encodes_the_marker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn response_bodies_are_blocked_or_redacted() {
+async fn response_bodies_are_redacted_or_blocked() {
     let (up, gw, _dir) = start().await;
     let addr = gw.listener_addr("main").unwrap();
     let c = client();
 
-    // Block mode: the leaking response is replaced (502 for responses), without the secret.
-    let req = Request::get(format!("http://{addr}/leak"))
+    // `response_action: block`: the leaking response is replaced (502 for responses),
+    // without the secret.
+    let req = Request::get(format!("http://{addr}/strict/leak"))
         .header("accept", "application/json")
         .body(Full::new(Bytes::new()))
         .unwrap();
@@ -336,23 +349,26 @@ async fn response_bodies_are_blocked_or_redacted() {
         .iter()
         .any(|r| r == "aws-access-key-id"));
 
-    // Redact mode: the client gets the upstream's JSON with the secret replaced.
-    let (s, h, resp) = send(
-        &c,
-        Request::get(format!("http://{addr}/redact/leak"))
-            .body(Full::new(Bytes::new()))
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK, "{resp:?}");
-    let v = json(&resp);
-    assert_eq!(
-        v["config"]["aws_access_key_id"],
-        "[REDACTED:aws-access-key-id]"
-    );
-    assert_eq!(v["config"]["region"], "eu-west-1");
-    if let Some(cl) = h.get("content-length") {
-        assert_eq!(cl.to_str().unwrap(), resp.len().to_string());
+    // Redact mode (and the default response action with `action: block`, the
+    // `all` route): the client gets the upstream's JSON with the secret replaced.
+    for path in ["/redact/leak", "/leak"] {
+        let (s, h, resp) = send(
+            &c,
+            Request::get(format!("http://{addr}{path}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{path}: {resp:?}");
+        let v = json(&resp);
+        assert_eq!(
+            v["config"]["aws_access_key_id"],
+            "[REDACTED:aws-access-key-id]"
+        );
+        assert_eq!(v["config"]["region"], "eu-west-1");
+        if let Some(cl) = h.get("content-length") {
+            assert_eq!(cl.to_str().unwrap(), resp.len().to_string());
+        }
     }
 
     // A gzip-encoded response is decoded, redacted and sent without Content-Encoding.
@@ -373,7 +389,7 @@ async fn response_bodies_are_blocked_or_redacted() {
     }
 
     // Block mode on the gzip response: no secret, compressed or not, reaches the client.
-    let req = Request::get(format!("http://{addr}/leak-gz"))
+    let req = Request::get(format!("http://{addr}/strict/leak-gz"))
         .header("accept", "application/json")
         .body(Full::new(Bytes::new()))
         .unwrap();

@@ -1,5 +1,6 @@
 //! The gateway phases: scan request (and optionally response) bodies.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +12,8 @@ use moat_core::{
     ResponseBodyPhase, SecurityEvent, Verdict,
 };
 
-use crate::config::{LimitOutcome, SecretsAction, SecretsConfig};
+use crate::config::{LimitOutcome, RoutePolicy, SecretsAction, SecretsConfig};
+use crate::context::{classify, BodyContext, Classification, Confidence, Direction};
 use crate::rules::RulesError;
 use crate::scanner::{redact_with, Finding, Scanner};
 
@@ -37,6 +39,21 @@ pub struct SecretsEngine {
     config: SecretsConfig,
     status: StatusCode,
     scanner: Scanner,
+    /// Each rule's confidence (config overrides applied), by rule id.
+    classes: HashMap<Arc<str>, Classification>,
+}
+
+/// Findings of one body past this many are counted without a field lookup
+/// (as if outside any designated place), so hostile bodies stay linear.
+const MAX_PLACED_FINDINGS: usize = 256;
+
+/// What the engine decided about one finding.
+struct Decision {
+    /// `None`: exempt (a credential in its designated place).
+    action: Option<SecretsAction>,
+    confidence: Confidence,
+    field: Option<String>,
+    reason: String,
 }
 
 /// Where a body came from, for locations and replies.
@@ -92,10 +109,12 @@ impl SecretsEngine {
         for s in scanner.skipped() {
             tracing::warn!(rule = %s.rule_id, reason = %s.reason, "secrets: rule cannot run");
         }
+        let classes = rule_classes(config, &scanner)?;
         Ok(Arc::new(SecretsEngine {
             config: config.clone(),
             status,
             scanner,
+            classes,
         }))
     }
 
@@ -107,6 +126,80 @@ impl SecretsEngine {
     /// The configuration in force.
     pub fn config(&self) -> &SecretsConfig {
         &self.config
+    }
+
+    /// How a rule is classified for requests (`None` for an unknown id).
+    pub fn classification(&self, rule_id: &str) -> Option<&Classification> {
+        self.classes.get(rule_id)
+    }
+
+    /// Decides one finding: its action (or exemption) and why.
+    fn decide(
+        &self,
+        f: &Finding,
+        placed: bool,
+        cx: &mut BodyContext<'_>,
+        policy: &RoutePolicy,
+        side: Side,
+    ) -> Decision {
+        let (confidence, class_why) = match self.classes.get(&*f.rule_id) {
+            Some(c) => (c.confidence, c.why.as_str()),
+            None => (Confidence::Specific, "rule not classified"),
+        };
+        let secret = if f.secret_end > f.secret_start {
+            f.secret_start..f.secret_end
+        } else {
+            f.start..f.end
+        };
+        let field = if placed && !f.path_only {
+            cx.field_at(secret.start)
+        } else {
+            None
+        };
+        let field_name = field.as_ref().map(|f| f.name.display());
+        let whereabouts = match (&field_name, field.as_ref().is_some_and(|f| f.file)) {
+            (Some(n), true) => format!("in uploaded file field {n}"),
+            (Some(n), false) => format!("in field {n} of a {} body", cx.kind().as_str()),
+            (None, _) => format!("in a {} body, outside any named field", cx.kind().as_str()),
+        };
+        if policy.context {
+            if let Some(ex) = field
+                .as_ref()
+                .and_then(|fl| cx.exemption(fl, secret.clone()))
+            {
+                return Decision {
+                    action: None,
+                    confidence,
+                    field: field_name,
+                    reason: ex.reason,
+                };
+            }
+        }
+        let (action, reason) = match side {
+            Side::Response => (
+                policy.response_action,
+                format!("leak in a response body {whereabouts}"),
+            ),
+            Side::Request => match confidence {
+                Confidence::Specific => (
+                    policy.action,
+                    format!("provider-specific rule ({class_why}) {whereabouts}"),
+                ),
+                Confidence::Generic => (
+                    policy.generic_action,
+                    format!(
+                        "generic rule ({class_why}) {whereabouts}: {} on requests (secrets.generic_action)",
+                        action_word(policy.generic_action)
+                    ),
+                ),
+            },
+        };
+        Decision {
+            action: Some(action),
+            confidence,
+            field: field_name,
+            reason,
+        }
     }
 
     fn need(&self, enabled: bool) -> BodyNeed {
@@ -153,9 +246,10 @@ impl SecretsEngine {
         &self,
         ctx: &mut RequestCtx,
         body: &mut Body,
-        action: SecretsAction,
+        policy: &RoutePolicy,
         side: Side,
-        form: bool,
+        content_type: Option<&str>,
+        path: &str,
     ) -> Verdict {
         if body.truncated() {
             return self.limit(
@@ -192,61 +286,121 @@ impl SecretsEngine {
         if outcome.findings.is_empty() {
             return Verdict::Continue;
         }
-        let action = if ctx.monitor_only {
-            SecretsAction::Monitor
-        } else {
-            action
+        let direction = match side {
+            Side::Request => Direction::Request,
+            Side::Response => Direction::Response,
         };
-        let ev_action = match action {
-            SecretsAction::Block => EventAction::Block,
-            SecretsAction::Redact => EventAction::Redact,
-            SecretsAction::Monitor => EventAction::Monitor,
-        };
-        let mut event_ids = Vec::with_capacity(outcome.findings.len());
-        for f in &outcome.findings {
-            let ev = finding_event(f, &data, ev_action, side);
-            event_ids.push(ev.id.clone());
+        let mut cx = BodyContext::new(&data, content_type, path, direction);
+        let form = cx.kind() == crate::context::BodyKind::Form;
+        let mut blocked: Vec<(usize, String)> = Vec::new();
+        let mut redacted: Vec<Finding> = Vec::new();
+        for (i, f) in outcome.findings.iter().enumerate() {
+            let mut d = self.decide(f, i < MAX_PLACED_FINDINGS, &mut cx, policy, side);
+            if ctx.monitor_only && d.action.is_some() {
+                d.action = Some(SecretsAction::Monitor);
+                d.reason.push_str("; route in monitor-only mode");
+            }
+            let ev_action = match d.action {
+                Some(SecretsAction::Block) => EventAction::Block,
+                Some(SecretsAction::Redact) => EventAction::Redact,
+                Some(SecretsAction::Monitor) => EventAction::Monitor,
+                None if self.config.report_exempt => EventAction::Monitor,
+                None => continue,
+            };
+            let ev = finding_event(f, &data, ev_action, side, &d);
+            match d.action {
+                Some(SecretsAction::Block) => blocked.push((i, ev.id.clone())),
+                Some(SecretsAction::Redact) => redacted.push(f.clone()),
+                _ => {}
+            }
             ctx.events.push(ev);
         }
-        match action {
-            SecretsAction::Monitor => Verdict::Continue,
-            SecretsAction::Redact => {
-                let redacted = if form {
-                    redact_with(&data, &outcome.findings, |id| {
-                        format!("%5BREDACTED%3A{id}%5D")
+        if !blocked.is_empty() {
+            let status = match side {
+                Side::Request => self.status,
+                Side::Response => StatusCode::BAD_GATEWAY,
+            };
+            let findings: Vec<serde_json::Value> = blocked
+                .iter()
+                .filter_map(|(i, _)| outcome.findings.get(*i))
+                .map(|f| {
+                    serde_json::json!({
+                        "rule_id": &*f.rule_id,
+                        "line": f.line,
+                        "column": f.column,
                     })
-                } else {
-                    redact_with(&data, &outcome.findings, |id| format!("[REDACTED:{id}]"))
-                };
-                body.replace(Bytes::from(redacted));
-                Verdict::Continue
-            }
-            SecretsAction::Block => {
-                let status = match side {
-                    Side::Request => self.status,
-                    Side::Response => StatusCode::BAD_GATEWAY,
-                };
-                let findings: Vec<serde_json::Value> = outcome
-                    .findings
-                    .iter()
-                    .map(|f| {
-                        serde_json::json!({
-                            "rule_id": &*f.rule_id,
-                            "line": f.line,
-                            "column": f.column,
-                        })
-                    })
-                    .collect();
-                let body = serde_json::json!({
-                    "status": status.as_u16(),
-                    "error": "secret detected",
-                    "request_id": ctx.request_id,
-                    "event_id": event_ids.first(),
-                    "findings": findings,
-                });
-                Verdict::Respond(json_reply(status, &body))
-            }
+                })
+                .collect();
+            let body = serde_json::json!({
+                "status": status.as_u16(),
+                "error": "secret detected",
+                "request_id": ctx.request_id,
+                "event_id": blocked.first().map(|(_, id)| id),
+                "findings": findings,
+            });
+            return Verdict::Respond(json_reply(status, &body));
         }
+        if !redacted.is_empty() {
+            let out = if form {
+                redact_with(&data, &redacted, |id| format!("%5BREDACTED%3A{id}%5D"))
+            } else {
+                redact_with(&data, &redacted, |id| format!("[REDACTED:{id}]"))
+            };
+            body.replace(Bytes::from(out));
+        }
+        Verdict::Continue
+    }
+}
+
+/// Each rule's classification, with `generic_rules` and `specific_rules` applied.
+fn rule_classes(
+    config: &SecretsConfig,
+    scanner: &Scanner,
+) -> Result<HashMap<Arc<str>, Classification>, EngineError> {
+    let mut classes: HashMap<Arc<str>, Classification> = scanner
+        .rules()
+        .iter()
+        .map(|r| (r.id.clone(), classify(r)))
+        .collect();
+    for (field, ids, confidence) in [
+        ("generic_rules", &config.generic_rules, Confidence::Generic),
+        (
+            "specific_rules",
+            &config.specific_rules,
+            Confidence::Specific,
+        ),
+    ] {
+        for id in ids {
+            let other = match confidence {
+                Confidence::Generic => &config.specific_rules,
+                Confidence::Specific => &config.generic_rules,
+            };
+            if other.contains(id) {
+                return Err(EngineError::Config {
+                    field,
+                    message: format!("rule `{id}` is in both generic_rules and specific_rules"),
+                });
+            }
+            let Some(c) = classes.get_mut(id.as_str()) else {
+                return Err(EngineError::Config {
+                    field,
+                    message: format!("no rule `{id}` in the ruleset"),
+                });
+            };
+            *c = Classification {
+                confidence,
+                why: format!("secrets.{field} lists it"),
+            };
+        }
+    }
+    Ok(classes)
+}
+
+fn action_word(a: SecretsAction) -> &'static str {
+    match a {
+        SecretsAction::Block => "blocked",
+        SecretsAction::Redact => "redacted",
+        SecretsAction::Monitor => "monitor-only",
     }
 }
 
@@ -261,15 +415,34 @@ fn json_reply(status: StatusCode, body: &serde_json::Value) -> Reply {
     }
 }
 
-fn finding_event(f: &Finding, data: &[u8], action: EventAction, side: Side) -> SecurityEvent {
+fn finding_event(
+    f: &Finding,
+    data: &[u8],
+    action: EventAction,
+    side: Side,
+    d: &Decision,
+) -> SecurityEvent {
+    let decision = match d.action {
+        None => "exempt",
+        Some(SecretsAction::Block) => "block",
+        Some(SecretsAction::Redact) => "redact",
+        Some(SecretsAction::Monitor) => "monitor",
+    };
     SecurityEvent::new(
         "secrets",
         f.rule_id.to_string(),
         action,
-        format!("{} ({})", f.description, f.rule_id),
+        format!(
+            "{} ({}): {decision}: {}",
+            f.description, f.rule_id, d.reason
+        ),
     )
     .at(format!("{}:{}:{}", side.location(), f.line, f.column))
     .with_details(serde_json::json!({
+        "decision": decision,
+        "reason": d.reason,
+        "confidence": d.confidence.as_str(),
+        "field": d.field,
         "line": f.line,
         "column": f.column,
         "start": f.start,
@@ -280,15 +453,10 @@ fn finding_event(f: &Finding, data: &[u8], action: EventAction, side: Side) -> S
     }))
 }
 
-fn is_form(headers: &http::HeaderMap) -> bool {
+fn content_type(headers: &http::HeaderMap) -> Option<&str> {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim()
-                .to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        })
 }
 
 impl RequestBodyPhase for SecretsEngine {
@@ -297,7 +465,7 @@ impl RequestBodyPhase for SecretsEngine {
     }
 
     fn body_need(&self, ctx: &RequestCtx, _req: &http::request::Parts) -> BodyNeed {
-        self.need(self.config.for_route(&ctx.route).0)
+        self.need(self.config.policy(&ctx.route).enabled)
     }
 
     fn on_request_body(
@@ -306,12 +474,12 @@ impl RequestBodyPhase for SecretsEngine {
         req: &mut http::request::Parts,
         body: &mut Body,
     ) -> Verdict {
-        let (enabled, action, _) = self.config.for_route(&ctx.route);
-        if !enabled {
+        let policy = self.config.policy(&ctx.route);
+        if !policy.enabled {
             return Verdict::Continue;
         }
-        let form = is_form(&req.headers);
-        self.inspect(ctx, body, action, Side::Request, form)
+        let ct = content_type(&req.headers);
+        self.inspect(ctx, body, &policy, Side::Request, ct, req.uri.path())
     }
 }
 
@@ -326,22 +494,22 @@ impl ResponseBodyPhase for SecretsEngine {
         _req: &http::request::Parts,
         _resp: &http::response::Parts,
     ) -> BodyNeed {
-        let (enabled, _, responses) = self.config.for_route(&ctx.route);
-        self.need(enabled && responses)
+        let p = self.config.policy(&ctx.route);
+        self.need(p.enabled && p.scan_responses)
     }
 
     fn on_response_body(
         &self,
         ctx: &mut RequestCtx,
-        _req: &http::request::Parts,
+        req: &http::request::Parts,
         resp: &mut http::response::Parts,
         body: &mut Body,
     ) -> Verdict {
-        let (enabled, action, responses) = self.config.for_route(&ctx.route);
-        if !(enabled && responses) {
+        let policy = self.config.policy(&ctx.route);
+        if !(policy.enabled && policy.scan_responses) {
             return Verdict::Continue;
         }
-        let form = is_form(&resp.headers);
-        self.inspect(ctx, body, action, Side::Response, form)
+        let ct = content_type(&resp.headers);
+        self.inspect(ctx, body, &policy, Side::Response, ct, req.uri.path())
     }
 }

@@ -12,13 +12,19 @@
 //!   decoding of base64, hex, percent and unicode-escaped segments ([`decode`]).
 //!   `[extend]` files are merged at load ([`RuleSet::from_file`]).
 //! * [`SecretsEngine`] is the gateway phase (request and response bodies):
-//!   block, redact or monitor, with size and time limits.
+//!   block, redact or monitor, with size and time limits, knowing direction
+//!   and context ([`context`]): a provider-specific secret pasted into a
+//!   request counts, a credential in its designated place (a login form's
+//!   password field, an OAuth token request, an API's own key parameter) does
+//!   not, generic rules only monitor requests unless a route opts in, and
+//!   responses are scanned for leaks and redacted.
 //! * [`scan_api`] serves `POST /v1/scan`.
 
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod config;
+pub mod context;
 pub mod decode;
 pub mod engine;
 mod keywords;
@@ -26,7 +32,8 @@ pub mod rules;
 pub mod scanner;
 
 pub use api::{scan_api, ApiLimits};
-pub use config::{LimitOutcome, RouteSecrets, SecretsAction, SecretsConfig};
+pub use config::{LimitOutcome, RoutePolicy, RouteSecrets, SecretsAction, SecretsConfig};
+pub use context::{classify, BodyKind, Classification, Confidence, Direction};
 pub use decode::{DecodeLimits, GITLEAKS_DEFAULT_DECODE_DEPTH, MAX_DECODE_DEPTH};
 pub use engine::{EngineError, SecretsEngine};
 pub use rules::{RuleSet, RulesError, SkippedRule};

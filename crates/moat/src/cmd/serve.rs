@@ -196,6 +196,7 @@ fn print_quickstart(running: &moat_proxy::RunningGateway) {
          curl -s \"http://{gw}/search?q=1%27%20OR%20%271%27=%271\"      # SQL injection: 403 with an event id\n  \
          curl -s http://{gw}/admin                                    # denied by an Istio policy\n  \
          curl -s -X POST http://{gw}/upload -d 'aws_secret=AKIAQYLPMN5HHHFPZAM2'   # a leaked key: blocked\n  \
+         curl -s \"http://{gw}/search?q=AKIAQYLPMN5HHHFPZAM2\"       # a key in a response: redacted\n  \
          curl -s http://{admin}/v1/events?since=10m                  # the security events\n  \
          curl -s http://{admin}/v1/apis                               # the discovered API\n  \
          curl -s http://{admin}/metrics\n  \
