@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::gateway::Shared;
+use crate::state::Shared;
 
 /// Largest request body the admin API reads.
 pub const MAX_ADMIN_BODY: usize = 8 << 20;

@@ -12,8 +12,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 
-/// Boxed error used by [`ProxyBody`].
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::h1::BoxError;
 
 /// The request body exceeded the route's limit while streaming.
 #[derive(Debug)]
@@ -96,7 +95,7 @@ pub enum RequestBody {
     /// An HTTP/1.1 body that arrived whole with its head.
     Full(Option<Bytes>),
     /// An HTTP/1.1 body read from the connection as it is polled.
-    H1(crate::server::H1Body),
+    H1(crate::downstream_conn::H1Body),
     /// An HTTP/2 stream's body.
     H2(Incoming),
     /// A streamed body (`H1` or `H2`) that must arrive at the route's pace.
@@ -186,7 +185,7 @@ pub enum ProxyBody {
     /// A request body streamed from the client.
     Stream(RequestBody),
     /// An upstream response body; its connection goes back to the pool at the end.
-    Upstream(crate::upstream::UpstreamBody),
+    Upstream(crate::upstream_conn::UpstreamBody),
     /// A buffered prefix followed by the rest of the body (limit policy `forward`,
     /// or a phase that inspected only a prefix).
     Prefixed(Option<Bytes>, Box<ProxyBody>),

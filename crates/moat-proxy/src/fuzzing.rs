@@ -9,7 +9,7 @@ use crate::body::ProxyBody;
 use crate::h1::client::{encode_request_head, RequestFraming};
 use crate::h1::server::{parse_request_head, request_head_end, MAX_HEADER_SLOTS};
 use crate::h1::{encode_chunk, encode_chunked_end, Decoded};
-use crate::upstream::{request_framing, UpstreamRequest};
+use crate::upstream::{request_framing, UpstreamHead, UpstreamRequest};
 
 /// A request as moat accepted it from the client and wrote it towards the upstream.
 #[derive(Debug)]
@@ -59,26 +59,28 @@ pub fn forward_request(input: &[u8]) -> Option<Forwarded> {
     let peer = HeaderValue::from_static("192.0.2.1");
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let upstream = |body: ProxyBody| UpstreamRequest {
-        method: &parts.method,
-        target,
-        headers: &parts.headers,
+        head: UpstreamHead {
+            method: &parts.method,
+            target,
+            headers: &parts.headers,
+            upgrade: false,
+            replace_host: parts.uri.authority().is_some(),
+            default_host: parts
+                .uri
+                .authority()
+                .map_or("upstream.test", |a| a.as_str()),
+            forwarded_for: &peer,
+            forwarded_proto: "http",
+            request_id: "fuzz",
+        },
         body,
-        upgrade: false,
-        replace_host: parts.uri.authority().is_some(),
-        default_host: parts
-            .uri
-            .authority()
-            .map_or("upstream.test", |a| a.as_str()),
-        forwarded_for: &peer,
-        forwarded_proto: "http",
-        request_id: "fuzz",
     };
 
     // The body in memory: the framing `Cluster::send` decides, the bytes as written.
     let req = upstream(ProxyBody::full(body.clone()));
     let framing = request_framing(&req);
     let mut buffered = Vec::new();
-    encode_request_head(&mut buffered, &req, framing);
+    encode_request_head(&mut buffered, &req.head, framing);
     match framing {
         RequestFraming::Chunked => {
             encode_chunk(&mut buffered, &body);
@@ -89,7 +91,7 @@ pub fn forward_request(input: &[u8]) -> Option<Forwarded> {
 
     // Streamed: chunks as `Conn::write_request` writes them.
     let mut streamed = Vec::new();
-    encode_request_head(&mut streamed, &req, RequestFraming::Chunked);
+    encode_request_head(&mut streamed, &req.head, RequestFraming::Chunked);
     for piece in &pieces {
         encode_chunk(&mut streamed, piece);
     }

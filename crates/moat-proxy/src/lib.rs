@@ -16,7 +16,9 @@
 pub mod admin;
 pub mod body;
 pub mod config;
+mod connection;
 pub mod demo;
+mod downstream_conn;
 pub mod engine_api;
 pub mod events;
 #[doc(hidden)]
@@ -26,14 +28,18 @@ mod h1;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
+pub mod routing;
 mod server;
+pub mod state;
 pub mod upstream;
+mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
 pub use events::{AccessInfo, EventSink};
-pub use gateway::{Gateway, GatewayOptions, RunningGateway, Shared};
+pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};
+pub use state::Shared;
 
 /// The quickstart configuration (`moat serve` without `--config`).
 pub const QUICKSTART_YAML: &str = include_str!("../../../examples/quickstart.yaml");

@@ -16,11 +16,15 @@ use moat_core::{
 
 use crate::body::{gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, ProxyBody, RequestBody};
 use crate::config::OnLimit;
+use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
-use crate::gateway::{ConnInfo, Route, Shared, Snapshot};
 use crate::metrics::{Decision, Metrics, Phase};
 use crate::pipeline::max_need;
-use crate::upstream::{UpstreamError, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID};
+use crate::routing::Route;
+use crate::state::{Shared, Snapshot};
+use crate::upstream::{
+    UpstreamError, UpstreamHead, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID,
+};
 
 /// The response type of the proxy service.
 pub type ProxyResponse = Response<ProxyBody>;
@@ -261,27 +265,29 @@ async fn proxy(
     st.upstream = Some(ep);
     let upgrade = is_upgrade(parts);
     let up_req = UpstreamRequest {
-        method: &parts.method,
-        // Origin-form request target; the endpoint is chosen by the connection.
-        target: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-        headers: &parts.headers,
-        body: forward_body,
-        upgrade,
-        // RFC 9112 3.2.2: the authority of an absolute-form target replaces `Host`.
-        replace_host: parts.uri.authority().is_some(),
-        // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
-        default_host: parts
-            .uri
-            .authority()
-            .unwrap_or(&cluster.endpoints[ep].authority)
-            .as_str(),
-        forwarded_for: st.xff,
-        request_id: &ctx.request_id,
-        forwarded_proto: if ctx.conn.tls.is_some() {
-            "https"
-        } else {
-            "http"
+        head: UpstreamHead {
+            method: &parts.method,
+            // Origin-form request target; the endpoint is chosen by the connection.
+            target: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+            headers: &parts.headers,
+            upgrade,
+            // RFC 9112 3.2.2: the authority of an absolute-form target replaces `Host`.
+            replace_host: parts.uri.authority().is_some(),
+            // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
+            default_host: parts
+                .uri
+                .authority()
+                .unwrap_or(&cluster.endpoints[ep].authority)
+                .as_str(),
+            forwarded_for: st.xff,
+            request_id: &ctx.request_id,
+            forwarded_proto: if ctx.conn.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
         },
+        body: forward_body,
     };
 
     let t = Instant::now();

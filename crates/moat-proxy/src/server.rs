@@ -17,7 +17,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
@@ -27,18 +27,19 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::body::{BoxError, ProxyBody, RequestBody};
-use crate::gateway::{CachedSnapshot, ConnInfo, ConnWatch, Shared};
+use crate::connection::ConnInfo;
+use crate::downstream_conn::{BodyHome, ConnIo, DownstreamIo, H1Body};
 use crate::h1::server::{
     encode_response_head, parse_request_head, request_head_end, RequestError, ResponseFraming,
     CONTINUE,
 };
-use crate::h1::{self, take_bytes, Decoded, Decoder, ReadError, READ_CHUNK};
+use crate::h1::{self, take_bytes, Decoder, READ_CHUNK};
 use crate::metrics::Decision;
 use crate::proxy::{self, AfterBody};
+use crate::state::{CachedSnapshot, Shared};
 use crate::upstream::UpstreamStream;
 
 /// The first bytes of an HTTP/2 connection without TLS (prior knowledge, RFC 9113 3.4).
@@ -49,135 +50,6 @@ const COALESCE: usize = 16 << 10;
 /// (and discarded) so that the client gets the response before the close resets it.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 256 << 10;
-
-/// A downstream byte stream: TCP, or TLS over TCP.
-pub(crate) type DownstreamIo = moat_tls::MaybeTls<tokio_rustls::server::TlsStream<TcpStream>>;
-
-/// The connection as the HTTP/1.1 loop and a streaming request body share it: the
-/// body owns it while it is read (see [`H1Body`]).
-#[derive(Debug)]
-pub(crate) struct ConnIo {
-    io: DownstreamIo,
-    /// Bytes read and not yet consumed (the next request head, pipelined requests).
-    rbuf: BytesMut,
-    /// Where writes to the client report progress (see `gateway::watchdog`).
-    watch: Arc<ConnWatch>,
-}
-
-impl ConnIo {
-    /// Writes all of `buf` to the client, reporting each write that makes progress: the
-    /// connection's watchdog closes a connection whose client stopped reading.
-    async fn send(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        self.watch.set_sending(true);
-        let result = async {
-            while !buf.is_empty() {
-                let n = self.io.write(buf).await?;
-                if n == 0 {
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                self.watch.sent();
-                buf = &buf[n..];
-            }
-            Ok(())
-        }
-        .await;
-        self.watch.set_sending(false);
-        result
-    }
-
-    /// Flushes what TLS holds back, watched like [`ConnIo::send`].
-    async fn flush(&mut self) -> io::Result<()> {
-        self.watch.set_sending(true);
-        let result = self.io.flush().await;
-        self.watch.set_sending(false);
-        result
-    }
-}
-
-/// Where a streamed request body gives the connection back when it is dropped, and
-/// whether it was read to its end (else the connection cannot carry another request).
-#[derive(Debug, Default)]
-struct BodyHome(parking_lot::Mutex<Option<(Box<ConnIo>, bool)>>);
-
-/// A request body read from the downstream HTTP/1.1 connection as it is polled (the
-/// part of it that was not already read with the head).
-#[derive(Debug)]
-pub struct H1Body {
-    conn: Option<Box<ConnIo>>,
-    decoder: Decoder,
-    /// Bytes of `100 Continue` still to write before the body is read.
-    continue_left: usize,
-    /// `100 Continue` was written and still has to be flushed.
-    continue_flush: bool,
-    home: Arc<BodyHome>,
-}
-
-impl Drop for H1Body {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            *self.home.0.lock() = Some((conn, self.decoder.is_done()));
-        }
-    }
-}
-
-impl http_body::Body for H1Body {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let Some(conn) = this.conn.as_mut() else {
-            return Poll::Ready(None);
-        };
-        // The client waits for this before it sends the body.
-        while this.continue_left > 0 {
-            let from = CONTINUE.len() - this.continue_left;
-            match ready!(Pin::new(&mut conn.io).poll_write(cx, &CONTINUE[from..])) {
-                Ok(0) => {
-                    return Poll::Ready(Some(Err(io::Error::from(io::ErrorKind::WriteZero).into())))
-                }
-                Ok(n) => this.continue_left -= n,
-                Err(e) => return Poll::Ready(Some(Err(e.into()))),
-            }
-            this.continue_flush = this.continue_left == 0;
-        }
-        if this.continue_flush {
-            if let Err(e) = ready!(Pin::new(&mut conn.io).poll_flush(cx)) {
-                return Poll::Ready(Some(Err(e.into())));
-            }
-            this.continue_flush = false;
-        }
-        if this.decoder.is_done() {
-            return Poll::Ready(None);
-        }
-        match ready!(h1::poll_body(
-            &mut this.decoder,
-            &mut conn.rbuf,
-            &mut conn.io,
-            cx
-        )) {
-            Ok(Decoded::Data(d)) => Poll::Ready(Some(Ok(Frame::data(d)))),
-            Ok(Decoded::Trailers(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
-            Ok(Decoded::End | Decoded::NeedMore) => Poll::Ready(None),
-            Err(ReadError::Framing(e)) => Poll::Ready(Some(Err(Box::new(e)))),
-            Err(ReadError::Io(e)) => Poll::Ready(Some(Err(Box::new(e)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.decoder.is_done()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.decoder.remaining() {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
-        }
-    }
-}
 
 /// A response body that runs what is left of the request once it is dropped (after the
 /// last frame was written, or when the client went away): its access record, the
@@ -236,28 +108,6 @@ impl http_body::Body for GuardedBody {
     #[inline]
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-/// Signals draining to connections; [`Drain::wait`] returns once all of them ended.
-#[derive(Debug)]
-pub(crate) struct Drain(watch::Sender<bool>);
-
-impl Drain {
-    pub(crate) fn new() -> Self {
-        Drain(watch::channel(false).0)
-    }
-
-    /// What a connection watches.
-    pub(crate) fn watcher(&self) -> watch::Receiver<bool> {
-        self.0.subscribe()
-    }
-
-    /// Tells every connection to finish its exchange in flight and close, then
-    /// waits until they all did.
-    pub(crate) async fn wait(&self) {
-        self.0.send_replace(true);
-        self.0.closed().await;
     }
 }
 
@@ -431,7 +281,7 @@ async fn serve_h1(
             Some(conn) => conn,
             None => {
                 // The body was dropped with the exchange: the connection is back home.
-                let returned = home.as_ref().and_then(|h| h.0.lock().take());
+                let returned = home.as_ref().and_then(|h| h.take());
                 let Some((conn, clean)) = returned else {
                     return;
                 };

@@ -11,151 +11,33 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use std::future::Future;
-use std::io;
 use std::path::Path;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::Poll;
 
-use bytes::{Buf as _, Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Method, Response};
-use http_body::{Frame, SizeHint};
+use http::{Method, Response};
 use http_body_util::BodyExt;
-use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 pub use crate::h1::client::ProtocolError;
+pub use crate::h1::client::UpstreamHead;
 use crate::h1::client::{self as h1, RequestFraming};
 pub(crate) use crate::h1::client::{X_FORWARDED_FOR, X_REQUEST_ID};
-use crate::h1::{Decoded, Decoder, ReadError, READ_CHUNK};
+use crate::upstream_conn::{Conn, Failure};
+pub use crate::upstream_conn::{EndpointPool, UpstreamBody, UpstreamError, UpstreamStream};
 
-use crate::body::{BoxError, ProxyBody};
+use crate::body::ProxyBody;
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, Metrics};
-use moat_tls::MaybeTls;
 
 /// Request bodies up to this size that are in memory go out in the same write as the
 /// request head (and can be replayed on a fresh connection, see [`Cluster::send`]).
 const INLINE_BODY: usize = 64 << 10;
-/// Interim (1xx) responses skipped before the final one; more is refused.
-const MAX_INTERIM: usize = 16;
-
-/// Why an upstream exchange failed.
-#[derive(Debug)]
-pub enum UpstreamError {
-    /// The connection could not be established (refused, unreachable, TLS failure).
-    Connect(BoxError),
-    /// The TCP connect (and TLS handshake) timed out.
-    ConnectTimeout,
-    /// No response head within the cluster's `request_timeout`.
-    Timeout,
-    /// The request body could not be read from the client, or exceeded the route limit.
-    RequestBody(BoxError),
-    /// Reading from or writing to the upstream failed after connecting.
-    Io(io::Error),
-    /// The upstream answered with something moat refuses to forward.
-    Protocol(ProtocolError),
-}
-
-impl std::fmt::Display for UpstreamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UpstreamError::Connect(e) => write!(f, "connect: {e}"),
-            UpstreamError::ConnectTimeout => f.write_str("connect timeout"),
-            UpstreamError::Timeout => f.write_str("no response head before the request timeout"),
-            UpstreamError::RequestBody(e) => write!(f, "request body: {e}"),
-            UpstreamError::Io(e) => write!(f, "{e}"),
-            UpstreamError::Protocol(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-/// An exchange failure and whether the request may be sent again on a new connection.
-struct Failure {
-    error: UpstreamError,
-    /// True when the upstream cannot have seen (or answered) the request: the pooled
-    /// connection was closed under us before any response byte arrived.
-    replayable: bool,
-}
-
-impl Failure {
-    fn io(e: io::Error, replayable: bool) -> Failure {
-        Failure {
-            error: UpstreamError::Io(e),
-            replayable,
-        }
-    }
-
-    fn fatal(error: UpstreamError) -> Failure {
-        Failure {
-            error,
-            replayable: false,
-        }
-    }
-}
-
-impl From<ProtocolError> for Failure {
-    fn from(e: ProtocolError) -> Failure {
-        Failure::fatal(UpstreamError::Protocol(e))
-    }
-}
-
-/// A connection to an upstream: plain TCP or TLS over TCP (moat-tls upstream connector).
-pub type UpstreamStream = MaybeTls<moat_tls::tokio_rustls::client::TlsStream<TcpStream>>;
-
-/// An upstream connection with its buffers, owned by one exchange at a time.
-#[derive(Debug)]
-pub(crate) struct Conn {
-    io: UpstreamStream,
-    /// Bytes read and not yet consumed (empty whenever the connection is idle).
-    rbuf: BytesMut,
-    /// The request head (and small body) being written; reused across requests.
-    wbuf: Vec<u8>,
-    /// The request deadline timer, kept with the connection and reset for each request
-    /// (pushing a registered timer later is a compare-and-swap; creating and dropping
-    /// one per request takes the timer driver's lock twice).
-    timer: Option<Pin<Box<Sleep>>>,
-    /// True once the connection carried an exchange (it came from the pool).
-    reused: bool,
-}
 
 impl Conn {
-    /// Boxed: the connection moves with every exchange (pool, body, pool again), and
-    /// a pointer is cheaper to move than its buffers and timer.
-    fn new(io: UpstreamStream) -> Box<Conn> {
-        Box::new(Conn {
-            io,
-            rbuf: BytesMut::new(),
-            wbuf: Vec::new(),
-            timer: None,
-            reused: false,
-        })
-    }
-
-    /// True when the idle connection is still open: a read that does not wait finds
-    /// neither end of file nor unexpected bytes.
-    fn is_open(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        match &mut self.io {
-            // `try_read` answers from the readiness the runtime has cached (no system
-            // call unless the socket became readable) and, unlike a poll, registers no
-            // waker: this runs on every checkout.
-            MaybeTls::Plain(tcp) => {
-                matches!(tcp.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-            // A TLS connection may hold a buffered record (a close_notify): read through it.
-            MaybeTls::Tls(_) => {
-                let mut cx = Context::from_waker(Waker::noop());
-                let mut rb = ReadBuf::new(&mut byte);
-                Pin::new(&mut self.io)
-                    .poll_read(&mut cx, &mut rb)
-                    .is_pending()
-            }
-        }
-    }
-
     /// Writes the request: `wbuf` (head, and the body when it was inlined), then the
     /// streamed body when there is one.
     async fn write_request(
@@ -207,232 +89,17 @@ impl Conn {
         // TLS buffers records until flushed.
         self.io.flush().await.map_err(|e| Failure::io(e, false))
     }
-
-    /// Reads the final response head (interim 1xx responses are skipped; `101` only
-    /// when the request asked for an upgrade).
-    async fn read_head(
-        &mut self,
-        method: &Method,
-        upgrade: bool,
-    ) -> Result<h1::ResponseHead, Failure> {
-        let mut received = false;
-        let mut interim = 0;
-        // Where the search for the end of the head resumes (see `crate::h1::head_end`).
-        let mut scanned = 0;
-        loop {
-            if let Some(n) = crate::h1::head_end(&self.rbuf, &mut scanned) {
-                let head = h1::parse_response_head(&self.rbuf[..n], method);
-                self.rbuf.advance(n);
-                let head = head?;
-                scanned = 0;
-                if head.status.is_informational() {
-                    if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
-                        if upgrade && h1::is_upgrade_response(&head) {
-                            return Ok(head);
-                        }
-                        return Err(ProtocolError::UnexpectedInterim.into());
-                    }
-                    interim += 1;
-                    if interim > MAX_INTERIM {
-                        return Err(ProtocolError::UnexpectedInterim.into());
-                    }
-                    continue;
-                }
-                return Ok(head);
-            } else if self.rbuf.len() >= h1::MAX_HEAD {
-                return Err(ProtocolError::HeadTooLarge.into());
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                self.rbuf.reserve(READ_CHUNK);
-            }
-            // A pooled connection the upstream closed just before our request arrived
-            // fails here with nothing received: the request can be sent again, unless
-            // the upstream may have acted on it (like nginx, POST and PATCH are not
-            // repeated once written).
-            let replayable = self.reused && !received && method.is_idempotent();
-            match self.io.read_buf(&mut self.rbuf).await {
-                Ok(0) => {
-                    return Err(Failure {
-                        error: UpstreamError::Protocol(ProtocolError::UnexpectedEof),
-                        replayable,
-                    })
-                }
-                Ok(_) => received = true,
-                Err(e) => return Err(Failure::io(e, replayable)),
-            }
-        }
-    }
 }
 
-/// Idle keep-alive connections of one endpoint (most recently used last).
-#[derive(Debug, Default)]
-pub struct EndpointPool {
-    idle: Mutex<Vec<(Box<Conn>, Instant)>>,
-    max_idle: usize,
-}
-
-impl EndpointPool {
-    fn checkout(&self, idle_timeout: Duration) -> Option<Box<Conn>> {
-        let mut idle = self.idle.lock();
-        while let Some((mut conn, since)) = idle.pop() {
-            if since.elapsed() < idle_timeout && conn.is_open() {
-                conn.reused = true;
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    /// Returns a connection whose exchange is complete (its read buffer is empty).
-    fn put(&self, conn: Box<Conn>) {
-        let mut idle = self.idle.lock();
-        if idle.len() < self.max_idle {
-            idle.push((conn, Instant::now()));
-        }
-    }
-
-    fn prune(&self, idle_timeout: Duration) {
-        self.idle
-            .lock()
-            .retain_mut(|(conn, since)| since.elapsed() < idle_timeout && conn.is_open());
-    }
-
-    /// Idle connections held now.
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().len()
-    }
-}
-
-/// The body of an upstream response, decoded from its connection as it is polled. The
-/// connection goes back to the pool once the body has been read to its end (when the
-/// upstream allows keep-alive); dropping the body earlier closes it.
-#[derive(Debug)]
-pub struct UpstreamBody {
-    /// `None` once the body ended (or failed).
-    conn: Option<Box<Conn>>,
-    decoder: Decoder,
-    keep_alive: bool,
-    pool: Arc<EndpointPool>,
-}
-
-impl UpstreamBody {
-    fn new(conn: Box<Conn>, decoder: Decoder, keep_alive: bool, pool: Arc<EndpointPool>) -> Self {
-        let mut body = UpstreamBody {
-            conn: Some(conn),
-            decoder,
-            keep_alive,
-            pool,
-        };
-        if body.decoder.is_done() {
-            body.finish();
-        }
-        body
-    }
-
-    /// Ends the body: the connection is pooled when reusable, else closed.
-    fn finish(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            // Bytes after the end of the response mean the upstream does not frame its
-            // messages the way we read them: never reuse such a connection.
-            if self.keep_alive && conn.rbuf.is_empty() {
-                self.pool.put(conn);
-            }
-        }
-    }
-
-    /// The upgraded connection of a `101 Switching Protocols` response, with the bytes
-    /// the upstream already sent past the head.
-    pub fn into_upgraded(mut self) -> Option<(UpstreamStream, Bytes)> {
-        self.conn.take().map(|c| (c.io, c.rbuf.freeze()))
-    }
-}
-
-impl http_body::Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let Some(conn) = this.conn.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let step = ready!(crate::h1::poll_body(
-            &mut this.decoder,
-            &mut conn.rbuf,
-            &mut conn.io,
-            cx
-        ));
-        match step {
-            Ok(Decoded::Data(data)) => {
-                if this.decoder.is_done() {
-                    // Hyper stops polling once `is_end_stream` is true: release now.
-                    this.finish();
-                }
-                Poll::Ready(Some(Ok(Frame::data(data))))
-            }
-            Ok(Decoded::Trailers(t)) => {
-                this.finish();
-                Poll::Ready(Some(Ok(Frame::trailers(t))))
-            }
-            Ok(Decoded::End | Decoded::NeedMore) => {
-                // (A body delimited by the close is never pooled: see `keep_alive`.)
-                this.finish();
-                Poll::Ready(None)
-            }
-            Err(ReadError::Framing(e)) => {
-                this.conn = None;
-                Poll::Ready(Some(Err(Box::new(ProtocolError::from(e)))))
-            }
-            Err(ReadError::Io(e)) => {
-                this.conn = None;
-                Poll::Ready(Some(Err(Box::new(e))))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.conn.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.conn.is_none() {
-            return SizeHint::with_exact(0);
-        }
-        match self.decoder.remaining() {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
-        }
-    }
-}
-
-/// A request to send upstream. Its head is rewritten as it is written out (hop-by-hop
-/// fields dropped, `Host` and `X-Forwarded-*` set), without copying the header map.
+/// A request to send upstream: its head (rewritten as it is written out: hop-by-hop
+/// fields dropped, `Host` and `X-Forwarded-*` set, without copying the header map)
+/// and its body.
 #[derive(Debug)]
 pub struct UpstreamRequest<'a> {
-    /// Method.
-    pub method: &'a Method,
-    /// Origin-form request target (path and query).
-    pub target: &'a str,
-    /// The request's header fields, as the client sent them (after request phases).
-    pub headers: &'a HeaderMap,
+    /// The head.
+    pub head: UpstreamHead<'a>,
     /// The body.
     pub body: ProxyBody,
-    /// True when the request asks for a protocol upgrade (a `101` is then accepted).
-    pub upgrade: bool,
-    /// True when `default_host` replaces the request's `Host` (an absolute-form
-    /// target, or HTTP/2's `:authority`).
-    pub replace_host: bool,
-    /// `Host` to send when the request carries none (HTTP/2, HTTP/1.0).
-    pub default_host: &'a str,
-    /// The client address appended to `X-Forwarded-For`.
-    pub forwarded_for: &'a http::HeaderValue,
-    /// `X-Forwarded-Proto`: `http` or `https`.
-    pub forwarded_proto: &'static str,
-    /// `X-Request-Id`: the client's, or the one moat made (it replaces the field).
-    pub request_id: &'a str,
 }
 
 /// When a request last made progress towards the upstream (see [`Cluster::send`]).
@@ -504,12 +171,7 @@ async fn within<T>(
 fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<UpstreamBody> {
     let body = if head.status == http::StatusCode::SWITCHING_PROTOCOLS {
         // The connection now carries the new protocol: see `into_upgraded`.
-        UpstreamBody {
-            conn: Some(conn),
-            decoder: head.decoder,
-            keep_alive: false,
-            pool: ep.pool.clone(),
-        }
+        UpstreamBody::switching(conn, head.decoder, ep.pool.clone())
     } else {
         UpstreamBody::new(conn, head.decoder, head.keep_alive, ep.pool.clone())
     };
@@ -525,7 +187,7 @@ fn response(ep: &Endpoint, head: h1::ResponseHead, conn: Box<Conn>) -> Response<
 pub(crate) fn request_framing(req: &UpstreamRequest<'_>) -> RequestFraming {
     if http_body::Body::is_end_stream(&req.body) {
         // RFC 9110 8.6: a request whose method expects content says it has none.
-        return if matches!(*req.method, Method::POST | Method::PUT | Method::PATCH) {
+        return if matches!(*req.head.method, Method::POST | Method::PUT | Method::PATCH) {
             RequestFraming::Length(0)
         } else {
             RequestFraming::None
@@ -594,10 +256,7 @@ impl Cluster {
                 .map_err(|_| format!("`{}` is not a host:port endpoint", e.value))?;
             endpoints.push(Endpoint {
                 authority,
-                pool: Arc::new(EndpointPool {
-                    idle: Mutex::new(Vec::new()),
-                    max_idle: cfg.max_idle_per_endpoint,
-                }),
+                pool: Arc::new(EndpointPool::new(cfg.max_idle_per_endpoint)),
                 consecutive_failures: AtomicU32::new(0),
                 consecutive_5xx: AtomicU32::new(0),
                 ejected_until_ms: AtomicU64::new(0),
@@ -689,8 +348,8 @@ impl Cluster {
     ) -> Result<(h1::ResponseHead, Box<Conn>), UpstreamError> {
         let framing = request_framing(&req);
         conn.wbuf.clear();
-        h1::encode_request_head(&mut conn.wbuf, &req, framing);
-        let (method, upgrade) = (req.method, req.upgrade);
+        h1::encode_request_head(&mut conn.wbuf, &req.head, framing);
+        let (method, upgrade) = (req.head.method, req.head.upgrade);
         // Small bodies in memory leave in the same write as the head.
         let streamed = match req.body {
             ProxyBody::Empty | ProxyBody::Full(None) => None,

@@ -12,7 +12,6 @@ use http::header::{TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, StatusCode, Version};
 
 use super::{classify, parse_length, push_decimal, push_field, BodyError, Chunked, Decoder, Field};
-use crate::upstream::UpstreamRequest;
 
 /// `X-Forwarded-For`.
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -94,6 +93,31 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name == PROXY_CONNECTION
 }
 
+/// The head of a request as moat sends it upstream, before it is written out (the
+/// client's header map is borrowed, not copied or modified).
+#[derive(Debug)]
+pub struct UpstreamHead<'a> {
+    /// Method.
+    pub method: &'a Method,
+    /// Origin-form request target (path and query).
+    pub target: &'a str,
+    /// The request's header fields, as the client sent them (after request phases).
+    pub headers: &'a HeaderMap,
+    /// True when the request asks for a protocol upgrade (a `101` is then accepted).
+    pub upgrade: bool,
+    /// True when `default_host` replaces the request's `Host` (an absolute-form
+    /// target, or HTTP/2's `:authority`).
+    pub replace_host: bool,
+    /// `Host` to send when the request carries none (HTTP/2, HTTP/1.0).
+    pub default_host: &'a str,
+    /// The client address appended to `X-Forwarded-For`.
+    pub forwarded_for: &'a HeaderValue,
+    /// `X-Forwarded-Proto`: `http` or `https`.
+    pub forwarded_proto: &'static str,
+    /// `X-Request-Id`: the client's, or the one moat made (it replaces the field).
+    pub request_id: &'a str,
+}
+
 /// Writes the head of `req` as it goes upstream into `buf`, in one pass over its
 /// fields (no header map is modified or copied):
 ///
@@ -112,7 +136,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// Header values were validated by `http` (no CR/LF), so nothing can be injected.
 pub(crate) fn encode_request_head(
     buf: &mut Vec<u8>,
-    req: &UpstreamRequest<'_>,
+    req: &UpstreamHead<'_>,
     framing: RequestFraming,
 ) {
     let headers = req.headers;
@@ -347,12 +371,11 @@ mod tests {
         }
     }
 
-    fn request<'a>(headers: &'a HeaderMap, peer: &'a HeaderValue) -> UpstreamRequest<'a> {
-        UpstreamRequest {
+    fn request<'a>(headers: &'a HeaderMap, peer: &'a HeaderValue) -> UpstreamHead<'a> {
+        UpstreamHead {
             method: &Method::POST,
             target: "/p?q=1",
             headers,
-            body: crate::body::ProxyBody::Empty,
             upgrade: false,
             replace_host: false,
             default_host: "fallback:80",
@@ -362,7 +385,7 @@ mod tests {
         }
     }
 
-    fn wire(req: &UpstreamRequest<'_>, framing: RequestFraming) -> String {
+    fn wire(req: &UpstreamHead<'_>, framing: RequestFraming) -> String {
         let mut buf = Vec::new();
         encode_request_head(&mut buf, req, framing);
         String::from_utf8(buf).unwrap()

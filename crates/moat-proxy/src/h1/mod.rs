@@ -48,6 +48,9 @@ impl std::error::Error for BodyError {}
 /// more user cycles than splitting it; docs/perf.md).
 const COPY_MAX: usize = 512;
 
+/// Boxed error of the bodies moat reads and forwards.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Takes the first `n` bytes of a connection's read buffer as a `Bytes`.
 ///
 /// The first split of a `BytesMut` allocates a shared header for its buffer, and from

@@ -26,7 +26,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::client::{encode_request_head, parse_response_head, RequestFraming};
+use super::client::{encode_request_head, parse_response_head, RequestFraming, UpstreamHead};
 use super::server::{
     encode_response_head, parse_request_head, request_head_end, RequestHead, ResponseFraming,
     MAX_HEADER_SLOTS,
@@ -35,7 +35,6 @@ use super::{
     encode_chunk, encode_chunked_end, head_end, BodyError, Chunked, Decoded, Decoder,
     MAX_CHUNK_LINE, MAX_TRAILERS,
 };
-use crate::upstream::UpstreamRequest;
 
 /// 256 cases a property; failures are reported, not persisted into the source tree.
 fn config() -> ProptestConfig {
@@ -1022,11 +1021,10 @@ proptest! {
             _ => RequestFraming::Chunked,
         };
         let peer = HeaderValue::from_static("192.0.2.1");
-        let req = UpstreamRequest {
+        let req = UpstreamHead {
             method: &method,
             target: &target,
             headers: &map,
-            body: crate::body::ProxyBody::Empty,
             upgrade: false,
             replace_host,
             default_host: "up.example:8080",

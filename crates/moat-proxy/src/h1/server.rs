@@ -1,6 +1,6 @@
 //! moat's HTTP/1.1 server side: request heads parsed with `httparse` into `http`
 //! types, and response heads written into a reused buffer.
-//! The connection driver that does the I/O is [`crate::server`].
+//! The connection driver that does the I/O is the proxy's `server` module.
 //!
 //! Message framing follows RFC 9112 section 6, strictly: a request whose length is
 //! ambiguous (`Content-Length` with `Transfer-Encoding`, differing lengths, a coding

@@ -1,0 +1,262 @@
+//! The gateway's shared state: the configuration snapshot a request runs against
+//! (routes, clusters, the phase pipeline), swapped atomically on reload, and the state
+//! shared by listeners, the admin API and the request path.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use moat_config::ConfigError;
+
+use crate::body::BodyPace;
+use crate::config::{self, ConfigSource, GatewayConfig};
+use crate::events::EventSink;
+use crate::metrics::{Metrics, RouteMetrics};
+use crate::pipeline::{Pipeline, PipelineFactory};
+use crate::routing::{HostMatch, Route};
+use crate::upstream::Cluster;
+
+/// A listener as a snapshot configures it (its socket is bound once, at start).
+pub(crate) struct ListenerRt {
+    pub(crate) name: String,
+    pub(crate) tls: Option<moat_tls::TlsAcceptor>,
+    pub(crate) xff_hops: u32,
+}
+
+/// Everything a request needs, swapped atomically on reload.
+pub struct Snapshot {
+    /// The effective configuration.
+    pub config: Arc<GatewayConfig>,
+    /// Where it came from.
+    pub source: ConfigSource,
+    /// Routes in match order.
+    pub routes: Vec<Route>,
+    /// The phase pipeline.
+    pub pipeline: Pipeline,
+    pub(crate) listeners: Vec<ListenerRt>,
+    pub(crate) max_headers: usize,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) no_route: Arc<RouteMetrics>,
+}
+
+impl Snapshot {
+    /// First route matching host and path.
+    #[inline]
+    pub fn match_route(&self, host: &str, path: &str) -> Option<&Route> {
+        crate::routing::match_route(&self.routes, host, path)
+    }
+}
+
+/// State shared by listeners, the admin API and the request path.
+pub struct Shared {
+    /// Current configuration snapshot; replaced only by [`Shared::apply`], which also
+    /// advances `generation`.
+    pub(crate) snapshot: ArcSwap<Snapshot>,
+    /// Metrics (kept across reloads).
+    pub metrics: Arc<Metrics>,
+    /// Event sink, if any.
+    pub events: Option<Arc<dyn EventSink>>,
+    pub(crate) pipeline_factory: PipelineFactory,
+    pub(crate) ready: std::sync::atomic::AtomicBool,
+    pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Incremented after each new snapshot is installed (see [`CachedSnapshot`]).
+    pub(crate) generation: AtomicU64,
+}
+
+/// A connection's reference to the current snapshot, refreshed when a reload has
+/// installed a new one.
+///
+/// Loading from the `ArcSwap` for every request costs several atomic read-modify-write
+/// instructions (a debt slot, the reference count); checking a generation number is a
+/// plain load. A connection holds its snapshot while idle, so an old snapshot lives until
+/// the last connection that used it sends another request or closes.
+pub(crate) struct CachedSnapshot {
+    snap: Arc<Snapshot>,
+    generation: u64,
+}
+
+impl CachedSnapshot {
+    pub(crate) fn new(shared: &Shared) -> Self {
+        // The generation is read first: a reload racing with this is seen next time.
+        let generation = shared.generation.load(Ordering::Acquire);
+        CachedSnapshot {
+            snap: shared.snapshot.load_full(),
+            generation,
+        }
+    }
+
+    /// The current snapshot.
+    pub(crate) fn current(&mut self, shared: &Shared) -> &Arc<Snapshot> {
+        let generation = shared.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            *self = CachedSnapshot::new(shared);
+        }
+        &self.snap
+    }
+}
+
+impl Shared {
+    /// Builds a snapshot from a validated configuration.
+    fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
+        build_snapshot(cfg, src, &self.metrics, &self.pipeline_factory)
+    }
+
+    /// Validates and installs a new configuration. Listener addresses are not
+    /// changed by a reload (a restart is needed); everything else is.
+    pub fn apply(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<(), ConfigError> {
+        let result = config::validate(&src, &cfg).and_then(|_| self.build(cfg, src));
+        match result {
+            Ok(snap) => {
+                let old = self.snapshot.load();
+                for l in &snap.config.listeners {
+                    let before = old
+                        .config
+                        .listeners
+                        .iter()
+                        .find(|o| o.name.value == l.name.value);
+                    if before.map(|b| &b.address.value) != Some(&l.address.value) {
+                        tracing::warn!(listener = %l.name.value, "listener added or address changed: restart moat to apply it");
+                    }
+                }
+                if old.config.admin.address.value != snap.config.admin.address.value {
+                    tracing::warn!("admin address changed: restart moat to apply it");
+                }
+                self.snapshot.store(Arc::new(snap));
+                self.generation.fetch_add(1, Ordering::Release);
+                self.metrics.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("configuration reloaded");
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "configuration refused; the previous one keeps serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// The current configuration snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// True once shutdown started.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads the configuration file and applies it (see [`apply`](Self::apply)).
+    pub fn reload_from_file(&self) -> Result<(), ConfigError> {
+        let file = self.snapshot.load().source.file.clone();
+        match config::load_file(&file) {
+            Ok((cfg, src)) => self.apply(cfg, src),
+            Err(e) => {
+                self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "configuration refused; the previous one keeps serving");
+                Err(e)
+            }
+        }
+    }
+
+    /// True once listeners are bound and until shutdown starts.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// Labels and namespace of a cluster's workload.
+type WorkloadMeta = (Arc<BTreeMap<String, String>>, Arc<str>);
+
+/// Builds a snapshot (clusters, routes, listeners' TLS, the phase pipeline) from a
+/// validated configuration.
+pub(crate) fn build_snapshot(
+    cfg: GatewayConfig,
+    src: ConfigSource,
+    metrics: &Metrics,
+    factory: &PipelineFactory,
+) -> Result<Snapshot, ConfigError> {
+    let mut clusters: HashMap<&str, Arc<Cluster>> = HashMap::new();
+    let mut meta: HashMap<&str, WorkloadMeta> = HashMap::new();
+    for (i, c) in cfg.clusters.iter().enumerate() {
+        let cluster = Cluster::build(c, &src.base_dir, metrics).map_err(|m| {
+            ConfigError::semantic(
+                &src.file,
+                c.name.referenced.line() as u32,
+                c.name.referenced.column() as u32,
+                format!("clusters[{i}]"),
+                m,
+            )
+        })?;
+        let cluster = Arc::new(cluster);
+        crate::upstream::spawn_reaper(&cluster);
+        clusters.insert(&c.name.value, cluster);
+        meta.insert(
+            &c.name.value,
+            (Arc::new(c.labels.clone()), c.namespace.as_str().into()),
+        );
+    }
+    let mut routes = Vec::with_capacity(cfg.routes.len());
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let (Some(cluster), Some((labels, ns))) = (
+            clusters.get(r.cluster.value.as_str()),
+            meta.get(r.cluster.value.as_str()),
+        ) else {
+            return Err(ConfigError::semantic(
+                &src.file,
+                r.cluster.referenced.line() as u32,
+                r.cluster.referenced.column() as u32,
+                format!("routes[{i}].cluster"),
+                format!("unknown cluster `{}`", r.cluster.value),
+            ));
+        };
+        routes.push(Route {
+            name: r.name.value.as_str().into(),
+            host: HostMatch::parse(&r.host.value),
+            prefix: r.path_prefix.value.clone(),
+            cluster: cluster.clone(),
+            labels: labels.clone(),
+            namespace: ns.clone(),
+            body_max: r.body.max_bytes,
+            on_limit: r.body.on_limit,
+            body_pace: BodyPace {
+                timeout: r.body.read_timeout,
+                min_rate: r.body.min_rate,
+            },
+            response_max: r.response_body.max_bytes,
+            monitor_only: r.monitor_only,
+            metrics: metrics.route(&r.name.value),
+        });
+    }
+    let mut listeners = Vec::with_capacity(cfg.listeners.len());
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let tls = match &l.tls {
+            None => None,
+            Some(t) => Some(moat_tls::TlsAcceptor::new(t, &src.base_dir).map_err(|e| {
+                ConfigError::semantic(
+                    &src.file,
+                    l.name.referenced.line() as u32,
+                    l.name.referenced.column() as u32,
+                    format!("listeners[{i}].tls"),
+                    e.to_string(),
+                )
+            })?),
+        };
+        listeners.push(ListenerRt {
+            name: l.name.value.clone(),
+            tls,
+            xff_hops: l.xff_trusted_hops,
+        });
+    }
+    let pipeline = factory(&cfg, &src)?;
+    Ok(Snapshot {
+        max_headers: cfg.limits.max_headers,
+        max_header_bytes: cfg.limits.max_header_bytes.min(usize::MAX as u64) as usize,
+        no_route: metrics.route("_none_"),
+        config: Arc::new(cfg),
+        source: src,
+        routes,
+        pipeline,
+        listeners,
+    })
+}
