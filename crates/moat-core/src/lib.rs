@@ -4,12 +4,11 @@
 //!
 //! | phase | trait | typical engine |
 //! |---|---|---|
-//! | connection (TLS handshake done) | [`ConnectionPhase`] | TLS audit |
+//! | connection (TLS handshake done) | [`ConnectionPhase`] | TLS audit (in the proxy) |
 //! | request headers | [`RequestHeadersPhase`] | access control, WAF on URL/headers |
 //! | request body | [`RequestBodyPhase`] | WAF on body, secret detection |
 //! | upstream | (proxy) | |
-//! | response headers | [`ResponseHeadersPhase`] | |
-//! | response body | [`ResponseBodyPhase`] | secret detection on responses |
+//! | response (head and buffered body) | [`ResponseBodyPhase`] | secret detection on responses |
 //! | after response | [`AfterResponsePhase`] | API discovery |
 //!
 //! Engines know nothing of sockets: they see borrowed request data
@@ -232,19 +231,6 @@ pub trait RequestBodyPhase: Send + Sync {
         ctx: &mut RequestCtx,
         req: &mut http::request::Parts,
         body: &mut Body,
-    ) -> Verdict;
-}
-
-/// Inspects upstream response headers.
-pub trait ResponseHeadersPhase: Send + Sync {
-    /// Engine name.
-    fn name(&self) -> &'static str;
-    /// May modify response headers or replace the response.
-    fn on_response_headers(
-        &self,
-        ctx: &mut RequestCtx,
-        req: &http::request::Parts,
-        resp: &mut http::response::Parts,
     ) -> Verdict;
 }
 

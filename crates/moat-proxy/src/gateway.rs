@@ -62,7 +62,13 @@ impl Gateway {
             let sink = sink.clone();
             metrics.set_queue_gauge(Arc::new(move || sink.gauge()));
         }
-        let snap = build_snapshot(cfg, src, &metrics, &opts.pipeline_factory)?;
+        let snap = build_snapshot(
+            cfg,
+            src,
+            &metrics,
+            opts.events.as_ref(),
+            &opts.pipeline_factory,
+        )?;
         let shared = Arc::new(Shared {
             snapshot: ArcSwap::from_pointee(snap),
             metrics,
@@ -187,7 +193,6 @@ async fn accept_loop(
                     server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                 }
                 Some(t) => {
-                    let t0 = Instant::now();
                     match t.accept(tcp).await {
                         Ok(moat_tls::Accepted::Plain(tcp)) => {
                             let ci = conn_info(peer, local, None, xff_hops, watch);
@@ -199,7 +204,7 @@ async fn accept_loop(
                             handshake,
                         }) => {
                             let ci = conn_info(peer, local, Some(session), xff_hops, watch);
-                            on_connection(&shared, &ci.conn, &handshake, t0);
+                            on_connection(&shared, &ci.conn, &handshake);
                             let io = DownstreamIo::Tls(Box::new(stream));
                             server::serve(shared, h2, drain, ci, io).await;
                         }
@@ -226,19 +231,15 @@ async fn accept_loop(
     }
 }
 
-fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord, _t0: Instant) {
+/// Runs the connection phases (TLS audit among them) on a completed handshake.
+fn on_connection(shared: &Shared, conn: &Connection, hs: &HandshakeRecord) {
     let snap = shared.snapshot.load();
+    if snap.pipeline.connection.is_empty() {
+        return;
+    }
     let t = Instant::now();
     for p in &snap.pipeline.connection {
         p.on_connection(conn, hs);
-    }
-    if snap.config.tls_audit.enabled {
-        shared.metrics.record_tls_handshake(hs);
-        if let Some(sink) = &shared.events {
-            if !sink.tls(conn, hs) {
-                shared.metrics.count_dropped_events(1);
-            }
-        }
     }
     shared.metrics.phase(Phase::Connection).observe(t.elapsed());
 }

@@ -31,6 +31,7 @@ pub mod proxy;
 pub mod routing;
 mod server;
 pub mod state;
+pub mod tls_audit;
 pub mod upstream;
 mod upstream_conn;
 

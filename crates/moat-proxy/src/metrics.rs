@@ -23,20 +23,17 @@ pub enum Phase {
     RequestBody = 2,
     /// Upstream: from sending the request to receiving the response head.
     Upstream = 3,
-    /// Response header phases.
-    ResponseHeaders = 4,
     /// Response body phases (buffering excluded).
-    ResponseBody = 5,
+    ResponseBody = 4,
     /// After-response phases and event enqueueing.
-    AfterResponse = 6,
+    AfterResponse = 5,
 }
 
-const PHASE_NAMES: [&str; 7] = [
+const PHASE_NAMES: [&str; 6] = [
     "connection",
     "request_headers",
     "request_body",
     "upstream",
-    "response_headers",
     "response_body",
     "after_response",
 ];
@@ -175,7 +172,7 @@ pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
 pub struct Metrics {
     routes: Mutex<BTreeMap<String, Arc<RouteMetrics>>>,
     clusters: Mutex<BTreeMap<String, Arc<ClusterMetrics>>>,
-    phases: [Histogram; 7],
+    phases: [Histogram; 6],
     /// Successful reloads.
     pub reloads_ok: AtomicU64,
     /// Refused reloads (invalid config).

@@ -18,7 +18,7 @@ use moat_authz::AuthzEngine;
 use moat_config::ConfigError;
 use moat_core::{
     AfterResponsePhase, BodyNeed, ConnectionPhase, RequestBodyPhase, RequestCtx,
-    RequestHeadersPhase, ResponseBodyPhase, ResponseHeadersPhase,
+    RequestHeadersPhase, ResponseBodyPhase,
 };
 use moat_schema::Discovery;
 use moat_secrets::SecretsEngine;
@@ -36,8 +36,6 @@ pub struct Pipeline {
     pub request_headers: Vec<Arc<dyn RequestHeadersPhase>>,
     /// Called with the buffered request body (when any of them asks for it).
     pub request_body: Vec<Arc<dyn RequestBodyPhase>>,
-    /// Called with the upstream response head.
-    pub response_headers: Vec<Arc<dyn ResponseHeadersPhase>>,
     /// Called with the buffered response body (when any of them asks for it).
     pub response_body: Vec<Arc<dyn ResponseBodyPhase>>,
     /// Called after the response, with the finished exchange.
@@ -76,10 +74,6 @@ impl std::fmt::Debug for Pipeline {
                 &names(self.request_body.iter().map(|p| p.name()).collect()),
             )
             .field(
-                "response_headers",
-                &names(self.response_headers.iter().map(|p| p.name()).collect()),
-            )
-            .field(
                 "response_body",
                 &names(self.response_body.iter().map(|p| p.name()).collect()),
             )
@@ -114,7 +108,6 @@ impl Pipeline {
         self.connection.is_empty()
             && self.request_headers.is_empty()
             && self.request_body.is_empty()
-            && self.response_headers.is_empty()
             && self.response_body.is_empty()
             && self.after_response.is_empty()
     }

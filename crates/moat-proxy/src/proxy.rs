@@ -353,14 +353,6 @@ async fn proxy(
     // Hop-by-hop fields were left out when the head was parsed.
     let (mut rparts, rbody) = resp.into_parts();
 
-    // Phase: response headers.
-    run_phase(
-        metrics,
-        Phase::ResponseHeaders,
-        &pipeline.response_headers,
-        |p| p.on_response_headers(ctx, parts, &mut rparts),
-    )?;
-
     // Response body.
     let mut rneed = BodyNeed::None;
     for p in &pipeline.response_body {

@@ -15,6 +15,7 @@ use crate::events::EventSink;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::pipeline::{Pipeline, PipelineFactory};
 use crate::routing::{HostMatch, Route};
+use crate::tls_audit::TlsAudit;
 use crate::upstream::Cluster;
 
 /// A listener as a snapshot configures it (its socket is bound once, at start).
@@ -99,7 +100,7 @@ impl CachedSnapshot {
 impl Shared {
     /// Builds a snapshot from a validated configuration.
     fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
-        build_snapshot(cfg, src, &self.metrics, &self.pipeline_factory)
+        build_snapshot(cfg, src, &self.metrics, self.events.as_ref(), &self.pipeline_factory)
     }
 
     /// Validates and installs a new configuration. Listener addresses are not
@@ -173,7 +174,8 @@ type WorkloadMeta = (Arc<BTreeMap<String, String>>, Arc<str>);
 pub(crate) fn build_snapshot(
     cfg: GatewayConfig,
     src: ConfigSource,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
+    events: Option<&Arc<dyn EventSink>>,
     factory: &PipelineFactory,
 ) -> Result<Snapshot, ConfigError> {
     let mut clusters: HashMap<&str, Arc<Cluster>> = HashMap::new();
@@ -248,7 +250,12 @@ pub(crate) fn build_snapshot(
             xff_hops: l.xff_trusted_hops,
         });
     }
-    let pipeline = factory(&cfg, &src)?;
+    let mut pipeline = factory(&cfg, &src)?;
+    if cfg.tls_audit.enabled {
+        pipeline
+            .connection
+            .push(Arc::new(TlsAudit::new(metrics.clone(), events.cloned())));
+    }
     Ok(Snapshot {
         max_headers: cfg.limits.max_headers,
         max_header_bytes: cfg.limits.max_header_bytes.min(usize::MAX as u64) as usize,
