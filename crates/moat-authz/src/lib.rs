@@ -21,7 +21,7 @@ pub mod jwt;
 pub mod model;
 pub mod request;
 
-pub use engine::{AuthzConfig, AuthzEngine, Decision, RequestInput};
+pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 pub use model::{Action, MtlsMode, PolicySet};
 pub use request::PathNormalization;
 
