@@ -138,10 +138,13 @@ impl Group {
 
 /// The resolved PeerAuthentication of a workload.
 #[derive(Debug, Clone)]
-struct PeerPolicy {
-    mode: MtlsMode,
-    policy: Option<String>,
-    ports: Vec<(u16, MtlsMode, String)>,
+pub(crate) struct PeerPolicy {
+    /// Workload-wide mode (never `Unset`).
+    pub(crate) mode: MtlsMode,
+    /// The PeerAuthentication that set it (`namespace/name`), if any.
+    pub(crate) policy: Option<String>,
+    /// `portLevelMtls` overrides: port, mode, policy.
+    pub(crate) ports: Vec<(u16, MtlsMode, String)>,
 }
 
 /// The AUDIT/DENY/ALLOW groups of a workload for TCP connections (built on first use).
@@ -521,7 +524,11 @@ impl AuthzEngine {
 
     /// Indices in `PolicySet::authz` of the AuthorizationPolicies that apply to a
     /// workload, in Envoy's order (namespace, then name).
-    fn applicable_policies(&self, ns: &str, labels: &BTreeMap<String, String>) -> Vec<usize> {
+    pub(crate) fn applicable_policies(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<usize> {
         let root = self.cfg.root_namespace.as_str();
         let mut applicable: Vec<usize> = (0..self.set.authz.len())
             .filter(|&i| self.set.authz[i].meta.applies(root, ns, labels))
@@ -801,7 +808,7 @@ impl View {
 /// Istio's ComposePeerAuthentication: workload (selector, not root ns) > namespace
 /// (no selector) > mesh (root ns, no selector); the oldest wins within a level; UNSET
 /// inherits; portLevelMtls of the workload policy overrides per port; default PERMISSIVE.
-fn compose_peer(
+pub(crate) fn compose_peer(
     pas: &[PeerAuthn],
     root: &str,
     ns: &str,

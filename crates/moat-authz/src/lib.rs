@@ -15,6 +15,7 @@
 pub mod check;
 pub mod compiled;
 pub mod engine;
+pub mod explain;
 pub mod fetch;
 pub mod ir;
 pub mod jwt;
