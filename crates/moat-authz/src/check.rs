@@ -187,7 +187,8 @@ fn peer_identity(args: &CheckArgs) -> Result<Option<PeerIdentity>, String> {
     }))
 }
 
-fn parse_labels(args: &CheckArgs) -> Result<BTreeMap<String, String>, String> {
+/// The workload labels of `--label key=value` flags.
+pub fn parse_labels(args: &CheckArgs) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();
     for l in &args.labels {
         let (k, v) = l

@@ -254,7 +254,20 @@ fn tcp_text(r: &Rule, action: Action) -> String {
     match r.for_tcp(action == Action::Allow) {
         TcpRule::AsWritten(_) => "as written".into(),
         TcpRule::Skipped => format!("never matches (HTTP-only: {})", http_fields()),
-        TcpRule::Broadened(b) => format!("drops {}: {}", http_fields(), rule_text(&b)),
+        TcpRule::Broadened(mut b) => {
+            // A side with an entry left empty matches anything: show it as absent.
+            if b.from.iter().any(Vec::is_empty) {
+                b.from.clear();
+            }
+            if b.to.iter().any(Vec::is_empty) {
+                b.to.clear();
+            }
+            if b.from.is_empty() && b.to.is_empty() && b.when.is_empty() {
+                format!("drops {}: matches every connection", http_fields())
+            } else {
+                format!("drops {}: {}", http_fields(), rule_text(&b))
+            }
+        }
     }
 }
 
