@@ -178,9 +178,10 @@ fn connections(c: &mut Criterion) {
                     Kind::RemoteIpBlocks if !miss => ip(i),
                     _ => "192.168.8.8".parse().expect("IP"),
                 };
+                // Outside every generated port (1000.. and 30000..).
                 let port = match kind {
                     Kind::Ports if !miss => 1000 + i as u16,
-                    _ => 8443,
+                    _ => 60_000,
                 };
                 let input = ConnectionInput {
                     namespace: "bench",
