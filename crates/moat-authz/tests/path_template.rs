@@ -202,3 +202,60 @@ fn load_error_names_file_line_field_and_istios_message() {
         "{e}"
     );
 }
+
+/// Envoy's `toRegexPattern` for a template Istio accepted: `{*}` -> `*` -> `[lit]+`,
+/// `{**}` -> `**` -> `[lit/]*`, literals escaped, segments joined by `/`.
+fn envoy_regex(template: &str) -> regex::Regex {
+    const LIT: &str = r"a-zA-Z0-9\-._~%!$&'()+,;:@";
+    let body: Vec<String> = template[1..]
+        .split('/')
+        .map(|seg| match seg {
+            "{*}" => format!("[{LIT}]+"),
+            "{**}" => format!("[{LIT}/]*"),
+            lit => regex::escape(lit),
+        })
+        .collect();
+    regex::Regex::new(&format!("^/{}$", body.join("/"))).unwrap()
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop::sample::select(&["{*}", "{**}", "a", "b.txt", "%41", "x:y", ""][..])
+            .prop_map(String::from)
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(&["a", "b.txt", "%41", "x:y", "", "a=b", "*", "q\"", "a/b"][..]),
+            0..6,
+        )
+        .prop_map(|segs| format!("/{}", segs.join("/")))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+        /// Every template moat accepts matches exactly like Envoy's regex.
+        #[test]
+        fn matches_like_envoys_regex(segs in prop::collection::vec(segment(), 1..6), paths in prop::collection::vec(path(), 1..10)) {
+            let t = format!("/{}", segs.join("/"));
+            if let Ok(PathPat::Template(tpl)) = PathPat::parse(&t) {
+                let re = envoy_regex(&t);
+                for p in &paths {
+                    prop_assert_eq!(tpl.matches(p), re.is_match(p), "{} {}", t, p);
+                }
+            }
+        }
+
+        /// Arbitrary text never panics the parser or the matcher.
+        #[test]
+        fn hostile_input(v in "\\PC{0,40}", p in "\\PC{0,40}") {
+            if let Ok(pat) = PathPat::parse(&v) {
+                let _ = pat.matches(&p);
+            }
+        }
+    }
+}
