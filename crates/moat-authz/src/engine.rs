@@ -577,35 +577,11 @@ impl AuthzEngine {
     pub fn evaluate_connection(&self, c: &ConnectionInput<'_>) -> Decision {
         let view = self.view(c.namespace, c.labels);
         let (mode, pa_policy) = view.peer_mode(c.port.unwrap_or(0));
-        if mode == MtlsMode::Strict && c.peer.is_none() {
-            let mut d = Decision::new(
-                403,
-                false,
-                "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
-                "peer",
-            );
-            d.policy = pa_policy.map(str::to_string);
-            d.mtls_mode = mode;
+        if let Some(d) = strict_rejection(mode, pa_policy, c.peer.is_some()) {
             return d;
         }
-        let peer = if mode == MtlsMode::Disable {
-            None
-        } else {
-            c.peer
-        };
-        let fallback: Vec<String>;
-        let peer_view = match peer {
-            Some(p) if p.uri_sans.is_empty() => {
-                fallback = p
-                    .principal
-                    .iter()
-                    .map(|x| format!("spiffe://{x}"))
-                    .collect();
-                Some(PeerView { uris: &fallback })
-            }
-            Some(p) => Some(PeerView { uris: &p.uri_sans }),
-            None => None,
-        };
+        let mut fallback = Vec::new();
+        let peer_view = peer_view(mode, c.peer, &mut fallback);
         let no_headers = HeaderMap::new();
         let attrs = Attrs {
             host: "",
@@ -631,18 +607,13 @@ impl AuthzEngine {
             .into();
         }
         d.mtls_mode = mode;
-        if tcp.dry_deny.policies + tcp.dry_allow.policies + tcp.dry_audit.policies > 0 {
-            let shadow = decide(&tcp.dry_audit, &tcp.dry_deny, &tcp.dry_allow, &attrs);
-            d.audit
-                .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
-            let meaningful = tcp.dry_deny.policies + tcp.dry_allow.policies > 0;
-            if meaningful && !shadow.allowed {
-                d.dry_run = Some(format!(
-                    "dry-run policies would deny: {}",
-                    shadow.reason_with_rule()
-                ));
-            }
-        }
+        dry_run(
+            &mut d,
+            &tcp.dry_audit,
+            &tcp.dry_deny,
+            &tcp.dry_allow,
+            &attrs,
+        );
         d
     }
 
@@ -652,22 +623,9 @@ impl AuthzEngine {
     pub fn evaluate(&self, req: &RequestInput<'_>, headers: &mut HeaderMap) -> Decision {
         let view = self.view(req.namespace, req.labels);
         let (mode, pa_policy) = view.peer_mode(req.port.unwrap_or(0));
-        if mode == MtlsMode::Strict && req.peer.is_none() {
-            let mut d = Decision::new(
-                403,
-                false,
-                "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
-                "peer",
-            );
-            d.policy = pa_policy.map(str::to_string);
-            d.mtls_mode = mode;
+        if let Some(d) = strict_rejection(mode, pa_policy, req.peer.is_some()) {
             return d;
         }
-        let peer = if mode == MtlsMode::Disable {
-            None
-        } else {
-            req.peer
-        };
         let path = match normalize_path(req.path_and_query, self.cfg.path_normalization) {
             Ok(p) => p,
             Err(e) => {
@@ -709,19 +667,8 @@ impl AuthzEngine {
                 return d;
             }
         };
-        let fallback: Vec<String>;
-        let peer_view = match peer {
-            Some(p) if p.uri_sans.is_empty() => {
-                fallback = p
-                    .principal
-                    .iter()
-                    .map(|x| format!("spiffe://{x}"))
-                    .collect();
-                Some(PeerView { uris: &fallback })
-            }
-            Some(p) => Some(PeerView { uris: &p.uri_sans }),
-            None => None,
-        };
+        let mut fallback = Vec::new();
+        let peer_view = peer_view(mode, req.peer, &mut fallback);
         let attrs = Attrs {
             host: req.host,
             method: req.method,
@@ -738,18 +685,13 @@ impl AuthzEngine {
         };
         let mut d = decide(&view.audit, &view.deny, &view.allow, &attrs);
         d.mtls_mode = mode;
-        if view.dry_deny.policies + view.dry_allow.policies + view.dry_audit.policies > 0 {
-            let shadow = decide(&view.dry_audit, &view.dry_deny, &view.dry_allow, &attrs);
-            d.audit
-                .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
-            let meaningful = view.dry_deny.policies + view.dry_allow.policies > 0;
-            if meaningful && !shadow.allowed {
-                d.dry_run = Some(format!(
-                    "dry-run policies would deny: {}",
-                    shadow.reason_with_rule()
-                ));
-            }
-        }
+        dry_run(
+            &mut d,
+            &view.dry_audit,
+            &view.dry_deny,
+            &view.dry_allow,
+            &attrs,
+        );
         d.request_principal = verified.as_ref().map(|j| j.principal());
         d.jwt = verified;
         d
@@ -762,6 +704,56 @@ impl Decision {
             Some(_) => format!("{} ({})", self.rule_id(), self.reason),
             None => self.reason.to_string(),
         }
+    }
+}
+
+/// The 403 of PeerAuthentication STRICT for a connection without a verified client
+/// certificate (Istio refuses the handshake).
+fn strict_rejection(mode: MtlsMode, policy: Option<&str>, has_peer: bool) -> Option<Decision> {
+    if mode != MtlsMode::Strict || has_peer {
+        return None;
+    }
+    let mut d = Decision::new(
+        403,
+        false,
+        "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
+        "peer",
+    );
+    d.policy = policy.map(str::to_string);
+    d.mtls_mode = mode;
+    Some(d)
+}
+
+/// The URI SANs policies see: none under DISABLE or for plaintext; the certificate's URI
+/// SANs, or `spiffe://<principal>` (put in `fallback`) when it has none.
+fn peer_view<'a>(
+    mode: MtlsMode,
+    peer: Option<&'a PeerIdentity>,
+    fallback: &'a mut Vec<String>,
+) -> Option<PeerView<'a>> {
+    let p = peer.filter(|_| mode != MtlsMode::Disable)?;
+    if !p.uri_sans.is_empty() {
+        return Some(PeerView { uris: &p.uri_sans });
+    }
+    fallback.extend(p.principal.iter().map(|x| format!("spiffe://{x}")));
+    let uris: &'a Vec<String> = fallback;
+    Some(PeerView { uris })
+}
+
+/// Evaluates the dry-run (`istio.io/dry-run`) groups and reports them in `d`: their AUDIT
+/// matches, and what they would have denied.
+fn dry_run(d: &mut Decision, audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) {
+    if deny.policies + allow.policies + audit.policies == 0 {
+        return;
+    }
+    let shadow = decide(audit, deny, allow, a);
+    d.audit
+        .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
+    if deny.policies + allow.policies > 0 && !shadow.allowed {
+        d.dry_run = Some(format!(
+            "dry-run policies would deny: {}",
+            shadow.reason_with_rule()
+        ));
     }
 }
 
