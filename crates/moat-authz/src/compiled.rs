@@ -446,6 +446,13 @@ impl PathIndex {
     }
 
     fn matches(&self, path: &str) -> bool {
+        if self.strs.matches(path, true) {
+            return true;
+        }
+        // The few templates of one clause are cheaper to try than a trie walk.
+        if self.templates.len() <= 8 {
+            return self.templates.iter().any(|(t, _)| t.matches(path));
+        }
         let mut hit = false;
         self.lookup(path, &mut |_| hit = true);
         hit
