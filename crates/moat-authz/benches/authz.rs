@@ -30,6 +30,7 @@ enum Kind {
     ExactPath,
     PrefixPath,
     SuffixPath,
+    TemplatePath,
     IpBlocks,
     Principals,
     RequestPrincipals,
@@ -42,6 +43,7 @@ impl Kind {
             Kind::ExactPath => "exact_path",
             Kind::PrefixPath => "prefix_path",
             Kind::SuffixPath => "suffix_path",
+            Kind::TemplatePath => "template_path",
             Kind::IpBlocks => "ip_blocks",
             Kind::Principals => "principals",
             Kind::RequestPrincipals => "request_principals",
@@ -76,6 +78,10 @@ impl Kind {
             Kind::SuffixPath => to(Pred::Path(vec![PathPat::Str(StrPat::Suffix(format!(
                 ".ext{i}"
             )))])),
+            Kind::TemplatePath => to(Pred::Path(vec![PathPat::parse(&format!(
+                "/api/v1/item-{i}/{{*}}/detail/{{**}}"
+            ))
+            .unwrap()])),
             Kind::IpBlocks => from(Pred::SourceIp(vec![format!("{}/32", Self::ip(i))
                 .parse()
                 .unwrap()])),
@@ -112,6 +118,7 @@ fn bench_req(kind: Kind, hit: Option<usize>) -> BenchReq {
         Kind::ExactPath if !miss => format!("/api/v1/item-{i}"),
         Kind::PrefixPath if !miss => format!("/api/v1/item-{i}/detail"),
         Kind::SuffixPath if !miss => format!("/files/a.ext{i}"),
+        Kind::TemplatePath if !miss => format!("/api/v1/item-{i}/42/detail/a/b.json"),
         _ => "/api/v1/item-none/detail.none".to_string(),
     };
     let src = match kind {
@@ -192,6 +199,7 @@ fn decisions(c: &mut Criterion) {
         Kind::ExactPath,
         Kind::PrefixPath,
         Kind::SuffixPath,
+        Kind::TemplatePath,
         Kind::IpBlocks,
         Kind::Principals,
         Kind::RequestPrincipals,

@@ -1,4 +1,5 @@
-//! `moat policy check`: evaluates one request with the same engine as the gateway.
+//! `moat policy check`: evaluates one request (or, with `--tcp`, one connection) with the
+//! same engine as the gateway.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -7,7 +8,7 @@ use std::path::PathBuf;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use moat_core::PeerIdentity;
 
-use crate::engine::{AuthzConfig, AuthzEngine, Decision, RequestInput};
+use crate::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 use crate::request::{canonical_ip, remote_ip_from_xff, PathNormalization};
 
 /// Inputs of `moat policy check`.
@@ -80,16 +81,7 @@ fn parse_ip(s: &str, flag: &str) -> Result<IpAddr, String> {
 
 /// Evaluates the request; `Err` is an input error (bad flag, URL or policy file).
 pub fn run(args: &CheckArgs) -> Result<Decision, String> {
-    let cfg = AuthzConfig {
-        enabled: true,
-        policies: args.policies.clone(),
-        root_namespace: args.root_namespace.clone(),
-        trusted_proxies: Some(args.trusted_proxies),
-        path_normalization: args.path_normalization,
-        ..AuthzConfig::default()
-    };
-    let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
-    let engine = AuthzEngine::build_with(&cfg, &base, false).map_err(|e| e.to_string())?;
+    let engine = build_engine(args)?;
     check_with(&engine, args)
 }
 
@@ -154,31 +146,8 @@ pub fn check_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, St
         .as_deref()
         .map(|s| parse_ip(s, "--destination-ip"))
         .transpose()?;
-    let peer = match &args.peer_uri {
-        Some(u) => {
-            if !u.contains("://") {
-                return Err(format!(
-                    "--peer-uri: `{u}` is not a URI (e.g. spiffe://cluster.local/ns/foo/sa/bar)"
-                ));
-            }
-            let (principal, namespace) = PeerIdentity::from_spiffe_uri(u);
-            Some(PeerIdentity {
-                principal,
-                namespace,
-                uri_sans: vec![u.clone()],
-                subject: String::new(),
-                fingerprint_sha256: String::new(),
-            })
-        }
-        None => None,
-    };
-    let mut labels = BTreeMap::new();
-    for l in &args.labels {
-        let (k, v) = l
-            .split_once('=')
-            .ok_or_else(|| format!("--label: expected `key=value`, got `{l}`"))?;
-        labels.insert(k.trim().to_string(), v.trim().to_string());
-    }
+    let peer = peer_identity(args)?;
+    let labels = parse_labels(args)?;
     let pq = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let pq = if pq.is_empty() { "/" } else { pq };
     let input = RequestInput {
@@ -196,6 +165,119 @@ pub fn check_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, St
         peer: peer.as_ref(),
     };
     Ok(engine.evaluate(&input, &mut headers))
+}
+
+/// The verified client certificate of `--peer-uri` (absent: plaintext).
+fn peer_identity(args: &CheckArgs) -> Result<Option<PeerIdentity>, String> {
+    let Some(u) = &args.peer_uri else {
+        return Ok(None);
+    };
+    if !u.contains("://") {
+        return Err(format!(
+            "--peer-uri: `{u}` is not a URI (e.g. spiffe://cluster.local/ns/foo/sa/bar)"
+        ));
+    }
+    let (principal, namespace) = PeerIdentity::from_spiffe_uri(u);
+    Ok(Some(PeerIdentity {
+        principal,
+        namespace,
+        uri_sans: vec![u.clone()],
+        subject: String::new(),
+        fingerprint_sha256: String::new(),
+    }))
+}
+
+/// The workload labels of `--label key=value` flags.
+pub fn parse_labels(args: &CheckArgs) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for l in &args.labels {
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| format!("--label: expected `key=value`, got `{l}`"))?;
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(labels)
+}
+
+/// Builds the engine for `args` (policies, root namespace, trusted proxies, path
+/// normalization); JWKS are fetched once, never refreshed.
+pub fn build_engine(args: &CheckArgs) -> Result<std::sync::Arc<AuthzEngine>, String> {
+    let cfg = AuthzConfig {
+        enabled: true,
+        policies: args.policies.clone(),
+        root_namespace: args.root_namespace.clone(),
+        trusted_proxies: Some(args.trusted_proxies),
+        path_normalization: args.path_normalization,
+        ..AuthzConfig::default()
+    };
+    let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+    AuthzEngine::build_with(&cfg, &base, false).map_err(|e| e.to_string())
+}
+
+/// Evaluates a TCP connection (`moat policy check --tcp`): the workload, `--port`
+/// (required), `--source-ip`, `--remote-ip` (default: the source IP),
+/// `--destination-ip`, `--sni` and `--peer-uri` of `args`; the URL, method, headers and
+/// JWT are not part of a connection and are ignored.
+pub fn check_connection_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, String> {
+    let port = args
+        .port
+        .ok_or_else(|| "--port is required with --tcp (the destination port)".to_string())?;
+    let ip = |v: &Option<String>, flag: &str| v.as_deref().map(|s| parse_ip(s, flag)).transpose();
+    let source_ip = ip(&args.source_ip, "--source-ip")?;
+    let remote_ip = ip(&args.remote_ip, "--remote-ip")?;
+    let dest_ip = ip(&args.dest_ip, "--destination-ip")?;
+    let peer = peer_identity(args)?;
+    let labels = parse_labels(args)?;
+    Ok(engine.evaluate_connection(&ConnectionInput {
+        namespace: &args.namespace,
+        labels: &labels,
+        port: Some(port),
+        source_ip,
+        remote_ip,
+        dest_ip,
+        sni: args.sni.as_deref(),
+        peer: peer.as_ref(),
+    }))
+}
+
+/// `--tcp` human output: `ALLOW` (connection accepted) or `DENY` (connection closed),
+/// the deciding policy and rule, the reason.
+pub fn connection_to_text(d: &Decision) -> String {
+    let what = if d.allowed {
+        "connection accepted"
+    } else {
+        "connection closed"
+    };
+    let mut s = format!("{} ({what})\n", decision_word(d));
+    match (&d.policy, d.rule) {
+        (Some(p), Some(r)) => s.push_str(&format!("policy: {p} rule {r}\n")),
+        (Some(p), None) => s.push_str(&format!("policy: {p}\n")),
+        _ => {}
+    }
+    s.push_str(&format!("reason: {}\n", d.reason));
+    for a in &d.audit {
+        s.push_str(&format!("audit: {a}\n"));
+    }
+    if let Some(dr) = &d.dry_run {
+        s.push_str(&format!("dry-run: {dr}\n"));
+    }
+    s
+}
+
+/// `--tcp --json` output.
+pub fn connection_to_json(d: &Decision) -> serde_json::Value {
+    serde_json::json!({
+        "protocol": "tcp",
+        "decision": decision_word(d),
+        "connection": if d.allowed { "accepted" } else { "closed" },
+        "policy": d.policy,
+        "rule": d.rule,
+        "audit": !d.audit.is_empty(),
+        "audit_policies": d.audit,
+        "reason": d.reason,
+        "dry_run": d.dry_run,
+        "mtls_mode": d.mtls_mode,
+    })
 }
 
 /// `ALLOW` or `DENY`.

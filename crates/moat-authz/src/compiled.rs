@@ -19,8 +19,8 @@ use foldhash::fast::RandomState;
 use ipnet::IpNet;
 
 use crate::ir::{
-    claim_values, template_matches, Clause, NsPat, PathPat, Pred, ReqPrinPat, Rule, RuleMatcher,
-    SaPat, Seg, StrPat,
+    claim_values, Clause, NsPat, PathPat, PathTemplate, Pred, ReqPrinPat, Rule, RuleMatcher, SaPat,
+    StrPat,
 };
 use crate::request::Attrs;
 
@@ -409,40 +409,19 @@ impl NsIndex {
 #[derive(Debug, Clone, Default)]
 struct PathIndex {
     strs: StrIndex,
-    templates: Vec<(Vec<Seg>, u32)>,
+    templates: Vec<(PathTemplate, u32)>,
     template_prefix: ByteTrie,
-}
-
-fn template_literal_prefix(segs: &[Seg]) -> String {
-    let mut s = String::from("/");
-    for seg in segs {
-        match seg {
-            Seg::Lit(l) => {
-                s.push_str(l);
-                s.push('/');
-            }
-            _ => break,
-        }
-    }
-    s
 }
 
 impl PathIndex {
     fn insert(&mut self, p: &PathPat, id: u32) {
         match p {
             PathPat::Str(s) => self.strs.insert(s, id),
-            PathPat::Template(segs) => {
+            PathPat::Template(t) => {
                 let idx = self.templates.len() as u32;
-                self.templates.push((segs.clone(), id));
-                // Literal prefix without its trailing slash when the template is all literal.
-                let mut pre = template_literal_prefix(segs);
-                if segs.iter().all(|s| matches!(s, Seg::Lit(_))) {
-                    pre.pop();
-                }
-                // A `{**}` right after a literal prefix also matches the prefix without `/`.
-                let trimmed = pre.trim_end_matches('/');
-                let key = if trimmed.is_empty() { "/" } else { trimmed };
-                self.template_prefix.insert(key.bytes(), idx);
+                self.templates.push((t.clone(), id));
+                // Every path the template matches starts with its literal prefix.
+                self.template_prefix.insert(t.literal_prefix().bytes(), idx);
             }
         }
     }
@@ -458,8 +437,8 @@ impl PathIndex {
         if !self.templates.is_empty() {
             let templates = &self.templates;
             self.template_prefix.walk(path.bytes(), &mut |idx| {
-                let (segs, id) = &templates[idx as usize];
-                if template_matches(segs, path) {
+                let (t, id) = &templates[idx as usize];
+                if t.matches(path) {
                     f(*id);
                 }
             });
@@ -467,6 +446,13 @@ impl PathIndex {
     }
 
     fn matches(&self, path: &str) -> bool {
+        if self.strs.matches(path, true) {
+            return true;
+        }
+        // The few templates of one clause are cheaper to try than a trie walk.
+        if self.templates.len() <= 8 {
+            return self.templates.iter().any(|(t, _)| t.matches(path));
+        }
         let mut hit = false;
         self.lookup(path, &mut |_| hit = true);
         hit

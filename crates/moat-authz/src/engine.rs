@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
@@ -19,7 +19,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::compiled::CompiledSet;
-use crate::ir::{Rule, RuleMatcher};
+use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::model::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{normalize_path, remote_ip_from_xff, Attrs, PathNormalization, PeerView};
@@ -83,6 +83,8 @@ struct Group {
     meta: Vec<(Arc<str>, u32)>,
     /// Number of policies in the group (an ALLOW policy without rules still counts).
     policies: usize,
+    /// TCP groups: ALLOW rules skipped because they use HTTP-only fields.
+    skipped: usize,
 }
 
 impl Group {
@@ -103,6 +105,30 @@ impl Group {
         g
     }
 
+    /// The group as Istio builds it for a TCP filter chain: ALLOW rules with an
+    /// HTTP-only field are skipped, DENY/AUDIT rules lose their HTTP-only conditions.
+    fn build_tcp(policies: &[&model::AuthzPolicy], action: Action) -> Group {
+        let mut g = Group {
+            policies: policies.len(),
+            ..Default::default()
+        };
+        let mut rules: Vec<Rule> = Vec::new();
+        for p in policies {
+            let id: Arc<str> = p.meta.id().into();
+            for (i, r) in p.rules.iter().enumerate() {
+                match r.for_tcp(action == Action::Allow) {
+                    TcpRule::AsWritten(r) | TcpRule::Broadened(r) => {
+                        rules.push(r);
+                        g.meta.push((id.clone(), i as u32));
+                    }
+                    TcpRule::Skipped => g.skipped += 1,
+                }
+            }
+        }
+        g.set = CompiledSet::new(&rules);
+        g
+    }
+
     fn first(&self, a: &Attrs<'_>) -> Option<(Arc<str>, u32)> {
         self.set
             .first_match(a)
@@ -112,10 +138,24 @@ impl Group {
 
 /// The resolved PeerAuthentication of a workload.
 #[derive(Debug, Clone)]
-struct PeerPolicy {
-    mode: MtlsMode,
-    policy: Option<String>,
-    ports: Vec<(u16, MtlsMode, String)>,
+pub(crate) struct PeerPolicy {
+    /// Workload-wide mode (never `Unset`).
+    pub(crate) mode: MtlsMode,
+    /// The PeerAuthentication that set it (`namespace/name`), if any.
+    pub(crate) policy: Option<String>,
+    /// `portLevelMtls` overrides: port, mode, policy.
+    pub(crate) ports: Vec<(u16, MtlsMode, String)>,
+}
+
+/// The AUDIT/DENY/ALLOW groups of a workload for TCP connections (built on first use).
+#[derive(Debug)]
+struct TcpView {
+    audit: Group,
+    deny: Group,
+    allow: Group,
+    dry_audit: Group,
+    dry_deny: Group,
+    dry_allow: Group,
 }
 
 /// Everything that applies to one (namespace, labels) workload.
@@ -123,6 +163,11 @@ struct PeerPolicy {
 struct View {
     namespace: String,
     labels: BTreeMap<String, String>,
+    /// Indices in `PolicySet::authz` of the AuthorizationPolicies that apply, by
+    /// namespace/name (Envoy's order).
+    applicable: Vec<usize>,
+    /// The same policies compiled for TCP connections, on first use.
+    tcp: OnceLock<TcpView>,
     audit: Group,
     deny: Group,
     allow: Group,
@@ -223,6 +268,30 @@ pub struct RequestInput<'a> {
     /// TLS SNI.
     pub sni: Option<&'a str>,
     /// Verified client certificate (`None` for plaintext).
+    pub peer: Option<&'a PeerIdentity>,
+}
+
+/// One TCP (L4) connection as the engine sees it: no HTTP attributes.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionInput<'a> {
+    /// Workload namespace.
+    pub namespace: &'a str,
+    /// Workload labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// Destination (listener) port: `ports`, `destination.port`, PeerAuthentication
+    /// `portLevelMtls`.
+    pub port: Option<u16>,
+    /// TCP peer address (`ipBlocks`, `source.ip`).
+    pub source_ip: Option<IpAddr>,
+    /// Original client address (`remoteIpBlocks`, `remote.ip`); `None` = the source IP
+    /// (Envoy's downstream remote address of a connection without PROXY protocol).
+    pub remote_ip: Option<IpAddr>,
+    /// Local address (`destination.ip`).
+    pub dest_ip: Option<IpAddr>,
+    /// TLS SNI (`connection.sni`).
+    pub sni: Option<&'a str>,
+    /// Verified client certificate (`None` for plaintext): `principals`, `namespaces`,
+    /// `serviceAccounts` and their `source.*` keys.
     pub peer: Option<&'a PeerIdentity>,
 }
 
@@ -419,22 +488,8 @@ impl AuthzEngine {
 
     fn build_view(&self, ns: &str, labels: &BTreeMap<String, String>) -> View {
         let root = self.cfg.root_namespace.as_str();
-        let mut applicable: Vec<&model::AuthzPolicy> = self
-            .set
-            .authz
-            .iter()
-            .filter(|p| p.meta.applies(root, ns, labels))
-            .collect();
-        applicable.sort_by(|a, b| {
-            (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name))
-        });
-        let pick = |action: Action, dry: bool| -> Vec<&model::AuthzPolicy> {
-            applicable
-                .iter()
-                .copied()
-                .filter(|p| p.action == action && p.meta.dry_run == dry)
-                .collect()
-        };
+        let applicable = self.applicable_policies(ns, labels);
+        let pick = |action: Action, dry: bool| self.pick(&applicable, action, dry);
         let mut providers = Vec::new();
         let mut ras: Vec<(usize, &model::RequestAuthn)> = self
             .set
@@ -460,9 +515,106 @@ impl AuthzEngine {
             dry_audit: Group::build(&pick(Action::Audit, true)),
             dry_deny: Group::build(&pick(Action::Deny, true)),
             dry_allow: Group::build(&pick(Action::Allow, true)),
+            applicable,
+            tcp: OnceLock::new(),
             providers,
             peer: compose_peer(&self.set.peer_authn, root, ns, labels),
         }
+    }
+
+    /// Indices in `PolicySet::authz` of the AuthorizationPolicies that apply to a
+    /// workload, in Envoy's order (namespace, then name).
+    pub(crate) fn applicable_policies(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<usize> {
+        let root = self.cfg.root_namespace.as_str();
+        let mut applicable: Vec<usize> = (0..self.set.authz.len())
+            .filter(|&i| self.set.authz[i].meta.applies(root, ns, labels))
+            .collect();
+        applicable.sort_by(|&a, &b| {
+            let (a, b) = (&self.set.authz[a].meta, &self.set.authz[b].meta);
+            (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+        });
+        applicable
+    }
+
+    fn pick(&self, applicable: &[usize], action: Action, dry: bool) -> Vec<&model::AuthzPolicy> {
+        applicable
+            .iter()
+            .map(|&i| &self.set.authz[i])
+            .filter(|p| p.action == action && p.meta.dry_run == dry)
+            .collect()
+    }
+
+    fn tcp_view<'v>(&self, view: &'v View) -> &'v TcpView {
+        view.tcp.get_or_init(|| {
+            let g = |action: Action, dry: bool| {
+                Group::build_tcp(&self.pick(&view.applicable, action, dry), action)
+            };
+            TcpView {
+                audit: g(Action::Audit, false),
+                deny: g(Action::Deny, false),
+                allow: g(Action::Allow, false),
+                dry_audit: g(Action::Audit, true),
+                dry_deny: g(Action::Deny, true),
+                dry_allow: g(Action::Allow, true),
+            }
+        })
+    }
+
+    /// Evaluates one TCP (L4) connection with Istio's TCP filter-chain semantics:
+    /// PeerAuthentication (STRICT without a client certificate closes the connection,
+    /// DISABLE ignores it), then AUDIT, DENY and ALLOW over the connection attributes
+    /// (ports, ipBlocks, remoteIpBlocks, principals, namespaces, serviceAccounts,
+    /// destination.ip, connection.sni). A rule using an HTTP-only field never matches
+    /// when it is an ALLOW rule; in a DENY/AUDIT rule only those conditions are dropped
+    /// (see [`crate::ir::TcpRule`]).
+    ///
+    /// `status` in the result is 200 when the connection is accepted and 403 when it is
+    /// closed.
+    pub fn evaluate_connection(&self, c: &ConnectionInput<'_>) -> Decision {
+        let view = self.view(c.namespace, c.labels);
+        let (mode, pa_policy) = view.peer_mode(c.port.unwrap_or(0));
+        if let Some(d) = strict_rejection(mode, pa_policy, c.peer.is_some()) {
+            return d;
+        }
+        let mut fallback = Vec::new();
+        let peer_view = peer_view(mode, c.peer, &mut fallback);
+        let no_headers = HeaderMap::new();
+        let attrs = Attrs {
+            host: "",
+            method: "",
+            path: "",
+            raw_path: "",
+            headers: &no_headers,
+            port: c.port,
+            source_ip: c.source_ip,
+            remote_ip: c.remote_ip.or(c.source_ip),
+            dest_ip: c.dest_ip,
+            sni: c.sni,
+            peer: peer_view,
+            jwt: None,
+        };
+        let tcp = self.tcp_view(&view);
+        let mut d = decide(&tcp.audit, &tcp.deny, &tcp.allow, &attrs);
+        if !d.allowed && d.policy.is_none() && tcp.allow.skipped > 0 {
+            d.reason = format!(
+                "no ALLOW policy matched ({} ALLOW rule(s) use HTTP-only fields and never match a TCP connection)",
+                tcp.allow.skipped
+            )
+            .into();
+        }
+        d.mtls_mode = mode;
+        dry_run(
+            &mut d,
+            &tcp.dry_audit,
+            &tcp.dry_deny,
+            &tcp.dry_allow,
+            &attrs,
+        );
+        d
     }
 
     /// Evaluates one request: peer authentication, request authentication (may rewrite
@@ -471,22 +623,9 @@ impl AuthzEngine {
     pub fn evaluate(&self, req: &RequestInput<'_>, headers: &mut HeaderMap) -> Decision {
         let view = self.view(req.namespace, req.labels);
         let (mode, pa_policy) = view.peer_mode(req.port.unwrap_or(0));
-        if mode == MtlsMode::Strict && req.peer.is_none() {
-            let mut d = Decision::new(
-                403,
-                false,
-                "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
-                "peer",
-            );
-            d.policy = pa_policy.map(str::to_string);
-            d.mtls_mode = mode;
+        if let Some(d) = strict_rejection(mode, pa_policy, req.peer.is_some()) {
             return d;
         }
-        let peer = if mode == MtlsMode::Disable {
-            None
-        } else {
-            req.peer
-        };
         let path = match normalize_path(req.path_and_query, self.cfg.path_normalization) {
             Ok(p) => p,
             Err(e) => {
@@ -528,19 +667,8 @@ impl AuthzEngine {
                 return d;
             }
         };
-        let fallback: Vec<String>;
-        let peer_view = match peer {
-            Some(p) if p.uri_sans.is_empty() => {
-                fallback = p
-                    .principal
-                    .iter()
-                    .map(|x| format!("spiffe://{x}"))
-                    .collect();
-                Some(PeerView { uris: &fallback })
-            }
-            Some(p) => Some(PeerView { uris: &p.uri_sans }),
-            None => None,
-        };
+        let mut fallback = Vec::new();
+        let peer_view = peer_view(mode, req.peer, &mut fallback);
         let attrs = Attrs {
             host: req.host,
             method: req.method,
@@ -557,18 +685,13 @@ impl AuthzEngine {
         };
         let mut d = decide(&view.audit, &view.deny, &view.allow, &attrs);
         d.mtls_mode = mode;
-        if view.dry_deny.policies + view.dry_allow.policies + view.dry_audit.policies > 0 {
-            let shadow = decide(&view.dry_audit, &view.dry_deny, &view.dry_allow, &attrs);
-            d.audit
-                .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
-            let meaningful = view.dry_deny.policies + view.dry_allow.policies > 0;
-            if meaningful && !shadow.allowed {
-                d.dry_run = Some(format!(
-                    "dry-run policies would deny: {}",
-                    shadow.reason_with_rule()
-                ));
-            }
-        }
+        dry_run(
+            &mut d,
+            &view.dry_audit,
+            &view.dry_deny,
+            &view.dry_allow,
+            &attrs,
+        );
         d.request_principal = verified.as_ref().map(|j| j.principal());
         d.jwt = verified;
         d
@@ -581,6 +704,56 @@ impl Decision {
             Some(_) => format!("{} ({})", self.rule_id(), self.reason),
             None => self.reason.to_string(),
         }
+    }
+}
+
+/// The 403 of PeerAuthentication STRICT for a connection without a verified client
+/// certificate (Istio refuses the handshake).
+fn strict_rejection(mode: MtlsMode, policy: Option<&str>, has_peer: bool) -> Option<Decision> {
+    if mode != MtlsMode::Strict || has_peer {
+        return None;
+    }
+    let mut d = Decision::new(
+        403,
+        false,
+        "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
+        "peer",
+    );
+    d.policy = policy.map(str::to_string);
+    d.mtls_mode = mode;
+    Some(d)
+}
+
+/// The URI SANs policies see: none under DISABLE or for plaintext; the certificate's URI
+/// SANs, or `spiffe://<principal>` (put in `fallback`) when it has none.
+fn peer_view<'a>(
+    mode: MtlsMode,
+    peer: Option<&'a PeerIdentity>,
+    fallback: &'a mut Vec<String>,
+) -> Option<PeerView<'a>> {
+    let p = peer.filter(|_| mode != MtlsMode::Disable)?;
+    if !p.uri_sans.is_empty() {
+        return Some(PeerView { uris: &p.uri_sans });
+    }
+    fallback.extend(p.principal.iter().map(|x| format!("spiffe://{x}")));
+    let uris: &'a Vec<String> = fallback;
+    Some(PeerView { uris })
+}
+
+/// Evaluates the dry-run (`istio.io/dry-run`) groups and reports them in `d`: their AUDIT
+/// matches, and what they would have denied.
+fn dry_run(d: &mut Decision, audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) {
+    if deny.policies + allow.policies + audit.policies == 0 {
+        return;
+    }
+    let shadow = decide(audit, deny, allow, a);
+    d.audit
+        .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
+    if deny.policies + allow.policies > 0 && !shadow.allowed {
+        d.dry_run = Some(format!(
+            "dry-run policies would deny: {}",
+            shadow.reason_with_rule()
+        ));
     }
 }
 
@@ -627,7 +800,7 @@ impl View {
 /// Istio's ComposePeerAuthentication: workload (selector, not root ns) > namespace
 /// (no selector) > mesh (root ns, no selector); the oldest wins within a level; UNSET
 /// inherits; portLevelMtls of the workload policy overrides per port; default PERMISSIVE.
-fn compose_peer(
+pub(crate) fn compose_peer(
     pas: &[PeerAuthn],
     root: &str,
     ns: &str,

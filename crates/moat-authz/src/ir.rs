@@ -184,15 +184,204 @@ impl PartialEq for SaPat {
     }
 }
 
-/// One segment of a path template.
+/// One segment of a path template (the part of the template before `{**}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seg {
-    /// Literal segment text.
+    /// Literal segment text (empty only for a trailing `/`).
     Lit(String),
     /// `{*}`: exactly one non-empty segment.
     One,
-    /// `{**}`: zero or more segments (must be the last operator).
-    Many,
+}
+
+/// Istio's `{*}` operator.
+pub const MATCH_ONE: &str = "{*}";
+/// Istio's `{**}` operator.
+pub const MATCH_ANY: &str = "{**}";
+
+/// Whether a byte may appear in a literal template segment or in the text matched by
+/// `{*}`: RFC 3986 `pchar` without `*` and `=` (Envoy's `kLiteral` in
+/// `uri_template_internal.cc`: unreserved, `%`, `!$&'()+,;`, `:@`).
+#[inline]
+pub fn is_template_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'%'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'+'
+                | b','
+                | b';'
+                | b':'
+                | b'@'
+        )
+}
+
+/// Istio's `validLiteral` (`pkg/config/security/security.go`): one or more of
+/// `[a-zA-Z0-9-._~%!$&'()+,;:@=]`. Envoy's set is the same without `=`.
+fn is_istio_literal(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b == b'=' || is_template_char(b))
+}
+
+/// A `paths` / `notPaths` value containing `{*}` or `{**}`: an Envoy `uri_template`
+/// (Istio replaces `{*}` by `*` and `{**}` by `**`), matched as Envoy's generated regex
+/// `"/" + join(segments, "/")`, anchored at both ends, where `*` is
+/// `[pchar-without-*=]+` and `**` is `[pchar-without-*= or /]*`.
+///
+/// Compiled once: matching walks the path without allocating.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTemplate {
+    /// The template as written.
+    pub raw: String,
+    /// Segments before `{**}` (all of them when there is no `{**}`); each matches one
+    /// path segment.
+    pub head: Vec<Seg>,
+    /// Whether the template has `{**}`.
+    pub any: bool,
+    /// With `{**}`: the literal segments after it, each preceded by `/`
+    /// (`/{**}/a/b` -> `/a/b`; a trailing `/` -> `/`); empty when `{**}` ends the template.
+    pub tail: String,
+}
+
+impl PathTemplate {
+    /// Parses a path value that contains `{*}` or `{**}`; `key` (`Paths` or `NotPaths`)
+    /// names the field in errors.
+    ///
+    /// Validation is Istio's `CheckValidPathTemplate`, with its error text, followed by
+    /// the rules of Envoy's `uri_template` parser that Istio does not check (a template
+    /// Istio accepts but Envoy refuses makes the proxy reject its whole configuration, so
+    /// moat refuses it at load).
+    pub fn parse(raw: &str, key: &str) -> Result<PathTemplate, String> {
+        check_istio_path(raw, key)?;
+        let refuse = |why: &str| {
+            Err(format!(
+                "invalid path template {raw}, found in {key}: Istio accepts it but Envoy's \
+                 uri_template matcher refuses it ({why}), so the proxy would reject the configuration"
+            ))
+        };
+        let Some(body) = raw.strip_prefix('/') else {
+            return refuse("it must start with `/`");
+        };
+        let parts: Vec<&str> = body.split('/').collect();
+        let mut head = Vec::new();
+        let mut any = false;
+        let mut tail = String::new();
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            if part.is_empty() && !(last && i > 0) {
+                return refuse("an empty segment is only allowed as one trailing `/`");
+            }
+            if part.contains('=') {
+                return refuse("`=` is not allowed in a literal segment");
+            }
+            match *part {
+                MATCH_ANY => any = true,
+                MATCH_ONE => head.push(Seg::One),
+                lit if any => {
+                    tail.push('/');
+                    tail.push_str(lit);
+                }
+                lit => head.push(Seg::Lit(lit.to_string())),
+            }
+        }
+        Ok(PathTemplate {
+            raw: raw.to_string(),
+            head,
+            any,
+            tail,
+        })
+    }
+
+    /// Whether the (normalized, query-less) path matches.
+    pub fn matches(&self, path: &str) -> bool {
+        let Some(mut rest) = path.strip_prefix('/') else {
+            return false;
+        };
+        let n = self.head.len();
+        for (i, seg) in self.head.iter().enumerate() {
+            // Every head segment is followed by `/`, except the last one of a template
+            // without `{**}`, which must take the rest of the path.
+            let (part, after) = if i + 1 == n && !self.any {
+                (rest, "")
+            } else {
+                match rest.find('/') {
+                    Some(j) => (&rest[..j], &rest[j + 1..]),
+                    None => return false,
+                }
+            };
+            let ok = match seg {
+                Seg::Lit(l) => part == l,
+                Seg::One => !part.is_empty() && part.bytes().all(is_template_char),
+            };
+            if !ok {
+                return false;
+            }
+            rest = after;
+        }
+        if !self.any {
+            return true;
+        }
+        match rest.strip_suffix(self.tail.as_str()) {
+            Some(middle) => middle.bytes().all(|b| b == b'/' || is_template_char(b)),
+            None => false,
+        }
+    }
+
+    /// The literal text every matching path starts with (`/a/b/{*}` -> `/a/b/`).
+    pub fn literal_prefix(&self) -> String {
+        let mut s = String::from("/");
+        let n = self.head.len();
+        for (i, seg) in self.head.iter().enumerate() {
+            match seg {
+                Seg::Lit(l) if i + 1 < n || self.any => {
+                    s.push_str(l);
+                    s.push('/');
+                }
+                _ => break,
+            }
+        }
+        s
+    }
+}
+
+/// Istio's `CheckValidPathTemplate` for one `paths`/`notPaths` value, with its messages
+/// (the path is printed with its leading and trailing `/` removed, as Istio does).
+fn check_istio_path(path: &str, key: &str) -> Result<(), String> {
+    let has_template = path.contains(MATCH_ONE) || path.contains(MATCH_ANY);
+    let trimmed = path.trim_matches('/');
+    let mut found_any = false;
+    for glob in trimmed.split('/') {
+        let op = glob == MATCH_ONE || glob == MATCH_ANY;
+        if op && found_any {
+            return Err(format!(
+                "invalid or unsupported path {trimmed}, found in {key}. {{**}} is not the last operator"
+            ));
+        }
+        if op {
+            found_any = glob == MATCH_ANY;
+            continue;
+        }
+        if glob.contains(['{', '}']) {
+            return Err(format!(
+                "invalid or unsupported path {trimmed}, found in {key}. \
+                 Contains '{{' or '}}' beyond a supported path template"
+            ));
+        }
+        if has_template && !is_istio_literal(glob) {
+            return Err(format!(
+                "invalid or unsupported path {trimmed}, found in {key}. \
+                 Contains segment {glob} with invalid string literal"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A `paths` value.
@@ -201,80 +390,31 @@ pub enum PathPat {
     /// A plain string value.
     Str(StrPat),
     /// A path template using `{*}` / `{**}`.
-    Template(Vec<Seg>),
+    Template(PathTemplate),
 }
 
 impl PathPat {
-    /// Parses and validates a path value (templates as Istio's `security.go` checks them).
+    /// Parses and validates a `paths` value (`key` = `Paths`; see [`PathPat::parse_for`]).
     pub fn parse(v: &str) -> Result<PathPat, String> {
-        if !v.contains('{') && !v.contains('}') {
-            return Ok(PathPat::Str(StrPat::parse(v)));
+        Self::parse_for(v, "Paths")
+    }
+
+    /// Parses and validates a path value of field `key` (`Paths` or `NotPaths`, the
+    /// names Istio's errors use): a value with `{*}`/`{**}` is a [`PathTemplate`], any
+    /// other `{` or `}` is refused, everything else is an Istio string value.
+    pub fn parse_for(v: &str, key: &str) -> Result<PathPat, String> {
+        if v.contains(MATCH_ONE) || v.contains(MATCH_ANY) {
+            return PathTemplate::parse(v, key).map(PathPat::Template);
         }
-        if v.contains('*') && (v.starts_with('*') || v.ends_with('*') && !v.ends_with("*}")) {
-            return Err(format!(
-                "path `{v}`: a path template cannot be combined with a `*` prefix/suffix match"
-            ));
-        }
-        let Some(rest) = v.strip_prefix('/') else {
-            return Err(format!("path template `{v}` must start with `/`"));
-        };
-        let mut segs = Vec::new();
-        let parts: Vec<&str> = rest.split('/').collect();
-        for (i, p) in parts.iter().enumerate() {
-            let seg = match *p {
-                "{*}" => Seg::One,
-                "{**}" => Seg::Many,
-                p if p.contains('{') || p.contains('}') || p.contains('*') => {
-                    return Err(format!(
-                    "path template `{v}`: segment `{p}` must be `{{*}}`, `{{**}}` or literal text"
-                ))
-                }
-                p => Seg::Lit(p.to_string()),
-            };
-            if seg == Seg::Many && parts[i + 1..].iter().any(|q| q.contains('{')) {
-                return Err(format!(
-                    "path template `{v}`: `{{**}}` must be the last operator"
-                ));
-            }
-            segs.push(seg);
-        }
-        Ok(PathPat::Template(segs))
+        check_istio_path(v, key)?;
+        Ok(PathPat::Str(StrPat::parse(v)))
     }
 
     /// Whether the (normalized, query-less) path matches.
     pub fn matches(&self, path: &str) -> bool {
         match self {
             PathPat::Str(p) => p.matches(path),
-            PathPat::Template(segs) => template_matches(segs, path),
-        }
-    }
-}
-
-/// Matches a path against template segments.
-pub fn template_matches(segs: &[Seg], path: &str) -> bool {
-    let Some(rest) = path.strip_prefix('/') else {
-        return false;
-    };
-    let parts: Vec<&str> = rest.split('/').collect();
-    let many = segs.iter().position(|s| *s == Seg::Many);
-    let seg_ok = |s: &Seg, p: &str| match s {
-        Seg::Lit(l) => l == p,
-        Seg::One => !p.is_empty(),
-        Seg::Many => true,
-    };
-    match many {
-        None => parts.len() == segs.len() && segs.iter().zip(&parts).all(|(s, p)| seg_ok(s, p)),
-        Some(m) => {
-            let head = &segs[..m];
-            let tail = &segs[m + 1..];
-            if parts.len() < head.len() + tail.len() {
-                return false;
-            }
-            head.iter().zip(&parts).all(|(s, p)| seg_ok(s, p))
-                && tail
-                    .iter()
-                    .zip(&parts[parts.len() - tail.len()..])
-                    .all(|(s, p)| seg_ok(s, p))
+            PathPat::Template(t) => t.matches(path),
         }
     }
 }
@@ -408,6 +548,97 @@ impl Pred {
             },
             Pred::Sni(pats) => any_str(pats, a.sni),
         }
+    }
+}
+
+impl Pred {
+    /// Whether the attribute exists only in HTTP: `hosts`, `methods`, `paths`,
+    /// `requestPrincipals`, `request.headers[..]` and `request.auth.*` (Istio's generators
+    /// return "is HTTP only" for these when building a TCP filter chain).
+    pub fn is_http_only(&self) -> bool {
+        matches!(
+            self,
+            Pred::RequestPrincipal(_)
+                | Pred::Host(_)
+                | Pred::Method(_)
+                | Pred::Path(_)
+                | Pred::Header(..)
+                | Pred::Audience(_)
+                | Pred::Presenter(_)
+                | Pred::Claim(..)
+        )
+    }
+
+    /// The policy field or `when` key of the predicate, for explanations.
+    pub fn field_name(&self) -> &'static str {
+        match self {
+            Pred::Principal(_) => "principals",
+            Pred::RequestPrincipal(_) => "requestPrincipals",
+            Pred::Namespace(_) => "namespaces",
+            Pred::ServiceAccount(_) => "serviceAccounts",
+            Pred::SourceIp(_) => "ipBlocks",
+            Pred::RemoteIp(_) => "remoteIpBlocks",
+            Pred::DestIp(_) => "destination.ip",
+            Pred::Host(_) => "hosts",
+            Pred::Port(_) => "ports",
+            Pred::Method(_) => "methods",
+            Pred::Path(_) => "paths",
+            Pred::Header(..) => "request.headers",
+            Pred::Audience(_) => "request.auth.audiences",
+            Pred::Presenter(_) => "request.auth.presenter",
+            Pred::Claim(..) => "request.auth.claims",
+            Pred::Sni(_) => "connection.sni",
+        }
+    }
+}
+
+/// What a rule becomes on a TCP (L4) connection, Istio's generator behaviour
+/// (`pilot/pkg/security/authz/model/model.go`, `rule.checkError`, and
+/// `builder.go`: "skipped rule ... on TCP filter chain").
+#[derive(Debug, Clone, PartialEq)]
+pub enum TcpRule {
+    /// The rule uses no HTTP-only attribute: evaluated as written.
+    AsWritten(Rule),
+    /// DENY/AUDIT rule with HTTP-only conditions: those conditions (values and
+    /// notValues alike) are dropped and the rest kept, so the rule is broader; a
+    /// source, operation or the rule left with no condition matches every connection.
+    Broadened(Rule),
+    /// ALLOW rule with an HTTP-only condition anywhere: the rule is skipped (never
+    /// matches a connection); the policy still counts as an ALLOW policy of the workload.
+    Skipped,
+}
+
+impl Rule {
+    /// Whether any `from`, `to` or `when` condition is HTTP-only.
+    pub fn uses_http_only(&self) -> bool {
+        self.from
+            .iter()
+            .chain(&self.to)
+            .flatten()
+            .chain(&self.when)
+            .any(|c| c.pred.is_http_only())
+    }
+
+    /// The rule on a TCP filter chain for a policy with `allow` (ALLOW) or not
+    /// (DENY/AUDIT) semantics; see [`TcpRule`].
+    pub fn for_tcp(&self, allow: bool) -> TcpRule {
+        if !self.uses_http_only() {
+            return TcpRule::AsWritten(self.clone());
+        }
+        if allow {
+            return TcpRule::Skipped;
+        }
+        let keep = |cs: &[Clause]| -> Vec<Clause> {
+            cs.iter()
+                .filter(|c| !c.pred.is_http_only())
+                .cloned()
+                .collect()
+        };
+        TcpRule::Broadened(Rule {
+            from: self.from.iter().map(|s| keep(s)).collect(),
+            to: self.to.iter().map(|o| keep(o)).collect(),
+            when: keep(&self.when),
+        })
     }
 }
 

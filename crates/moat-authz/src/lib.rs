@@ -15,13 +15,14 @@
 pub mod check;
 pub mod compiled;
 pub mod engine;
+pub mod explain;
 pub mod fetch;
 pub mod ir;
 pub mod jwt;
 pub mod model;
 pub mod request;
 
-pub use engine::{AuthzConfig, AuthzEngine, Decision, RequestInput};
+pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 pub use model::{Action, MtlsMode, PolicySet};
 pub use request::PathNormalization;
 

@@ -240,16 +240,21 @@ impl<'de> Deserialize<'de> for PortStr {
     }
 }
 
+/// A `paths` (`NOT = false`) or `notPaths` (`NOT = true`) value; the field name is part
+/// of Istio's template errors (`found in Paths` / `found in NotPaths`).
 #[derive(Debug, Clone)]
-struct PathY(PathPat);
+struct PathY<const NOT: bool>(PathPat);
 
-impl<'de> Deserialize<'de> for PathY {
+impl<'de, const NOT: bool> Deserialize<'de> for PathY<NOT> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         if s.is_empty() {
             return Err(D::Error::custom("empty value is not allowed"));
         }
-        PathPat::parse(&s).map(PathY).map_err(D::Error::custom)
+        let key = if NOT { "NotPaths" } else { "Paths" };
+        PathPat::parse_for(&s, key)
+            .map(PathY)
+            .map_err(D::Error::custom)
     }
 }
 
@@ -525,9 +530,9 @@ struct OperationY {
     #[serde(default)]
     not_methods: Option<Vec<NonEmpty>>,
     #[serde(default)]
-    paths: Option<Vec<PathY>>,
+    paths: Option<Vec<PathY<false>>>,
     #[serde(default)]
-    not_paths: Option<Vec<PathY>>,
+    not_paths: Option<Vec<PathY<true>>>,
 }
 
 impl OperationY {
@@ -979,13 +984,13 @@ fn convert_operation(o: &OperationY) -> Result<Vec<Clause>, String> {
         true,
         !set(&o.not_methods),
     );
-    let paths = |v: &Option<Vec<PathY>>| {
+    fn paths<const NOT: bool>(v: &Option<Vec<PathY<NOT>>>) -> Pred {
         Pred::Path(
             v.as_ref()
                 .map(|v| v.iter().map(|p| p.0.clone()).collect())
                 .unwrap_or_default(),
         )
-    };
+    }
     push(&mut out, paths(&o.paths), false, !set(&o.paths));
     push(&mut out, paths(&o.not_paths), true, !set(&o.not_paths));
     for c in &out {

@@ -1,4 +1,5 @@
-//! Property test: the compiled index decides exactly like the linear oracle.
+//! Property tests: the compiled index decides exactly like the linear oracle, for requests
+//! and for the TCP form of the rules on connections.
 
 mod common;
 
@@ -232,6 +233,68 @@ proptest! {
                 jwt: jwt.as_ref(),
             };
             prop_assert_eq!(compiled.first_match(&a), linear.first_match(&a), "request {:?}", r);
+        }
+    }
+
+    #[test]
+    fn tcp_forms(rules in prop::collection::vec(rule(), 0..12), reqs in prop::collection::vec(request(), 1..6)) {
+        let h = HeaderMap::new();
+        for allow in [true, false] {
+            // The TCP form of each rule (`None`: skipped), then the rules kept.
+            let mut forms: Vec<Option<Rule>> = Vec::new();
+            for r in &rules {
+                match r.for_tcp(allow) {
+                    TcpRule::AsWritten(t) => {
+                        prop_assert!(!r.uses_http_only());
+                        prop_assert_eq!(&t, r);
+                        forms.push(Some(t));
+                    }
+                    TcpRule::Broadened(t) => {
+                        prop_assert!(!allow && r.uses_http_only() && !t.uses_http_only());
+                        forms.push(Some(t));
+                    }
+                    TcpRule::Skipped => {
+                        prop_assert!(allow && r.uses_http_only());
+                        forms.push(None);
+                    }
+                }
+            }
+            let tcp: Vec<Rule> = forms.iter().flatten().cloned().collect();
+            let linear = LinearSet { rules: tcp.clone() };
+            let compiled = CompiledSet::new(&tcp);
+            for r in &reqs {
+                let uris: Vec<String> = r.peer.iter().cloned().collect();
+                // A connection: no method, host, path, header or token.
+                let a = Attrs {
+                    host: "",
+                    method: "",
+                    path: "",
+                    raw_path: "",
+                    headers: &h,
+                    port: r.port,
+                    source_ip: r.src,
+                    remote_ip: r.remote,
+                    dest_ip: None,
+                    sni: r.sni.as_deref(),
+                    peer: r.peer.as_ref().map(|_| PeerView { uris: &uris }),
+                    jwt: None,
+                };
+                prop_assert_eq!(compiled.first_match(&a), linear.first_match(&a), "connection {:?}", r);
+                // A DENY/AUDIT rule only gets broader: whatever request the rule matched
+                // over HTTP, its TCP form matches the same connection.
+                if !allow {
+                    let mut hh = HeaderMap::new();
+                    for (k, v) in &r.headers {
+                        hh.append(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+                    }
+                    let full = Attrs { host: &r.host, method: &r.method, path: &r.path, raw_path: &r.path, headers: &hh, ..a };
+                    for (orig, t) in rules.iter().zip(&forms) {
+                        if let Some(t) = t {
+                            prop_assert!(!orig.eval(&full) || t.eval(&a), "{:?} -> {:?} on {:?}", orig, t, r);
+                        }
+                    }
+                }
+            }
         }
     }
 }

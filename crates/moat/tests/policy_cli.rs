@@ -468,3 +468,190 @@ fn validate_subcommand() {
         "{e}"
     );
 }
+
+fn moat(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn tcp_connection_check() {
+    let d = setup();
+    // deny-admin only has HTTP conditions (a path and a header): on a TCP filter chain
+    // Istio drops them, so it closes every connection (what Istio's validation warns).
+    let (code, v) = json(
+        d.path(),
+        &with(&[
+            "--tcp",
+            "--port",
+            "5432",
+            "--principal",
+            "cluster.local/ns/shop/sa/frontend",
+        ]),
+    );
+    assert_eq!(code, 1);
+    assert_eq!(v["protocol"], "tcp");
+    assert_eq!(v["decision"], "DENY");
+    assert_eq!(v["connection"], "closed");
+    assert_eq!(v["policy"], "istio-system/deny-admin");
+    assert_eq!(v["rule"], 0);
+
+    // Without it: the principal rule allows, the HTTP-only rules never match.
+    let tcp_only = POLICIES
+        .split("---\n")
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("---\n");
+    std::fs::write(d.path().join("tcp.yaml"), tcp_only).unwrap();
+    let tcp = |extra: &[&str]| {
+        let mut a = vec![
+            "policy",
+            "check",
+            "--tcp",
+            "--policies",
+            "tcp.yaml",
+            "--namespace",
+            "shop",
+            "--label",
+            "app=web",
+        ];
+        a.extend_from_slice(extra);
+        moat(d.path(), &a)
+    };
+    let (code, out, err) = tcp(&[
+        "--port",
+        "5432",
+        "--peer-uri",
+        "spiffe://cluster.local/ns/shop/sa/frontend",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "ALLOW (connection accepted)\npolicy: shop/web rule 1\nreason: matched an ALLOW policy\naudit: shop/audit-all[rule 0]\n"
+    );
+    let (code, out, _) = tcp(&["--port", "5432", "--source-ip", "198.51.100.7"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        out,
+        "DENY (connection closed)\nreason: no ALLOW policy matched (2 ALLOW rule(s) use HTTP-only fields and never match a TCP connection)\naudit: shop/audit-all[rule 0]\n"
+    );
+    // audit-all's only condition is a method: on TCP it audits every connection.
+    // remoteIpBlocks + ports (rule 3), connection.sni (rule 4).
+    let (code, out, err) = tcp(&["--port", "8443", "--remote-ip", "203.0.113.9"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("policy: shop/web rule 3"), "{out}");
+    let (code, out, _) = tcp(&["--port", "5432", "--sni", "internal.shop"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("policy: shop/web rule 4"), "{out}");
+
+    // Usage errors: HTTP flags with --tcp, --tcp without --port.
+    let (code, _, err) = run(
+        d.path(),
+        &with(&[
+            "--policies",
+            "policies.yaml",
+            "--tcp",
+            "--port",
+            "1",
+            "--url",
+            "http://a/",
+        ]),
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(d.path(), &with(&["--policies", "policies.yaml", "--tcp"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--port"), "{err}");
+}
+
+#[test]
+fn explain_subcommand() {
+    let d = setup();
+    let (code, out, err) = moat(
+        d.path(),
+        &[
+            "policy",
+            "explain",
+            "--policies",
+            "policies.yaml",
+            "--namespace",
+            "shop",
+            "--label",
+            "app=web",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "workload: namespace shop, labels {app=web} (root namespace istio-system)"
+    );
+    assert_eq!(
+        lines[1],
+        "1. PeerAuthentication: PERMISSIVE (default: no policy applies)"
+    );
+    assert_eq!(
+        lines[2],
+        "2. RequestAuthentication: shop/jwt (issuers https://issuer.example.com)"
+    );
+    assert!(lines[4].starts_with("ACTION  POLICY"), "{out}");
+    let actions: Vec<&str> = lines[5..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        actions,
+        ["CUSTOM", "AUDIT", "DENY", "ALLOW", "ALLOW", "ALLOW", "ALLOW", "ALLOW", "ALLOW"],
+        "{out}"
+    );
+    assert!(
+        lines[6].contains("shop/audit-all")
+            && lines[6].contains("to: {methods=DELETE}")
+            && lines[6].ends_with("drops methods: matches every connection"),
+        "{out}"
+    );
+    assert!(lines[7].contains("istio-system/deny-admin"), "{out}");
+    assert!(
+        lines[7].ends_with("drops paths,request.headers[x-break-glass]: matches every connection"),
+        "{out}"
+    );
+
+    let (code, out, _) = moat(
+        d.path(),
+        &[
+            "policy",
+            "explain",
+            "--policies",
+            "policies.yaml",
+            "--namespace",
+            "shop",
+            "--label",
+            "app=db",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["peer_authentication"]["mode"], "STRICT");
+    assert_eq!(v["peer_authentication"]["policy"], "shop/db-strict");
+    assert_eq!(v["authorization"][3]["action"], "ALLOW");
+    assert_eq!(v["authorization"][3]["policies"], serde_json::json!([]));
+    assert_eq!(
+        v["authorization"][2]["policies"][0]["policy"],
+        "istio-system/deny-admin"
+    );
+
+    let (code, _, err) = moat(
+        d.path(),
+        &["policy", "explain", "--policies", "missing.yaml"],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("missing.yaml"), "{err}");
+}

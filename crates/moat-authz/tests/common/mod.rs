@@ -8,7 +8,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use http::HeaderMap;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use moat_authz::engine::{AuthzConfig, AuthzEngine, Decision, RequestInput};
+use moat_authz::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 use moat_core::PeerIdentity;
 use ring::rand::SystemRandom;
 use ring::signature::{self, KeyPair};
@@ -249,6 +249,35 @@ impl Req {
     /// Status code only.
     pub fn status(&self, e: &AuthzEngine) -> u16 {
         self.eval(e).status
+    }
+
+    /// Evaluates the same workload, addresses, port, SNI and peer as a TCP connection
+    /// (method, host, path, headers and JWT are not part of a connection).
+    pub fn conn(&self, e: &AuthzEngine) -> Decision {
+        let peer = self.peer.as_ref().map(|u| {
+            let (principal, namespace) = PeerIdentity::from_spiffe_uri(u);
+            PeerIdentity {
+                principal,
+                namespace,
+                uri_sans: vec![u.clone()],
+                ..Default::default()
+            }
+        });
+        e.evaluate_connection(&ConnectionInput {
+            namespace: &self.ns,
+            labels: &self.labels,
+            port: self.port,
+            source_ip: self.src,
+            remote_ip: self.remote,
+            dest_ip: self.dest,
+            sni: self.sni.as_deref(),
+            peer: peer.as_ref(),
+        })
+    }
+
+    /// Whether the connection is accepted.
+    pub fn conn_ok(&self, e: &AuthzEngine) -> bool {
+        self.conn(e).allowed
     }
 }
 

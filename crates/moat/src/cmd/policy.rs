@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use moat_authz::check::{self, CheckArgs};
+use moat_authz::explain;
 use moat_authz::PathNormalization;
 
 /// Arguments of `moat policy`.
@@ -19,9 +20,16 @@ enum PolicyCommand {
     /// Evaluate one request against Istio policies, as the gateway would.
     ///
     /// Prints the HTTP status the gateway would return (200 forwarded, 401 refused
-    /// token, 403 denied), ALLOW/DENY and the policy and rule that decided.
+    /// token, 403 denied), ALLOW/DENY and the policy and rule that decided. With --tcp,
+    /// evaluates a TCP connection instead (Istio's TCP filter-chain semantics).
     /// Exit status: 0 forwarded, 1 rejected, 2 input error.
     Check(Box<Check>),
+    /// List every policy that applies to a workload, in evaluation order.
+    ///
+    /// Like `istioctl x authz check`: PeerAuthentication, RequestAuthentication, then the
+    /// CUSTOM, AUDIT, DENY and ALLOW AuthorizationPolicies with their rules, and what
+    /// each rule becomes on a TCP connection.
+    Explain(Explain),
     /// Load and validate policy files (exit 0 valid, 2 invalid).
     Validate(Validate),
 }
@@ -31,12 +39,15 @@ struct Check {
     /// Policy file or directory (repeatable; multi-document YAML).
     #[arg(long, required = true)]
     policies: Vec<PathBuf>,
+    /// Evaluate a TCP connection (no HTTP attributes; needs --port) instead of a request.
+    #[arg(long, conflicts_with_all = ["url", "method", "headers", "jwt"], requires = "port")]
+    tcp: bool,
     /// Request URL: host, path and query (and the default port).
+    #[arg(long, required_unless_present = "tcp")]
+    url: Option<String>,
+    /// Request method (default GET).
     #[arg(long)]
-    url: String,
-    /// Request method.
-    #[arg(long, default_value = "GET")]
-    method: String,
+    method: Option<String>,
     /// Request header `Name: value` (repeatable).
     #[arg(long = "header", short = 'H')]
     headers: Vec<String>,
@@ -54,6 +65,9 @@ struct Check {
     /// URI SAN of the client certificate (spiffe://td/ns/N/sa/S). Absent: plaintext.
     #[arg(long)]
     peer_uri: Option<String>,
+    /// Peer principal (td/ns/N/sa/S), the same as --peer-uri spiffe://<principal>.
+    #[arg(long, conflicts_with = "peer_uri")]
+    principal: Option<String>,
     /// Destination port (ports / destination.port). Default: the URL's.
     #[arg(long)]
     port: Option<u16>,
@@ -84,6 +98,25 @@ struct Check {
 }
 
 #[derive(Args)]
+struct Explain {
+    /// Policy file or directory (repeatable; multi-document YAML).
+    #[arg(long, required = true)]
+    policies: Vec<PathBuf>,
+    /// Namespace of the workload.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Workload label `key=value` (repeatable), matched by selector.matchLabels.
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Istio root namespace (its policies apply to every workload).
+    #[arg(long, default_value = "istio-system")]
+    root_namespace: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 struct Validate {
     /// Policy files or directories.
     #[arg(required = true)]
@@ -104,6 +137,7 @@ fn parse_normalization(s: &str) -> Option<PathNormalization> {
 pub fn run(args: PolicyArgs) -> ExitCode {
     match args.command {
         PolicyCommand::Check(c) => run_check(*c),
+        PolicyCommand::Explain(x) => run_explain(x),
         PolicyCommand::Validate(v) => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             match moat_authz::model::load_paths(&v.policies, &cwd) {
@@ -136,13 +170,13 @@ fn run_check(c: Check) -> ExitCode {
     };
     let args = CheckArgs {
         policies: c.policies,
-        url: c.url,
-        method: c.method,
+        url: c.url.unwrap_or_default(),
+        method: c.method.unwrap_or_else(|| "GET".into()),
         headers: c.headers,
         source_ip: c.source_ip,
         remote_ip: c.remote_ip,
         dest_ip: c.destination_ip,
-        peer_uri: c.peer_uri,
+        peer_uri: c.peer_uri.or(c.principal.map(|p| format!("spiffe://{p}"))),
         port: c.port,
         sni: c.sni,
         jwt: c.jwt,
@@ -152,12 +186,18 @@ fn run_check(c: Check) -> ExitCode {
         trusted_proxies: c.trusted_proxies,
         path_normalization: norm,
     };
-    match check::run(&args) {
+    let result = if c.tcp {
+        check::build_engine(&args).and_then(|e| check::check_connection_with(&e, &args))
+    } else {
+        check::run(&args)
+    };
+    match result {
         Ok(d) => {
-            if c.json {
-                println!("{}", check::to_json(&d));
-            } else {
-                print!("{}", check::to_text(&d));
+            match (c.tcp, c.json) {
+                (false, false) => print!("{}", check::to_text(&d)),
+                (false, true) => println!("{}", check::to_json(&d)),
+                (true, false) => print!("{}", check::connection_to_text(&d)),
+                (true, true) => println!("{}", check::connection_to_json(&d)),
             }
             if d.allowed {
                 ExitCode::SUCCESS
@@ -167,6 +207,38 @@ fn run_check(c: Check) -> ExitCode {
         }
         Err(e) => {
             eprintln!("moat policy check: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_explain(x: Explain) -> ExitCode {
+    let args = CheckArgs {
+        policies: x.policies,
+        namespace: x.namespace,
+        labels: x.labels,
+        root_namespace: x.root_namespace,
+        ..CheckArgs::default()
+    };
+    let labels = match check::parse_labels(&args) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("moat policy explain: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match check::build_engine(&args) {
+        Ok(engine) => {
+            let e = explain::explain(&engine, &args.namespace, &labels);
+            if x.json {
+                println!("{}", explain::to_json(&e));
+            } else {
+                print!("{}", explain::to_text(&e));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("moat policy explain: {e}");
             ExitCode::from(2)
         }
     }
