@@ -192,31 +192,29 @@ async fn accept_loop(
                     let ci = conn_info(peer, local, None, xff_hops, watch);
                     server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                 }
-                Some(t) => {
-                    match t.accept(tcp).await {
-                        Ok(moat_tls::Accepted::Plain(tcp)) => {
-                            let ci = conn_info(peer, local, None, xff_hops, watch);
-                            server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
-                        }
-                        Ok(moat_tls::Accepted::Tls {
-                            stream,
-                            session,
-                            handshake,
-                        }) => {
-                            let ci = conn_info(peer, local, Some(session), xff_hops, watch);
-                            on_connection(&shared, &ci.conn, &handshake);
-                            let io = DownstreamIo::Tls(Box::new(stream));
-                            server::serve(shared, h2, drain, ci, io).await;
-                        }
-                        Err(e) => {
-                            shared
-                                .metrics
-                                .tls_handshake_errors
-                                .fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                        }
+                Some(t) => match t.accept(tcp).await {
+                    Ok(moat_tls::Accepted::Plain(tcp)) => {
+                        let ci = conn_info(peer, local, None, xff_hops, watch);
+                        server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                     }
-                }
+                    Ok(moat_tls::Accepted::Tls {
+                        stream,
+                        session,
+                        handshake,
+                    }) => {
+                        let ci = conn_info(peer, local, Some(session), xff_hops, watch);
+                        on_connection(&shared, &ci.conn, &handshake);
+                        let io = DownstreamIo::Tls(Box::new(stream));
+                        server::serve(shared, h2, drain, ci, io).await;
+                    }
+                    Err(e) => {
+                        shared
+                            .metrics
+                            .tls_handshake_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                    }
+                },
             }
         };
         tokio::spawn(async move {

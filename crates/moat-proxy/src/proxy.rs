@@ -14,7 +14,9 @@ use moat_core::{
     SecurityEvent, Verdict,
 };
 
-use crate::body::{gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, ProxyBody, RequestBody};
+use crate::body::{
+    gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, ProxyBody, RequestBody,
+};
 use crate::config::OnLimit;
 use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
@@ -23,7 +25,7 @@ use crate::pipeline::max_need;
 use crate::routing::Route;
 use crate::state::{Shared, Snapshot};
 use crate::upstream::{
-    UpstreamError, UpstreamHead, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID,
+    UpstreamBody, UpstreamError, UpstreamHead, UpstreamRequest, X_FORWARDED_FOR, X_REQUEST_ID,
 };
 
 /// The response type of the proxy service.
@@ -148,129 +150,197 @@ struct ReqState<'a> {
 
 type ProxyResult = Result<(ProxyResponse, Decision), (Reply, Decision)>;
 
+/// The request's phases in order: request headers, request body, upstream, response.
+/// Each phase group is a function; a refusal anywhere ends the request with a reply.
 async fn proxy(
     st: &mut ReqState<'_>,
     ctx: &mut RequestCtx,
     parts: &mut http::request::Parts,
     body: RequestBody,
 ) -> ProxyResult {
-    let snap = st.snap;
-    let route = st.route;
-    let pipeline = &snap.pipeline;
-    let metrics = &st.shared.metrics;
-    let body = body.paced(route.body_pace);
-
-    // Phase: request headers.
+    let pipeline = &st.snap.pipeline;
     run_phase(
-        metrics,
+        &st.shared.metrics,
         Phase::RequestHeaders,
         &pipeline.request_headers,
         |p| p.on_request_headers(ctx, parts),
     )?;
+    // After-response phases that want the bodies get copies of what was inspected.
+    let mut keep_bodies = BodyNeed::None;
+    for p in &pipeline.after_response {
+        keep_bodies = max_need(keep_bodies, p.wants_bodies(ctx, parts));
+    }
+    let body = body.paced(st.route.body_pace);
+    let (forward, tripped) = request_body_phase(st, ctx, parts, body, keep_bodies).await?;
+    let resp = upstream_phase(st, ctx, parts, forward, tripped).await?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        // The client only gets a 101 it asked for (the upstream client refuses others);
+        // the body holds the upstream connection, which the server joins with the
+        // client's once the 101 head is written.
+        let (rparts, rbody) = resp.into_parts();
+        return Ok((
+            Response::from_parts(rparts, ProxyBody::Upstream(rbody)),
+            Decision::Allow,
+        ));
+    }
+    response_phase(st, ctx, parts, resp, keep_bodies).await
+}
 
-    // Request body: limit check, buffering when a phase asks, phases.
+/// Which message a buffered body belongs to.
+#[derive(Clone, Copy)]
+enum Side {
+    Request,
+    Response,
+}
+
+/// The `limits` event of a body longer than what its route lets moat inspect.
+fn inspection_limit_event(side: Side, limit: u64) -> SecurityEvent {
+    let (rule, location, what) = match side {
+        Side::Request => ("request_body_limit", "body", "request"),
+        Side::Response => ("response_body_limit", "response_body", "response"),
+    };
+    SecurityEvent::new(
+        "limits",
+        rule,
+        EventAction::Bypass,
+        format!("{what} body exceeds {limit} bytes: only the first {limit} bytes were inspected"),
+    )
+    .at(location)
+}
+
+/// What goes on after a buffered body was inspected: the whole (possibly rewritten)
+/// body with its length, or, when only a prefix was read, the inspected prefix
+/// followed by the rest of the stream (`rest`, given the bytes already taken).
+fn forward_inspected(
+    inspected: &Inspected,
+    buffered: &Buffered,
+    headers: &mut HeaderMap,
+    set_length: bool,
+    rest: impl FnOnce(u64) -> ProxyBody,
+) -> ProxyBody {
+    if buffered.truncated {
+        let prefix = inspected.followed_by(&buffered.overflow);
+        let consumed = prefix.len() as u64;
+        ProxyBody::Prefixed(Some(prefix), Box::new(rest(consumed)))
+    } else {
+        if set_length {
+            set_content_length(headers, inspected.data.len());
+        }
+        ProxyBody::full(inspected.data.clone())
+    }
+}
+
+/// The request body phase: the route's limit, buffering when a phase (or an
+/// after-response phase) asks for the body, the phases, and the body to forward
+/// (with the flag a streamed body sets when it crosses the limit).
+async fn request_body_phase(
+    st: &mut ReqState<'_>,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    body: RequestBody,
+    keep_bodies: BodyNeed,
+) -> Result<(ProxyBody, Option<Arc<AtomicBool>>), (Reply, Decision)> {
+    let route = st.route;
+    let pipeline = &st.snap.pipeline;
     let content_length = content_length(&parts.headers);
     st.bytes_in = content_length.unwrap_or(0);
     let limit = route.body_max;
     if route.on_limit == OnLimit::Reject && content_length.is_some_and(|l| l > limit) {
         return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
     }
-    let mut need = BodyNeed::None;
+    let mut need = keep_bodies;
     if !pipeline.request_body.is_empty() {
-        need = pipeline.request_body_need(ctx, parts);
+        need = max_need(need, pipeline.request_body_need(ctx, parts));
     }
-    let mut keep_bodies = BodyNeed::None;
-    for p in &pipeline.after_response {
-        keep_bodies = max_need(keep_bodies, p.wants_bodies(ctx, parts));
-    }
-    need = max_need(need, keep_bodies);
-    let body_empty = http_body::Body::is_end_stream(&body) || content_length == Some(0);
     // Set when a streamed body exceeds the limit (allocated only for such bodies).
     let mut tripped: Option<Arc<AtomicBool>> = None;
-    let forward_body = if body_empty {
-        ProxyBody::Empty
-    } else {
-        match need {
-            BodyNeed::None => match content_length {
+    if http_body::Body::is_end_stream(&body) || content_length == Some(0) {
+        return Ok((ProxyBody::Empty, None));
+    }
+    let mut body = body;
+    let cap = match need {
+        BodyNeed::None => {
+            let forward = match content_length {
                 // A small body with a known length usually arrived with its head:
                 // take it so that head and body go upstream in one write.
                 Some(n) if n <= GATHER_MAX as u64 => {
-                    let mut body = body;
                     match gather_ready(&mut body, n as usize).await {
                         Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
                         Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
                     }
                 }
                 _ => limited_stream(body, route, content_length, &mut tripped),
-            },
-            BodyNeed::Buffer(n) => {
-                let cap = (n as u64).min(limit) as usize;
-                let mut body = body;
-                let buffered = match read_prefix(&mut body, cap).await {
-                    Ok(b) => b,
-                    Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
-                };
-                let over_limit = buffered.truncated && cap as u64 == limit;
-                if over_limit {
-                    if route.on_limit == OnLimit::Reject {
-                        return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
-                    }
-                    ctx.events.push(
-                        SecurityEvent::new(
-                            "limits",
-                            "request_body_limit",
-                            EventAction::Bypass,
-                            format!(
-                                "request body exceeds {limit} bytes: only the first {limit} bytes were inspected"
-                            ),
-                        )
-                        .at("body"),
-                    );
-                }
-                let mut b = phase_body(buffered.data, buffered.truncated, &parts.headers);
-                run_phase(metrics, Phase::RequestBody, &pipeline.request_body, |p| {
-                    p.on_request_body(ctx, parts, &mut b)
-                })?;
-                let inspected = Inspected::new(b, &mut parts.headers);
-                if keep_bodies != BodyNeed::None {
-                    st.request_body = Some(inspected.data.clone());
-                }
-                if buffered.truncated {
-                    let prefix = inspected.followed_by(&buffered.overflow);
-                    let consumed = prefix.len() as u64;
-                    if content_length.is_none() || inspected.modified {
-                        parts.headers.remove(CONTENT_LENGTH);
-                    }
-                    let rest = if route.on_limit == OnLimit::Reject && !over_limit {
-                        ProxyBody::Limited {
-                            inner: Box::new(body),
-                            remaining: limit.saturating_sub(consumed),
-                            tripped: tripped.get_or_insert_with(Default::default).clone(),
-                        }
-                    } else {
-                        ProxyBody::Stream(body)
-                    };
-                    ProxyBody::Prefixed(Some(prefix), Box::new(rest))
-                } else {
-                    set_content_length(&mut parts.headers, inspected.data.len());
-                    ProxyBody::full(inspected.data)
-                }
-            }
+            };
+            return Ok((forward, tripped));
         }
+        BodyNeed::Buffer(n) => (n as u64).min(limit) as usize,
     };
+    let buffered = match read_prefix(&mut body, cap).await {
+        Ok(b) => b,
+        Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
+    };
+    let over_limit = buffered.truncated && cap as u64 == limit;
+    if over_limit {
+        if route.on_limit == OnLimit::Reject {
+            return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+        }
+        ctx.events
+            .push(inspection_limit_event(Side::Request, limit));
+    }
+    let mut b = phase_body(buffered.data.clone(), buffered.truncated, &parts.headers);
+    run_phase(
+        &st.shared.metrics,
+        Phase::RequestBody,
+        &pipeline.request_body,
+        |p| p.on_request_body(ctx, parts, &mut b),
+    )?;
+    let inspected = Inspected::new(b, &mut parts.headers);
+    if keep_bodies != BodyNeed::None {
+        st.request_body = Some(inspected.data.clone());
+    }
+    if buffered.truncated && (content_length.is_none() || inspected.modified) {
+        parts.headers.remove(CONTENT_LENGTH);
+    }
+    let forward = forward_inspected(
+        &inspected,
+        &buffered,
+        &mut parts.headers,
+        true,
+        |consumed| {
+            if route.on_limit == OnLimit::Reject && !over_limit {
+                ProxyBody::Limited {
+                    inner: Box::new(body),
+                    remaining: limit.saturating_sub(consumed),
+                    tripped: tripped.get_or_insert_with(Default::default).clone(),
+                }
+            } else {
+                ProxyBody::Stream(body)
+            }
+        },
+    );
+    Ok((forward, tripped))
+}
 
-    // Upstream.
-    let cluster = &route.cluster;
+/// The upstream phase: an endpoint of the route's cluster, the exchange, and the
+/// reply when it fails (413 for a streamed body over the limit, 408 for one that did
+/// not arrive in time, 502/504 for the upstream's failures).
+async fn upstream_phase(
+    st: &mut ReqState<'_>,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    forward: ProxyBody,
+    tripped: Option<Arc<AtomicBool>>,
+) -> Result<Response<UpstreamBody>, (Reply, Decision)> {
+    let cluster = &st.route.cluster;
     let ep = cluster.pick();
     st.upstream = Some(ep);
-    let upgrade = is_upgrade(parts);
     let up_req = UpstreamRequest {
         head: UpstreamHead {
             method: &parts.method,
             // Origin-form request target; the endpoint is chosen by the connection.
             target: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
             headers: &parts.headers,
-            upgrade,
+            upgrade: is_upgrade(parts),
             // RFC 9112 3.2.2: the authority of an absolute-form target replaces `Host`.
             replace_host: parts.uri.authority().is_some(),
             // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
@@ -287,80 +357,82 @@ async fn proxy(
                 "http"
             },
         },
-        body: forward_body,
+        body: forward,
     };
 
     let t = Instant::now();
     let result = cluster.send(ep, up_req).await;
-    metrics.phase(Phase::Upstream).observe(t.elapsed());
-    let resp = match result {
-        Err(e) => {
-            let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
-            let stream_over = match &e {
-                UpstreamError::RequestBody(b) => source_is::<BodyTooLarge>(b.as_ref()),
-                _ => false,
-            };
-            if over || stream_over {
-                return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
-            }
-            if let UpstreamError::RequestBody(b) = &e {
-                if source_is::<BodyTimedOut>(b.as_ref()) {
-                    return Err(refuse_body(BodyRefusal::TimedOut, parts, ctx));
-                }
-            }
-            let (status, title) = match &e {
-                UpstreamError::ConnectTimeout | UpstreamError::Timeout => {
-                    cluster.failure(ep);
-                    cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                    (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
-                }
-                UpstreamError::Connect(_) => {
-                    cluster.failure(ep);
-                    cluster
-                        .metrics
-                        .connect_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                    (StatusCode::BAD_GATEWAY, "upstream unreachable")
-                }
-                UpstreamError::RequestBody(_) => {
-                    (StatusCode::BAD_REQUEST, "request body could not be read")
-                }
-                UpstreamError::Io(_) | UpstreamError::Protocol(_) => {
-                    cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
-                    (StatusCode::BAD_GATEWAY, "upstream error")
-                }
-            };
-            tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
-            return Err((
-                error_page(status, parts.headers.get(ACCEPT), title, &ctx.request_id),
-                Decision::Error,
-            ));
+    st.shared
+        .metrics
+        .phase(Phase::Upstream)
+        .observe(t.elapsed());
+    let e = match result {
+        Ok(resp) => {
+            cluster.responded(ep, resp.status());
+            return Ok(resp);
         }
-        Ok(r) => r,
+        Err(e) => e,
     };
-    cluster.responded(ep, resp.status());
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        // The client only gets a 101 it asked for (the upstream client refuses others);
-        // the body holds the upstream connection, which the server joins with the
-        // client's once the 101 head is written.
-        let (rparts, rbody) = resp.into_parts();
-        return Ok((
-            Response::from_parts(rparts, ProxyBody::Upstream(rbody)),
-            Decision::Allow,
-        ));
+    let over = tripped.as_ref().is_some_and(|t| t.load(Ordering::Acquire));
+    if let UpstreamError::RequestBody(b) = &e {
+        if over || source_is::<BodyTooLarge>(b.as_ref()) {
+            return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+        }
+        if source_is::<BodyTimedOut>(b.as_ref()) {
+            return Err(refuse_body(BodyRefusal::TimedOut, parts, ctx));
+        }
+    } else if over {
+        return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
     }
+    let (status, title) = match &e {
+        UpstreamError::ConnectTimeout | UpstreamError::Timeout => {
+            cluster.failure(ep);
+            cluster.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+            (StatusCode::GATEWAY_TIMEOUT, "upstream timeout")
+        }
+        UpstreamError::Connect(_) => {
+            cluster.failure(ep);
+            cluster
+                .metrics
+                .connect_errors
+                .fetch_add(1, Ordering::Relaxed);
+            (StatusCode::BAD_GATEWAY, "upstream unreachable")
+        }
+        UpstreamError::RequestBody(_) => {
+            (StatusCode::BAD_REQUEST, "request body could not be read")
+        }
+        UpstreamError::Io(_) | UpstreamError::Protocol(_) => {
+            cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
+            (StatusCode::BAD_GATEWAY, "upstream error")
+        }
+    };
+    tracing::debug!(request_id = %ctx.request_id, cluster = %cluster.name, error = %e, "upstream request failed");
+    Err((
+        error_page(status, parts.headers.get(ACCEPT), title, &ctx.request_id),
+        Decision::Error,
+    ))
+}
 
+/// The response phase: the response body buffered when a phase (or an after-response
+/// phase) asks for it, the phases, and the response to send; else the body streams
+/// (a small one gathered into the head's write).
+async fn response_phase(
+    st: &mut ReqState<'_>,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    resp: Response<UpstreamBody>,
+    keep_bodies: BodyNeed,
+) -> ProxyResult {
+    let pipeline = &st.snap.pipeline;
+    let cluster = &st.route.cluster;
     // Hop-by-hop fields were left out when the head was parsed.
-    let (mut rparts, rbody) = resp.into_parts();
-
-    // Response body.
-    let mut rneed = BodyNeed::None;
+    let (mut rparts, mut rbody) = resp.into_parts();
+    let mut need = keep_bodies;
     for p in &pipeline.response_body {
-        rneed = max_need(rneed, p.body_need(ctx, parts, &rparts));
+        need = max_need(need, p.body_need(ctx, parts, &rparts));
     }
-    rneed = max_need(rneed, keep_bodies);
     // The upstream failed while sending the response body, before any of it left.
-    let body_failed = || {
+    let body_failed = |ctx: &RequestCtx| {
         cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
         let page = error_page(
             StatusCode::BAD_GATEWAY,
@@ -370,69 +442,59 @@ async fn proxy(
         );
         (page, Decision::Error)
     };
-    let out_body = match rneed {
+    let cap = match need {
         BodyNeed::None => {
             let small = http_body::Body::size_hint(&rbody)
                 .exact()
                 .is_none_or(|n| n <= GATHER_MAX as u64);
-            if http_body::Body::is_end_stream(&rbody) {
-                ProxyBody::Upstream(rbody)
-            } else if small {
+            let out = if small && !http_body::Body::is_end_stream(&rbody) {
                 // Take what the upstream connection already read (for a small chunked
                 // response: all of it, end included), so the response leaves in one write.
-                let mut rbody = rbody;
                 match gather_ready(&mut rbody, GATHER_MAX).await {
                     Ok(g) => g.into_body(|| ProxyBody::Upstream(rbody)),
-                    Err(_) => return Err(body_failed()),
+                    Err(_) => return Err(body_failed(ctx)),
                 }
             } else {
                 ProxyBody::Upstream(rbody)
-            }
-        }
-        BodyNeed::Buffer(n) => {
-            let cap = (n as u64).min(st.route.response_max) as usize;
-            let mut rbody = rbody;
-            let buffered = match read_prefix(&mut rbody, cap).await {
-                Ok(b) => b,
-                Err(_) => return Err(body_failed()),
             };
-            if buffered.truncated && cap as u64 == st.route.response_max {
-                ctx.events.push(
-                    SecurityEvent::new(
-                        "limits",
-                        "response_body_limit",
-                        EventAction::Bypass,
-                        format!(
-                            "response body exceeds {} bytes: only the first {} bytes were inspected",
-                            st.route.response_max, st.route.response_max
-                        ),
-                    )
-                    .at("response_body"),
-                );
-            }
-            let mut b = phase_body(buffered.data, buffered.truncated, &rparts.headers);
-            run_phase(metrics, Phase::ResponseBody, &pipeline.response_body, |p| {
-                p.on_response_body(ctx, parts, &mut rparts, &mut b)
-            })?;
-            let inspected = Inspected::new(b, &mut rparts.headers);
-            if keep_bodies != BodyNeed::None {
-                st.response_body = Some(inspected.data.clone());
-            }
-            if buffered.truncated {
-                if inspected.modified {
-                    rparts.headers.remove(CONTENT_LENGTH);
-                }
-                let prefix = inspected.followed_by(&buffered.overflow);
-                ProxyBody::Prefixed(Some(prefix), Box::new(ProxyBody::Upstream(rbody)))
-            } else {
-                if parts.method != http::Method::HEAD {
-                    set_content_length(&mut rparts.headers, inspected.data.len());
-                }
-                ProxyBody::full(inspected.data)
-            }
+            return Ok((Response::from_parts(rparts, out), Decision::Allow));
         }
+        BodyNeed::Buffer(n) => (n as u64).min(st.route.response_max) as usize,
     };
-    Ok((Response::from_parts(rparts, out_body), Decision::Allow))
+    let buffered = match read_prefix(&mut rbody, cap).await {
+        Ok(b) => b,
+        Err(_) => return Err(body_failed(ctx)),
+    };
+    if buffered.truncated && cap as u64 == st.route.response_max {
+        ctx.events.push(inspection_limit_event(
+            Side::Response,
+            st.route.response_max,
+        ));
+    }
+    let mut b = phase_body(buffered.data.clone(), buffered.truncated, &rparts.headers);
+    run_phase(
+        &st.shared.metrics,
+        Phase::ResponseBody,
+        &pipeline.response_body,
+        |p| p.on_response_body(ctx, parts, &mut rparts, &mut b),
+    )?;
+    let inspected = Inspected::new(b, &mut rparts.headers);
+    if keep_bodies != BodyNeed::None {
+        st.response_body = Some(inspected.data.clone());
+    }
+    if buffered.truncated && inspected.modified {
+        rparts.headers.remove(CONTENT_LENGTH);
+    }
+    // A response to HEAD keeps the length of the representation.
+    let set_length = parts.method != http::Method::HEAD;
+    let out = forward_inspected(
+        &inspected,
+        &buffered,
+        &mut rparts.headers,
+        set_length,
+        |_| ProxyBody::Upstream(rbody),
+    );
+    Ok((Response::from_parts(rparts, out), Decision::Allow))
 }
 
 impl ReqState<'_> {

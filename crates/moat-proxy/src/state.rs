@@ -100,7 +100,13 @@ impl CachedSnapshot {
 impl Shared {
     /// Builds a snapshot from a validated configuration.
     fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
-        build_snapshot(cfg, src, &self.metrics, self.events.as_ref(), &self.pipeline_factory)
+        build_snapshot(
+            cfg,
+            src,
+            &self.metrics,
+            self.events.as_ref(),
+            &self.pipeline_factory,
+        )
     }
 
     /// Validates and installs a new configuration. Listener addresses are not
