@@ -17,7 +17,7 @@ use jsonwebtoken::Algorithm;
 use moat_authz::compiled::CompiledSet;
 use moat_authz::ir::{Clause, LinearSet, PathPat, Pred, ReqPrinPat, Rule, RuleMatcher, StrPat};
 use moat_authz::jwt::{JwksOrigin, KeySet, KeySource, Provider, TokenCache};
-use moat_authz::model::{AuthzPolicy, Meta, PolicySet};
+use moat_authz::loader::{AuthzPolicy, Meta, PolicySet};
 use moat_authz::request::Attrs;
 use moat_authz::{Action, AuthzConfig, AuthzEngine, RequestInput};
 use moat_core::PeerIdentity;
@@ -188,7 +188,7 @@ fn engine(kind: Kind, n: usize, key: &common::TestKey) -> Arc<AuthzEngine> {
         "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: jwt, namespace: bench}}\nspec:\n  jwtRules:\n  - issuer: \"{ISS}\"\n    jwks: '{}'\n    forwardOriginalToken: true\n",
         common::jwks(&[key])
     );
-    moat_authz::model::parse_text(std::path::Path::new("ra.yaml"), &ra, &mut set).unwrap();
+    moat_authz::loader::parse_text(std::path::Path::new("ra.yaml"), &ra, &mut set).unwrap();
     AuthzEngine::from_policies(&AuthzConfig::default(), set, false).unwrap()
 }
 

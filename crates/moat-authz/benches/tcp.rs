@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use moat_authz::ir::{Clause, NsPat, PathPat, Pred, Rule, StrPat};
-use moat_authz::model::{AuthzPolicy, Meta, PolicySet};
+use moat_authz::loader::{AuthzPolicy, Meta, PolicySet};
 use moat_authz::{Action, AuthzConfig, AuthzEngine, ConnectionInput};
 use moat_core::PeerIdentity;
 

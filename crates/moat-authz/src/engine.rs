@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::compiled::CompiledSet;
 use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
-use crate::model::{self, Action, MtlsMode, PeerAuthn, PolicySet};
+use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{normalize_path, remote_ip_from_xff, Attrs, PathNormalization, PeerView};
 use crate::AuthzError;
 
@@ -88,7 +88,7 @@ struct Group {
 }
 
 impl Group {
-    fn build(policies: &[&model::AuthzPolicy]) -> Group {
+    fn build(policies: &[&loader::AuthzPolicy]) -> Group {
         let mut g = Group {
             policies: policies.len(),
             ..Default::default()
@@ -107,7 +107,7 @@ impl Group {
 
     /// The group as Istio builds it for a TCP filter chain: ALLOW rules with an
     /// HTTP-only field are skipped, DENY/AUDIT rules lose their HTTP-only conditions.
-    fn build_tcp(policies: &[&model::AuthzPolicy], action: Action) -> Group {
+    fn build_tcp(policies: &[&loader::AuthzPolicy], action: Action) -> Group {
         let mut g = Group {
             policies: policies.len(),
             ..Default::default()
@@ -204,9 +204,34 @@ pub struct Decision {
     /// The verified token.
     #[serde(skip)]
     pub jwt: Option<Arc<VerifiedJwt>>,
-    /// Which engine decided: `authz`, `authn` (JWT), `peer` (mTLS) or `path`.
+    /// Which check decided.
     #[serde(skip)]
-    pub engine: &'static str,
+    pub decided_by: DecidedBy,
+}
+
+/// Which check of access control decided a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// AuthorizationPolicy (CUSTOM, DENY, ALLOW).
+    Authz,
+    /// RequestAuthentication: the JWT was refused (401, or 403 when required).
+    Authn,
+    /// PeerAuthentication STRICT without a verified client certificate.
+    Peer,
+    /// The path could not be normalized.
+    Path,
+}
+
+impl DecidedBy {
+    /// The name events and records use (`authz`, `authn`, `peer`, `path`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Authz => "authz",
+            DecidedBy::Authn => "authn",
+            DecidedBy::Peer => "peer",
+            DecidedBy::Path => "path",
+        }
+    }
 }
 
 impl Decision {
@@ -214,7 +239,7 @@ impl Decision {
         status: u16,
         allowed: bool,
         reason: impl Into<Cow<'static, str>>,
-        engine: &'static str,
+        decided_by: DecidedBy,
     ) -> Self {
         Decision {
             status,
@@ -228,7 +253,7 @@ impl Decision {
             request_principal: None,
             mtls_mode: MtlsMode::Permissive,
             jwt: None,
-            engine,
+            decided_by,
         }
     }
 
@@ -237,7 +262,7 @@ impl Decision {
         match (&self.policy, self.rule) {
             (Some(p), Some(r)) => format!("{p}[rule {r}]"),
             (Some(p), None) => p.clone(),
-            _ => self.engine.to_string(),
+            _ => self.decided_by.as_str().to_string(),
         }
     }
 }
@@ -333,7 +358,7 @@ impl AuthzEngine {
         base_dir: &Path,
         background_refresh: bool,
     ) -> Result<Arc<AuthzEngine>, AuthzError> {
-        let set = model::load_paths(&cfg.policies, base_dir)?;
+        let set = loader::load_paths(&cfg.policies, base_dir)?;
         Self::from_policies(cfg, set, background_refresh)
     }
 
@@ -491,7 +516,7 @@ impl AuthzEngine {
         let applicable = self.applicable_policies(ns, labels);
         let pick = |action: Action, dry: bool| self.pick(&applicable, action, dry);
         let mut providers = Vec::new();
-        let mut ras: Vec<(usize, &model::RequestAuthn)> = self
+        let mut ras: Vec<(usize, &loader::RequestAuthn)> = self
             .set
             .request_authn
             .iter()
@@ -540,7 +565,7 @@ impl AuthzEngine {
         applicable
     }
 
-    fn pick(&self, applicable: &[usize], action: Action, dry: bool) -> Vec<&model::AuthzPolicy> {
+    fn pick(&self, applicable: &[usize], action: Action, dry: bool) -> Vec<&loader::AuthzPolicy> {
         applicable
             .iter()
             .map(|&i| &self.set.authz[i])
@@ -629,7 +654,8 @@ impl AuthzEngine {
         let path = match normalize_path(req.path_and_query, self.cfg.path_normalization) {
             Ok(p) => p,
             Err(e) => {
-                let mut d = Decision::new(400, false, format!("bad path: {}", e.0), "path");
+                let mut d =
+                    Decision::new(400, false, format!("bad path: {}", e.0), DecidedBy::Path);
                 d.mtls_mode = mode;
                 return d;
             }
@@ -656,7 +682,7 @@ impl AuthzEngine {
                 Some(jwt)
             }
             Authn::Failed { error, policy } => {
-                let mut d = Decision::new(error.status(), false, error.message(), "authn");
+                let mut d = Decision::new(error.status(), false, error.message(), DecidedBy::Authn);
                 d.policy = policy;
                 d.mtls_mode = mode;
                 let realm = format!("{}://{}{}", req.scheme, req.host, path);
@@ -717,7 +743,7 @@ fn strict_rejection(mode: MtlsMode, policy: Option<&str>, has_peer: bool) -> Opt
         403,
         false,
         "mTLS required: PeerAuthentication STRICT and the connection has no verified client certificate",
-        "peer",
+        DecidedBy::Peer,
     );
     d.policy = policy.map(str::to_string);
     d.mtls_mode = mode;
@@ -765,7 +791,7 @@ fn decide(audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) -> Decision
         .map(|(p, r)| vec![format!("{p}[rule {r}]")])
         .unwrap_or_default();
     let mut d = if let Some((p, r)) = deny.first(a) {
-        let mut d = Decision::new(403, false, "matched a DENY policy", "authz");
+        let mut d = Decision::new(403, false, "matched a DENY policy", DecidedBy::Authz);
         d.policy = Some(p.to_string());
         d.rule = Some(r);
         d
@@ -774,15 +800,15 @@ fn decide(audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) -> Decision
             200,
             true,
             "no ALLOW policy applies to the workload",
-            "authz",
+            DecidedBy::Authz,
         )
     } else if let Some((p, r)) = allow.first(a) {
-        let mut d = Decision::new(200, true, "matched an ALLOW policy", "authz");
+        let mut d = Decision::new(200, true, "matched an ALLOW policy", DecidedBy::Authz);
         d.policy = Some(p.to_string());
         d.rule = Some(r);
         d
     } else {
-        Decision::new(403, false, "no ALLOW policy matched", "authz")
+        Decision::new(403, false, "no ALLOW policy matched", DecidedBy::Authz)
     };
     d.audit = audits;
     d
@@ -881,7 +907,7 @@ fn spawn_refresher(
 fn reply_for(d: &Decision) -> Reply {
     let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::FORBIDDEN);
     match d.status {
-        401 | 403 if d.engine == "authn" => {
+        401 | 403 if d.decided_by == DecidedBy::Authn => {
             let mut r = Reply::text(status, d.reason.to_string());
             if let Some(w) = d
                 .www_authenticate
@@ -969,10 +995,10 @@ impl RequestHeadersPhase for AuthzEngine {
         if d.allowed {
             return Verdict::Continue;
         }
-        let engine = if d.engine == "authn" {
-            "authn"
-        } else {
-            "authz"
+        // JWT refusals are `authn` events; every other refusal is access control's.
+        let engine = match d.decided_by {
+            DecidedBy::Authn => DecidedBy::Authn.as_str(),
+            _ => DecidedBy::Authz.as_str(),
         };
         let action = if monitor {
             EventAction::Monitor

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::engine::{compose_peer, AuthzEngine};
 use crate::ir::{Clause, PathPat, Pred, ReqPrinPat, Rule, StrPat, TcpRule};
-use crate::model::{Action, MtlsMode};
+use crate::loader::{Action, MtlsMode};
 
 /// Everything that applies to one workload.
 #[derive(Debug, Clone, Serialize)]

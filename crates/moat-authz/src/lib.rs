@@ -19,11 +19,11 @@ pub mod explain;
 pub mod fetch;
 pub mod ir;
 pub mod jwt;
-pub mod model;
+pub mod loader;
 pub mod request;
 
-pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
-pub use model::{Action, MtlsMode, PolicySet};
+pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, DecidedBy, Decision, RequestInput};
+pub use loader::{Action, MtlsMode, PolicySet};
 pub use request::PathNormalization;
 
 /// Errors building the engine.

@@ -190,7 +190,7 @@ fn load_error_names_file_line_field_and_istios_message() {
         "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: foo}\nspec:\n  rules:\n  - to:\n    - operation:\n        notPaths: [\"/ok/{*}\", \"/foo/{*}/bar/{**}.txt\"]\n",
     )
     .unwrap();
-    let e = moat_authz::model::load_paths(&[p], dir.path())
+    let e = moat_authz::loader::load_paths(&[p], dir.path())
         .unwrap_err()
         .to_string();
     assert!(e.contains("bad.yaml:8:"), "{e}");

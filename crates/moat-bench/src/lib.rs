@@ -26,7 +26,4 @@ pub mod sys;
 pub mod tls;
 pub mod upstream;
 
-/// Parses a human duration such as `500ms`, `10s`, `1m`.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration `{s}`: {e}"))
-}
+pub use moat_config::parse_duration;

@@ -172,17 +172,33 @@ fn strip_location_prefix(msg: &str) -> &str {
     msg
 }
 
-/// Serde helpers for human durations such as `250ms`, `5s`, `1m30s`.
+/// Parses a duration as every moat config, policy file and command line writes it:
+/// protobuf style with fractional seconds (`1.5s`, as Istio's policies use) or a
+/// humantime span (`250ms`, `5s`, `1m30s`, `2h`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Some(secs) = s.strip_suffix('s') {
+        if secs.contains('.') {
+            if let Ok(f) = secs.parse::<f64>() {
+                if f.is_finite() && (0.0..1e9).contains(&f) {
+                    return Ok(Duration::from_secs_f64(f));
+                }
+            }
+        }
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration `{s}`: {e} (e.g. `250ms`, `5s`, `1.5s`)"))
+}
+
+/// Serde helpers for human durations such as `250ms`, `5s`, `1m30s` (see
+/// [`parse_duration`]).
 pub mod duration {
     use super::*;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    /// Deserializes a humantime string into a [`Duration`].
+    /// Deserializes a duration string (see [`parse_duration`]) into a [`Duration`].
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| {
-            serde::de::Error::custom(format!("invalid duration `{s}`: {e} (e.g. `250ms`, `5s`)"))
-        })
+        parse_duration(&s).map_err(serde::de::Error::custom)
     }
 
     /// Serializes a [`Duration`] as a humantime string.
@@ -240,6 +256,28 @@ pub mod byte_size {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_protobuf_and_humantime() {
+        use std::time::Duration;
+        assert_eq!(super::parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            super::parse_duration("1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            super::parse_duration("250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            super::parse_duration("1m30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert!(super::parse_duration("soon").is_err());
+        assert!(super::parse_duration("").is_err());
+        assert!(super::parse_duration("-1.5s").is_err());
+        assert!(super::parse_duration("NaNs").is_err());
+    }
+
     use super::*;
     use serde::Deserialize;
 

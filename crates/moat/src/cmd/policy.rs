@@ -140,7 +140,7 @@ pub fn run(args: PolicyArgs) -> ExitCode {
         PolicyCommand::Explain(x) => run_explain(x),
         PolicyCommand::Validate(v) => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            match moat_authz::model::load_paths(&v.policies, &cwd) {
+            match moat_authz::loader::load_paths(&v.policies, &cwd) {
                 Ok(set) => {
                     println!(
                         "ok: {} AuthorizationPolicy, {} RequestAuthentication, {} PeerAuthentication",

@@ -745,42 +745,10 @@ struct DurationY(Duration);
 impl<'de> Deserialize<'de> for DurationY {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        humantime_parse(&s).map(DurationY).map_err(D::Error::custom)
+        moat_config::parse_duration(&s)
+            .map(DurationY)
+            .map_err(D::Error::custom)
     }
-}
-
-/// Parses protobuf-style (`5s`, `1.5s`) and humantime (`250ms`) durations.
-fn humantime_parse(s: &str) -> Result<Duration, String> {
-    if let Some(num) = s.strip_suffix('s') {
-        if let Ok(f) = num.parse::<f64>() {
-            if f.is_finite() && (0.0..1e9).contains(&f) {
-                return Ok(Duration::from_secs_f64(f));
-            }
-        }
-    }
-    let bad = || format!("invalid duration `{s}` (e.g. `5s`, `250ms`)");
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let split = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let (n, r) = rest.split_at(split);
-        let n: u64 = n.parse().map_err(|_| bad())?;
-        let unit_end = r.find(|c: char| c.is_ascii_digit()).unwrap_or(r.len());
-        let (unit, r2) = r.split_at(unit_end);
-        let d = match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(d);
-        rest = r2;
-    }
-    Ok(total)
 }
 
 #[derive(Deserialize, Default)]
@@ -1440,22 +1408,6 @@ mod tests {
         parse_text(Path::new("p.yaml"), text, &mut set)?;
         check_duplicates(&set)?;
         Ok(set)
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(humantime_parse("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(
-            humantime_parse("1.5s").unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            humantime_parse("250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(humantime_parse("1m30s").unwrap(), Duration::from_secs(90));
-        assert!(humantime_parse("soon").is_err());
-        assert!(humantime_parse("").is_err());
     }
 
     #[test]
