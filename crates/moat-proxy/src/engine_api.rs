@@ -86,7 +86,7 @@ async fn scan(req: AdminRequest) -> AdminResponse {
 async fn apis(req: AdminRequest) -> AdminResponse {
     let snap = req.gateway.snapshot.load_full();
     match &snap.pipeline.engines.discovery {
-        Some(d) => json_bytes(200, moat_schema::apis_endpoint(d)),
+        Some(d) => json_bytes(200, moat_schema::apis_endpoint(d.engine())),
         None => error(404, "API discovery is off (set discovery.enabled: true)"),
     }
 }

@@ -20,7 +20,7 @@ use moat_core::{
     AfterResponsePhase, BodyNeed, ConnectionPhase, RequestBodyPhase, RequestCtx,
     RequestHeadersPhase, ResponseBodyPhase,
 };
-use moat_schema::Discovery;
+use moat_inventory::DiscoveryWorker;
 use moat_secrets::SecretsEngine;
 use moat_waf::WafEngine;
 use parking_lot::Mutex;
@@ -53,8 +53,9 @@ pub struct Engines {
     pub waf: Option<Arc<WafEngine>>,
     /// Secret detection (also serves `POST /v1/scan`).
     pub secrets: Option<Arc<SecretsEngine>>,
-    /// API discovery (also serves `GET /v1/apis`).
-    pub discovery: Option<Arc<Discovery>>,
+    /// API discovery with its worker thread and inventory file (also serves
+    /// `GET /v1/apis`); the after-response phase is its engine.
+    pub discovery: Option<Arc<DiscoveryWorker>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -127,7 +128,7 @@ pub fn build_pipeline(cfg: &GatewayConfig, src: &ConfigSource) -> Result<Pipelin
 /// inventory and its worker; a second instance would race on the same database).
 #[derive(Default)]
 pub struct EngineCache {
-    discovery: Mutex<Option<(moat_schema::DiscoveryConfig, PathBuf, Arc<Discovery>)>>,
+    discovery: Mutex<Option<(moat_schema::DiscoveryConfig, PathBuf, Arc<DiscoveryWorker>)>>,
 }
 
 fn engine_error(src: &ConfigSource, field: &str, e: impl std::fmt::Display) -> ConfigError {
@@ -174,13 +175,13 @@ pub fn build_pipeline_with(
                 if let Some((_, _, old)) = slot.take() {
                     old.shutdown();
                 }
-                let d = Discovery::start(&cfg.discovery, &src.base_dir)
+                let d = DiscoveryWorker::start(&cfg.discovery, &src.base_dir)
                     .map_err(|e| engine_error(src, "discovery", e))?;
                 *slot = Some((cfg.discovery.clone(), src.base_dir.clone(), d.clone()));
                 d
             }
         };
-        p.after_response.push(d.clone());
+        p.after_response.push(d.engine().clone());
         p.engines.discovery = Some(d);
     }
     Ok(p)

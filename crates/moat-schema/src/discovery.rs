@@ -1,5 +1,9 @@
-//! API discovery: an [`AfterResponsePhase`] that samples exchanges, extracts
-//! their schemas on a background thread and keeps the API inventory.
+//! API discovery: an [`AfterResponsePhase`] that samples exchanges, and the
+//! pure work done on them afterwards: schema extraction ([`Discovery::process`])
+//! and the in-memory inventory ([`Discovery::flush`] hands its changes to an
+//! [`InventorySink`]). Sampled exchanges leave the request path through a
+//! [`SampleQueue`]; the thread that drains it and the SQLite file behind the
+//! inventory are moat-inventory's.
 //!
 //! Request thread cost:
 //! - [`wants_bodies`](AfterResponsePhase::wants_bodies): a keyed, non-allocating hash
@@ -12,36 +16,53 @@
 //!   `sample_interval`, or again when this request brings bodies and the slot's
 //!   last bodies are older than the window) and the global cap allows, the
 //!   exchange is copied and, once the response has been sent
-//!   ([`Finished::after_sent`]), pushed with one `try_send` into a bounded queue;
-//!   when full the sample is dropped and counted. Only the first sample after the
-//!   worker went idle wakes it; it then takes the queue every [`DRAIN_INTERVAL`]
-//!   until the queue stays empty, and a push that finds the queue half full wakes
-//!   it early.
+//!   ([`Finished::after_sent`]), pushed with one non-blocking
+//!   [`SampleQueue::try_push`] into a bounded queue; when full the sample is
+//!   dropped and counted. (moat-inventory's queue wakes its worker on the first
+//!   sample after the worker went idle; the worker then takes the queue at a
+//!   fixed interval until it stays empty, and a push that finds the queue half
+//!   full wakes it early.)
 //!
-//! The worker extracts the samples' schemas and merges them into the inventory;
-//! every `flush_interval` (and whenever the inventory is read) the counts kept in
-//! the slots are folded into it.
+//! The worker calls [`Discovery::process`] for each sample (schemas extracted
+//! and merged into the inventory) and [`Discovery::flush`] every
+//! `flush_interval`: the counts kept in the slots are folded into the
+//! inventory (as whenever it is read) and the changed endpoints handed to the
+//! [`InventorySink`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, Receiver, Sender};
 use moat_core::{AfterResponsePhase, BodyNeed, DecodeLimits, Exchange, Finished, RequestCtx};
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::{flush_dirty, load_into, Inventory, InventoryStore, Observation, Sample};
+use crate::inventory::{Endpoint, Inventory, Observation, Sample};
 use crate::scanner::Scanners;
 use crate::schema::{from_json, from_multimap, from_string_map, Node};
 use crate::template::{hash_template, template};
 use crate::DiscoveryError;
 
-/// How long the busy worker lets exchanges pile up in the queue before taking them all.
-pub const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+/// Where the sampler hands a sampled exchange once its response has been sent:
+/// a bounded queue drained off the request path (moat-inventory's worker).
+pub trait SampleQueue: Send + Sync {
+    /// Queues one sample without blocking. False when it is refused (the queue
+    /// is full, or its worker has stopped): the sample is dropped and counted.
+    fn try_push(&self, sample: Arc<Exchange>) -> bool;
+    /// Samples waiting.
+    fn depth(&self) -> usize;
+}
+
+/// Where [`Discovery::flush`] writes the endpoints changed since the last flush
+/// (moat-inventory's SQLite store).
+pub trait InventorySink {
+    /// Why a write failed.
+    type Error: std::fmt::Display;
+    /// Stores (inserts or replaces) these endpoints, all or none.
+    fn save(&mut self, endpoints: &[Endpoint]) -> Result<(), Self::Error>;
+}
 
 /// The `discovery:` section of moat.yaml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -306,24 +327,22 @@ impl Slot {
     }
 }
 
-/// API discovery. Create with [`Discovery::start`], register as the proxy's
-/// `Arc<dyn AfterResponsePhase>`, serve [`apis_endpoint`] on `GET /v1/apis`.
+/// API discovery. Create with [`Discovery::new`] (moat-inventory's
+/// `DiscoveryWorker::start` does, with its queue and its stored inventory),
+/// register as the proxy's `Arc<dyn AfterResponsePhase>`, serve
+/// [`apis_endpoint`] on `GET /v1/apis`.
 pub struct Discovery {
     cfg: DiscoveryConfig,
-    tx: Sender<Arc<Exchange>>,
-    /// Wakes the napping worker early (a token channel of capacity 1).
-    wake: Sender<()>,
-    /// Queue depth at which `after_response` wakes the worker early.
-    wake_depth: usize,
-    stop: Mutex<Option<Sender<()>>>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    /// Where sampled exchanges go once their response has been sent.
+    queue: Arc<dyn SampleQueue>,
     shared: Arc<Shared>,
+    /// The sensitive-data scanners run on sampled values.
+    scanners: Scanners,
     /// Randomly keyed: clients cannot aim paths at another endpoint's key.
     keys: RandomState,
     sample_limiter: RateLimiter,
     body_limiter: RateLimiter,
     body_windows: Vec<Mutex<KeyMap<Instant>>>,
-    inventory_path: PathBuf,
 }
 
 /// What the request threads, the worker and the admin readers share.
@@ -386,66 +405,46 @@ impl Shared {
 impl std::fmt::Debug for Discovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Discovery")
-            .field("inventory_path", &self.inventory_path)
+            .field("inventory", &self.cfg.inventory)
             .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl Discovery {
-    /// Validates `cfg`, loads the inventory (relative path resolved against
-    /// `base_dir`) and starts the worker thread.
-    pub fn start(cfg: &DiscoveryConfig, base_dir: &Path) -> Result<Arc<Discovery>, DiscoveryError> {
+    /// Validates `cfg` and builds the engine over the endpoints of a stored
+    /// inventory (`loaded`, as many as `max_endpoints` allows); sampled
+    /// exchanges go to `queue`.
+    pub fn new(
+        cfg: &DiscoveryConfig,
+        loaded: Vec<Endpoint>,
+        queue: Arc<dyn SampleQueue>,
+    ) -> Result<Discovery, DiscoveryError> {
         cfg.validate()?;
-        let inventory_path = base_dir.join(&cfg.inventory);
-        let store = InventoryStore::open(&inventory_path)?;
         let mut inv = Inventory::new(cfg.max_endpoints, cfg.max_schema_weight);
-        load_into(&mut inv, &store)?;
+        for ep in loaded {
+            inv.insert_loaded(ep);
+        }
         let shared = Arc::new(Shared {
             counters: Counters::default(),
             inventory: Mutex::new(inv),
             slots: (0..SHARDS).map(|_| Mutex::new(KeyMap::default())).collect(),
         });
-        let (tx, rx) = bounded(cfg.queue_capacity);
-        let (stop_tx, stop_rx) = bounded(1);
-        let (wake_tx, wake_rx) = bounded(1);
-        let worker = Worker {
-            rx,
-            stop: stop_rx,
-            wake: wake_rx,
-            shared: shared.clone(),
-            store,
-            scanners: Scanners::builtin(),
+        Ok(Discovery {
             cfg: cfg.clone(),
-        };
-        let handle = std::thread::Builder::new()
-            .name("moat-discovery".into())
-            .spawn(move || worker.run())
-            .map_err(DiscoveryError::Thread)?;
-        Ok(Arc::new(Discovery {
-            cfg: cfg.clone(),
-            tx,
-            wake: wake_tx,
-            wake_depth: (cfg.queue_capacity / 2).max(1),
-            stop: Mutex::new(Some(stop_tx)),
-            worker: Mutex::new(Some(handle)),
+            queue,
             shared,
+            scanners: Scanners::builtin(),
             keys: RandomState::new(),
             sample_limiter: RateLimiter::new(cfg.max_samples_per_sec),
             body_limiter: RateLimiter::new(cfg.max_samples_per_sec),
             body_windows: (0..SHARDS).map(|_| Mutex::new(KeyMap::default())).collect(),
-            inventory_path,
-        }))
+        })
     }
 
     /// The configuration it runs with.
     pub fn config(&self) -> &DiscoveryConfig {
         &self.cfg
-    }
-
-    /// The inventory database file.
-    pub fn inventory_path(&self) -> &Path {
-        &self.inventory_path
     }
 
     /// Counters.
@@ -455,7 +454,7 @@ impl Discovery {
 
     /// Samples waiting for the worker.
     pub fn queue_depth(&self) -> usize {
-        self.tx.len()
+        self.queue.depth()
     }
 
     /// Total weight of the inventory's schemas (see `max_schema_weight`).
@@ -469,7 +468,7 @@ impl Discovery {
 
     /// A copy of every endpoint, sorted by path then method, counting every
     /// request seen so far.
-    pub fn endpoints(&self) -> Vec<crate::inventory::Endpoint> {
+    pub fn endpoints(&self) -> Vec<Endpoint> {
         self.shared.fold();
         self.shared
             .inventory
@@ -478,15 +477,60 @@ impl Discovery {
             .endpoints()
     }
 
-    /// Stops the worker after it has processed everything queued and written
-    /// the inventory. Later samples are dropped and counted. Idempotent.
-    pub fn shutdown(&self) {
-        drop(self.stop.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let handle = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = handle {
-            if h.join().is_err() {
-                tracing::error!("the discovery worker panicked");
-            }
+    /// Folds the counted requests into the inventory and writes what changed
+    /// to `sink`: the number of endpoints written. When the write fails, the
+    /// endpoints stay changed (written again at the next flush) and the
+    /// failure is counted in [`DiscoveryStats::store_errors`].
+    pub fn flush<S: InventorySink>(&self, sink: &mut S) -> Result<usize, S::Error> {
+        self.shared.fold();
+        let inv = &self.shared.inventory;
+        let dirty = inv.lock().unwrap_or_else(|p| p.into_inner()).take_dirty();
+        if dirty.is_empty() {
+            return Ok(0);
+        }
+        if let Err(e) = sink.save(&dirty) {
+            // Written again at the next flush.
+            inv.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .mark_dirty(&dirty);
+            self.shared
+                .counters
+                .store_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(dirty.len())
+    }
+
+    /// Extracts a sample's schemas and merges them (the request itself was
+    /// counted by the request thread).
+    pub fn process(&self, ex: &Exchange) {
+        let counters = &self.shared.counters;
+        counters.processed.fetch_add(1, Ordering::Relaxed);
+        let sample = extract(ex, &self.scanners, self.cfg.max_body_bytes as usize);
+        let path = template(ex.request.uri.path());
+        let now = now_ms();
+        let obs = Observation {
+            method: ex.request.method.as_str(),
+            path: &path,
+            route: &ex.ctx.route,
+            status: ex.status.as_u16(),
+            count: 0,
+            auth: &[],
+            first_ms: now,
+            last_ms: now,
+        };
+        let res = self
+            .shared
+            .inventory
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(obs, Some(sample));
+        // `None` (the inventory is full) is counted with the requests, at the fold.
+        if let Some(refused) = res {
+            counters
+                .schemas_dropped
+                .fetch_add(refused as u64, Ordering::Relaxed);
         }
     }
 
@@ -498,12 +542,6 @@ impl Discovery {
             h.write_u16(s);
         }
         h.finish()
-    }
-}
-
-impl Drop for Discovery {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -601,19 +639,15 @@ impl AfterResponsePhase for Discovery {
         // Queued once the response has been sent, so the worker never works on
         // an exchange whose response is still on its way.
         let sample = done.exchange();
-        let (tx, wake, wake_depth) = (self.tx.clone(), self.wake.clone(), self.wake_depth);
+        let queue = self.queue.clone();
         let shared = self.shared.clone();
         done.after_sent(move || {
             let counters = &shared.counters;
-            if tx.try_send(sample).is_err() {
+            if !queue.try_push(sample) {
                 counters.dropped.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             counters.sampled.fetch_add(1, Ordering::Relaxed);
-            if tx.len() >= wake_depth {
-                // Full token channel: a wake-up is already pending.
-                let _ = wake.try_send(());
-            }
         });
     }
 }
@@ -628,112 +662,6 @@ pub fn apis_endpoint(discovery: &Discovery) -> String {
         "stats": discovery.stats(),
     })
     .to_string()
-}
-
-struct Worker {
-    rx: Receiver<Arc<Exchange>>,
-    stop: Receiver<()>,
-    wake: Receiver<()>,
-    shared: Arc<Shared>,
-    store: InventoryStore,
-    scanners: Scanners,
-    cfg: DiscoveryConfig,
-}
-
-impl Worker {
-    fn run(mut self) {
-        let mut last_flush = Instant::now();
-        // Samples arrived since the worker last found the queue empty.
-        let mut busy = false;
-        loop {
-            let flush_in = self.cfg.flush_interval.saturating_sub(last_flush.elapsed());
-            let mut stopping = false;
-            if busy {
-                // Nap: nobody waits on the queue, so pushes do not wake the worker.
-                select! {
-                    recv(self.stop) -> _ => stopping = true,
-                    recv(self.wake) -> _ => {}
-                    default(DRAIN_INTERVAL.min(flush_in)) => {}
-                }
-                // At most one queue's worth, so a flood cannot hold off the flush.
-                let mut taken = 0;
-                while taken < self.cfg.queue_capacity {
-                    let Ok(ex) = self.rx.try_recv() else { break };
-                    self.process(&ex);
-                    taken += 1;
-                }
-                busy = taken > 0;
-            } else {
-                // Idle: the first sample wakes the worker.
-                select! {
-                    recv(self.rx) -> msg => match msg {
-                        Ok(ex) => {
-                            self.process(&ex);
-                            busy = true;
-                        }
-                        Err(_) => stopping = true,
-                    },
-                    recv(self.stop) -> _ => stopping = true,
-                    default(flush_in) => {}
-                }
-            }
-            if stopping {
-                while let Ok(ex) = self.rx.try_recv() {
-                    self.process(&ex);
-                }
-                self.flush();
-                return;
-            }
-            if last_flush.elapsed() >= self.cfg.flush_interval {
-                self.flush();
-                last_flush = Instant::now();
-            }
-        }
-    }
-
-    /// Folds the counted requests into the inventory and writes what changed.
-    fn flush(&mut self) {
-        self.shared.fold();
-        if let Err(e) = flush_dirty(&self.shared.inventory, &mut self.store) {
-            self.shared
-                .counters
-                .store_errors
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("API inventory: {e}");
-        }
-    }
-
-    /// Extracts a sample's schemas and merges them (the request itself was
-    /// counted by the request thread).
-    fn process(&mut self, ex: &Exchange) {
-        let counters = &self.shared.counters;
-        counters.processed.fetch_add(1, Ordering::Relaxed);
-        let sample = extract(ex, &self.scanners, self.cfg.max_body_bytes as usize);
-        let path = template(ex.request.uri.path());
-        let now = now_ms();
-        let obs = Observation {
-            method: ex.request.method.as_str(),
-            path: &path,
-            route: &ex.ctx.route,
-            status: ex.status.as_u16(),
-            count: 0,
-            auth: &[],
-            first_ms: now,
-            last_ms: now,
-        };
-        let res = self
-            .shared
-            .inventory
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(obs, Some(sample));
-        // `None` (the inventory is full) is counted with the requests, at the fold.
-        if let Some(refused) = res {
-            counters
-                .schemas_dropped
-                .fetch_add(refused as u64, Ordering::Relaxed);
-        }
-    }
 }
 
 fn now_ms() -> u64 {

@@ -1,15 +1,12 @@
 //! The API inventory: one entry per endpoint (method + path template), kept in
-//! memory, persisted to SQLite, reloaded at start.
+//! memory. Persisting it is not this crate's job: [`crate::InventorySink`]
+//! receives the changed endpoints (moat-inventory writes them to SQLite and
+//! hands them back at start).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use rusqlite::{Connection, OpenFlags};
 use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::schema::{merge, Node};
-use crate::DiscoveryError;
 
 /// Distinct response statuses kept per endpoint.
 pub const MAX_STATUSES: usize = 64;
@@ -338,148 +335,27 @@ impl Inventory {
         v
     }
 
-    fn take_dirty(&mut self) -> Vec<Endpoint> {
+    /// The endpoints changed since the last call (to be persisted).
+    pub(crate) fn take_dirty(&mut self) -> Vec<Endpoint> {
         let keys: Vec<_> = self.dirty.drain().collect();
         keys.iter()
             .filter_map(|k| self.endpoints.get(k).cloned())
             .collect()
     }
 
-    fn insert_loaded(&mut self, ep: Endpoint) {
+    /// Marks endpoints as changed again (their write failed: written at the next flush).
+    pub(crate) fn mark_dirty(&mut self, endpoints: &[Endpoint]) {
+        for ep in endpoints {
+            self.dirty.insert((ep.method.clone(), ep.path.clone()));
+        }
+    }
+
+    /// Adds an endpoint loaded from storage, while there is room.
+    pub(crate) fn insert_loaded(&mut self, ep: Endpoint) {
         if self.endpoints.len() < self.max_endpoints {
             self.budget.used += endpoint_weight(&ep);
             self.endpoints
                 .insert((ep.method.clone(), ep.path.clone()), ep);
         }
     }
-}
-
-/// The SQLite file behind the inventory.
-pub struct InventoryStore {
-    path: PathBuf,
-    conn: Connection,
-}
-
-impl std::fmt::Debug for InventoryStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InventoryStore")
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
-fn store_err(path: &Path) -> impl Fn(rusqlite::Error) -> DiscoveryError + '_ {
-    move |source| DiscoveryError::Store {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-impl InventoryStore {
-    /// Opens (creating) the inventory database.
-    pub fn open(path: &Path) -> Result<InventoryStore, DiscoveryError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| DiscoveryError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        let err = store_err(path);
-        let conn = Connection::open(path).map_err(&err)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
-             PRAGMA synchronous=NORMAL;
-             CREATE TABLE IF NOT EXISTS endpoints (
-                 method TEXT NOT NULL,
-                 path TEXT NOT NULL,
-                 data TEXT NOT NULL,
-                 PRIMARY KEY (method, path)
-             );",
-        )
-        .map_err(&err)?;
-        Ok(InventoryStore {
-            path: path.to_path_buf(),
-            conn,
-        })
-    }
-
-    /// Opens an existing inventory for reading (`moat apis export`).
-    pub fn open_read_only(path: &Path) -> Result<InventoryStore, DiscoveryError> {
-        let err = store_err(path);
-        let conn =
-            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(&err)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(&err)?;
-        Ok(InventoryStore {
-            path: path.to_path_buf(),
-            conn,
-        })
-    }
-
-    /// Every stored endpoint (rows that do not parse are skipped), sorted by path then method.
-    pub fn load(&self) -> Result<Vec<Endpoint>, DiscoveryError> {
-        let err = store_err(&self.path);
-        let mut stmt = self
-            .conn
-            .prepare("SELECT data FROM endpoints ORDER BY path, method")
-            .map_err(&err)?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(&err)?;
-        let mut out = Vec::new();
-        for r in rows {
-            if let Ok(ep) = serde_json::from_str::<Endpoint>(&r.map_err(&err)?) {
-                out.push(ep);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Upserts endpoints in one transaction.
-    pub fn save(&mut self, endpoints: &[Endpoint]) -> Result<(), DiscoveryError> {
-        let err = store_err(&self.path);
-        let tx = self.conn.transaction().map_err(&err)?;
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO endpoints (method, path, data) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(method, path) DO UPDATE SET data = excluded.data",
-                )
-                .map_err(&err)?;
-            for ep in endpoints {
-                let data = serde_json::to_string(ep).unwrap_or_default();
-                stmt.execute(rusqlite::params![ep.method, ep.path, data])
-                    .map_err(&err)?;
-            }
-        }
-        tx.commit().map_err(&err)
-    }
-}
-
-/// Loads a persisted inventory into memory.
-pub(crate) fn load_into(inv: &mut Inventory, store: &InventoryStore) -> Result<(), DiscoveryError> {
-    for ep in store.load()? {
-        inv.insert_loaded(ep);
-    }
-    Ok(())
-}
-
-/// Writes the endpoints changed since the last call.
-pub(crate) fn flush_dirty(
-    inv: &std::sync::Mutex<Inventory>,
-    store: &mut InventoryStore,
-) -> Result<usize, DiscoveryError> {
-    let dirty = inv.lock().unwrap_or_else(|p| p.into_inner()).take_dirty();
-    if dirty.is_empty() {
-        return Ok(0);
-    }
-    if let Err(e) = store.save(&dirty) {
-        // Written again at the next flush.
-        let mut inv = inv.lock().unwrap_or_else(|p| p.into_inner());
-        for ep in &dirty {
-            inv.dirty.insert((ep.method.clone(), ep.path.clone()));
-        }
-        return Err(e);
-    }
-    Ok(dirty.len())
 }

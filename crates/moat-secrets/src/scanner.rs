@@ -10,8 +10,7 @@ use crate::decode::{encoding_names, DecodeLimits, Passes, Segment, Span, MAX_DEC
 use crate::keywords::KeywordFinder;
 use crate::rules::{Required, Rule, RuleSet, RulesError, SkippedRule};
 
-/// The default ruleset shipped with moat (gitleaks format).
-pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
+pub use crate::rules::DEFAULT_RULES;
 
 /// gitleaks' inline opt-out marker: a finding whose line carries it is ignored.
 pub const ALLOW_SIGNATURE: &[u8] = b"gitleaks:allow";

@@ -1,10 +1,11 @@
-//! `moat apis` against an inventory database written by moat-schema's store.
+//! `moat apis` against an inventory database written by moat-inventory's store.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
+use moat_inventory::InventoryStore;
 use moat_schema::inventory::{RequestInfo, ResponseInfo};
-use moat_schema::{from_json, Endpoint, InventoryStore, Scanners};
+use moat_schema::{from_json, Endpoint, Scanners};
 
 fn moat(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_moat"))

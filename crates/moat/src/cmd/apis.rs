@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use moat_schema::{load_inventory, Endpoint};
+use moat_inventory::load_inventory;
+use moat_schema::Endpoint;
 
 /// Arguments of `moat apis`.
 #[derive(clap::Args)]

@@ -11,7 +11,8 @@ use moat_core::{
     AfterResponsePhase, BodyNeed, Connection, Exchange, Finished, PeerIdentity, RequestAuth,
     RequestCtx, TlsSession,
 };
-use moat_schema::{apis_endpoint, load_inventory, Discovery, DiscoveryConfig};
+use moat_inventory::{load_inventory, DiscoveryWorker};
+use moat_schema::{apis_endpoint, Discovery, DiscoveryConfig};
 use serde_json::Value;
 
 fn cfg(interval: Duration) -> DiscoveryConfig {
@@ -100,7 +101,7 @@ fn parts(method: &str, uri: &str) -> http::request::Parts {
 #[test]
 fn extracts_schemas_and_builds_inventory() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(br#"{"id":7,"email":"jane@example.com","roles":["admin"]}"#)
         .unwrap();
@@ -196,7 +197,7 @@ fn extracts_schemas_and_builds_inventory() {
 #[test]
 fn sampling_windows_by_template_and_status() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     for (uri, status) in [
         ("/users/1", 200),
         ("/users/2", 200), // same (GET, /users/{id}, 200): not sampled
@@ -236,7 +237,7 @@ fn sampling_windows_by_template_and_status() {
 #[test]
 fn zero_interval_samples_every_request() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::ZERO), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::ZERO), dir.path()).unwrap();
     for i in 0..5 {
         Ex::get(&format!("/a/{i}"), 200).send(&d);
     }
@@ -247,7 +248,7 @@ fn zero_interval_samples_every_request() {
 #[test]
 fn wants_bodies_once_per_template_window_under_global_cap() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     let ctx = RequestCtx::for_test("api");
     let max = DiscoveryConfig::default().max_body_bytes as usize;
     assert_eq!(
@@ -270,7 +271,7 @@ fn wants_bodies_once_per_template_window_under_global_cap() {
 
     // Global cap: 1 per second (burst 1) across distinct templates.
     let dir2 = tempfile::tempdir().unwrap();
-    let capped = Discovery::start(
+    let capped = DiscoveryWorker::start(
         &DiscoveryConfig {
             max_samples_per_sec: 1,
             ..cfg(Duration::from_secs(3600))
@@ -288,7 +289,7 @@ fn wants_bodies_once_per_template_window_under_global_cap() {
 #[test]
 fn auth_kinds_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     Ex::get("/open", 200).send(&d);
     let mut jwt = Ex::get("/secure", 200);
     jwt.ctx.auth = Some(RequestAuth::default());
@@ -320,7 +321,7 @@ fn auth_kinds_are_recorded() {
 fn inventory_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
     let c = cfg(Duration::from_secs(3600));
-    let d = Discovery::start(&c, dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&c, dir.path()).unwrap();
     let mut ex = Ex::get("/items/1?q=x", 200);
     ex.resp_headers = vec![("content-type", "application/json")];
     ex.resp_body = Some(Bytes::from_static(br#"[{"id":1}]"#));
@@ -330,7 +331,7 @@ fn inventory_survives_restart() {
     drop(d);
     assert_eq!(before.len(), 1);
 
-    let d = Discovery::start(&c, dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&c, dir.path()).unwrap();
     assert_eq!(d.endpoints(), before);
     Ex::get("/items/2", 200).send(&d);
     d.shutdown();
@@ -349,7 +350,7 @@ fn inventory_survives_restart() {
 #[test]
 fn full_queue_drops_and_counts() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(
+    let d = DiscoveryWorker::start(
         &DiscoveryConfig {
             queue_capacity: 4,
             max_body_bytes: 16 << 20,
@@ -394,7 +395,7 @@ fn full_queue_drops_and_counts() {
 #[test]
 fn sampler_keys_are_bounded_and_overflow_is_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(
+    let d = DiscoveryWorker::start(
         &DiscoveryConfig {
             // The minimum: one key per shard.
             max_sampler_keys: 16,
@@ -417,7 +418,7 @@ fn sampler_keys_are_bounded_and_overflow_is_counted() {
 #[test]
 fn counts_between_samples_reach_the_inventory_with_their_times() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -439,7 +440,7 @@ fn counts_between_samples_reach_the_inventory_with_their_times() {
 #[test]
 fn inventory_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(
+    let d = DiscoveryWorker::start(
         &DiscoveryConfig {
             max_endpoints: 3,
             ..cfg(Duration::from_secs(3600))
@@ -458,7 +459,7 @@ fn inventory_is_bounded() {
 #[test]
 fn schema_weight_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(
+    let d = DiscoveryWorker::start(
         &DiscoveryConfig {
             max_schema_weight: 60,
             ..cfg(Duration::from_secs(3600))
@@ -488,7 +489,7 @@ fn schema_weight_is_bounded() {
     // The weight is restored from the database at restart.
     let w = d.schema_weight();
     drop(d);
-    let d = Discovery::start(
+    let d = DiscoveryWorker::start(
         &DiscoveryConfig {
             max_schema_weight: 60,
             ..cfg(Duration::from_secs(3600))
@@ -502,7 +503,7 @@ fn schema_weight_is_bounded() {
 #[test]
 fn openapi_export() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Discovery::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
     let ex = Ex {
         method: "POST",
         uri: "/users/42/orders?expand=items".into(),

@@ -1,0 +1,295 @@
+//! Keyword coverage analysis: which rules may run only around their keyword
+//! hits. A rule whose every match contains one of its keywords and has a
+//! bounded length gets a window; a rule with unbounded matches whose bounded
+//! leading part contains a keyword gets a prefix filter.
+
+use regex_automata::meta::Regex;
+
+use crate::rules::go_regex::{DFA_CACHE_LIMIT, REGEX_SIZE_LIMIT};
+
+// ---- keyword coverage analysis --------------------------------------------
+
+const MAX_SET: usize = 128;
+const MAX_STR: usize = 64;
+
+/// When every match of `hir` contains one of `keywords` (ASCII case-insensitively)
+/// and matches have a bounded length, returns that maximum length.
+pub(super) fn keyword_window(hir: &regex_syntax::hir::Hir, keywords: &[String]) -> Option<usize> {
+    let max = hir.properties().maximum_len()?;
+    if keywords.iter().any(|k| k.is_empty() || !k.is_ascii()) {
+        return None;
+    }
+    let kws: Vec<&[u8]> = keywords.iter().map(|k| k.as_bytes()).collect();
+    if covers(hir, &kws) {
+        Some(max)
+    } else {
+        None
+    }
+}
+
+/// The elements of the top-level concatenation of `h`, with capture groups and
+/// nested concatenations spliced in: where a match starts does not depend on
+/// groups (`\b(ey[a-z]{17,}...)` starts with `\b`, `e`, `y`).
+fn flat_concat(h: &regex_syntax::hir::Hir, out: &mut Vec<regex_syntax::hir::Hir>) {
+    use regex_syntax::hir::HirKind;
+    match h.kind() {
+        HirKind::Concat(hs) => {
+            for c in hs {
+                flat_concat(c, out);
+            }
+        }
+        HirKind::Capture(c) => flat_concat(&c.sub, out),
+        _ => out.push(h.clone()),
+    }
+}
+
+/// The bounded leading part of a top-level concatenation (see [`flat_concat`]),
+/// when its matches contain one of `keywords`, compiled, with its maximum length.
+pub(super) fn prefix_filter(
+    hir: &regex_syntax::hir::Hir,
+    keywords: &[String],
+) -> Option<(Regex, usize)> {
+    use regex_syntax::hir::Hir;
+    let mut children = Vec::new();
+    flat_concat(hir, &mut children);
+    let n = children
+        .iter()
+        .take_while(|c| c.properties().maximum_len().is_some())
+        .count();
+    if n == 0 || n == children.len() {
+        return None;
+    }
+    let prefix = Hir::concat(children[..n].to_vec());
+    let max = prefix.properties().maximum_len()?;
+    keyword_window(&prefix, keywords)?;
+    let re = Regex::builder()
+        .configure(
+            Regex::config()
+                .utf8_empty(false)
+                .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
+                .hybrid_cache_capacity(DFA_CACHE_LIMIT),
+        )
+        .build_from_hir(&prefix)
+        .ok()?;
+    Some((re, max))
+}
+
+fn contains_kw(s: &[u8], kws: &[&[u8]]) -> bool {
+    kws.iter().any(|k| memchr::memmem::find(s, k).is_some())
+}
+
+fn all_contain(set: &[Vec<u8>], kws: &[&[u8]]) -> bool {
+    !set.is_empty() && set.iter().all(|s| contains_kw(s, kws))
+}
+
+fn product(a: &[Vec<u8>], b: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+    if a.len().saturating_mul(b.len()) > MAX_SET {
+        return None;
+    }
+    let mut out = Vec::with_capacity(a.len() * b.len());
+    for x in a {
+        for y in b {
+            if x.len() + y.len() > MAX_STR {
+                return None;
+            }
+            let mut s = x.clone();
+            s.extend_from_slice(y);
+            out.push(s);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Some(out)
+}
+
+/// The finite language of `h`, lowercased, when small.
+fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
+    use regex_syntax::hir::{Class, HirKind};
+    match h.kind() {
+        HirKind::Empty | HirKind::Look(_) => Some(vec![Vec::new()]),
+        HirKind::Literal(l) => Some(vec![l.0.to_ascii_lowercase()]),
+        HirKind::Class(Class::Bytes(c)) => {
+            let mut set: Vec<Vec<u8>> = Vec::new();
+            for r in c.iter() {
+                if (r.end() - r.start()) as usize + set.len() >= 8 {
+                    return None;
+                }
+                for b in r.start()..=r.end() {
+                    set.push(vec![b.to_ascii_lowercase()]);
+                }
+            }
+            set.sort();
+            set.dedup();
+            Some(set)
+        }
+        HirKind::Class(Class::Unicode(c)) => {
+            let mut set: Vec<Vec<u8>> = Vec::new();
+            for r in c.iter() {
+                let (s, e) = (r.start() as u32, r.end() as u32);
+                if e > 0x7f || (e - s) as usize + set.len() >= 8 {
+                    return None;
+                }
+                for b in s..=e {
+                    set.push(vec![(b as u8).to_ascii_lowercase()]);
+                }
+            }
+            set.sort();
+            set.dedup();
+            Some(set)
+        }
+        HirKind::Capture(c) => exact(&c.sub),
+        HirKind::Repetition(r) => {
+            let sub = exact(&r.sub)?;
+            if r.max == Some(r.min) && r.min <= 4 {
+                let mut acc = vec![Vec::new()];
+                for _ in 0..r.min {
+                    acc = product(&acc, &sub)?;
+                }
+                Some(acc)
+            } else if r.min == 0 && r.max == Some(1) {
+                let mut s = sub;
+                s.push(Vec::new());
+                s.sort();
+                s.dedup();
+                Some(s)
+            } else {
+                None
+            }
+        }
+        HirKind::Concat(hs) => {
+            let mut acc = vec![Vec::new()];
+            for h in hs {
+                acc = product(&acc, &exact(h)?)?;
+            }
+            Some(acc)
+        }
+        HirKind::Alternation(hs) => {
+            let mut acc = Vec::new();
+            for h in hs {
+                acc.extend(exact(h)?);
+                if acc.len() > MAX_SET {
+                    return None;
+                }
+            }
+            acc.sort();
+            acc.dedup();
+            Some(acc)
+        }
+    }
+}
+
+/// A set of strings one of which starts (`prefix`) or ends (`!prefix`) every
+/// match of `h`, lowercased; `[""]` when nothing useful is known.
+fn affix(h: &regex_syntax::hir::Hir, prefix: bool) -> Vec<Vec<u8>> {
+    use regex_syntax::hir::HirKind;
+    if let Some(e) = exact(h) {
+        return e;
+    }
+    let unknown = || vec![Vec::new()];
+    match h.kind() {
+        HirKind::Capture(c) => affix(&c.sub, prefix),
+        HirKind::Repetition(r) if r.min >= 1 => affix(&r.sub, prefix),
+        HirKind::Alternation(hs) => {
+            let mut acc = Vec::new();
+            for h in hs {
+                acc.extend(affix(h, prefix));
+                if acc.len() > MAX_SET {
+                    return unknown();
+                }
+            }
+            acc.sort();
+            acc.dedup();
+            acc
+        }
+        HirKind::Concat(hs) => {
+            let mut acc: Vec<Vec<u8>> = vec![Vec::new()];
+            let ordered: Vec<&regex_syntax::hir::Hir> = if prefix {
+                hs.iter().collect()
+            } else {
+                hs.iter().rev().collect()
+            };
+            for h in ordered {
+                match exact(h) {
+                    Some(e) => {
+                        let next = if prefix {
+                            product(&acc, &e)
+                        } else {
+                            product(&e, &acc)
+                        };
+                        match next {
+                            Some(n) => acc = n,
+                            None => return acc,
+                        }
+                    }
+                    None => {
+                        let a = affix(h, prefix);
+                        let next = if prefix {
+                            product(&acc, &a)
+                        } else {
+                            product(&a, &acc)
+                        };
+                        return next.unwrap_or(acc);
+                    }
+                }
+            }
+            acc
+        }
+        _ => unknown(),
+    }
+}
+
+/// True when every match of `h` contains one of `kws`.
+fn covers(h: &regex_syntax::hir::Hir, kws: &[&[u8]]) -> bool {
+    use regex_syntax::hir::HirKind;
+    if let Some(set) = exact(h) {
+        if all_contain(&set, kws) {
+            return true;
+        }
+    }
+    match h.kind() {
+        HirKind::Capture(c) => covers(&c.sub, kws),
+        HirKind::Repetition(r) if r.min >= 1 => covers(&r.sub, kws),
+        HirKind::Alternation(hs) => hs.iter().all(|h| covers(h, kws)),
+        HirKind::Concat(hs) => {
+            if hs.iter().any(|h| covers(h, kws)) {
+                return true;
+            }
+            // `run`: one of these strings ends the text matched so far.
+            let mut run: Vec<Vec<u8>> = vec![Vec::new()];
+            for h in hs {
+                if let Some(c) = product(&run, &affix(h, true)) {
+                    if all_contain(&c, kws) {
+                        return true;
+                    }
+                }
+                run = match exact(h) {
+                    Some(e) => product(&run, &e).unwrap_or_else(|| affix(h, false)),
+                    None => affix(h, false),
+                };
+                if all_contain(&run, kws) {
+                    return true;
+                }
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::go_regex::parse_hir;
+
+    #[test]
+    fn coverage_analysis() {
+        let kw = |ks: &[&str]| ks.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let h = parse_hir(r"(?i)\b((?:A3T[A-Z0-9]|AKIA|ASIA)[A-Z0-9]{16})\b").unwrap();
+        assert_eq!(keyword_window(&h, &kw(&["a3t", "akia", "asia"])), Some(20));
+        assert_eq!(keyword_window(&h, &kw(&["akia"])), None);
+        let h = parse_hir(r"(?i)(?:key|passw(?:or)?d)\s{0,3}=\s{0,3}([a-z0-9]{8,40})").unwrap();
+        assert!(keyword_window(&h, &kw(&["key", "passwd", "password"])).is_some());
+        let h = parse_hir(r"token[a-z]+").unwrap();
+        assert_eq!(keyword_window(&h, &kw(&["token"])), None, "unbounded");
+    }
+}
