@@ -110,9 +110,10 @@ fn waf_eval_meets_quality_targets_on_shared_corpora() {
     let fp_rate = fp * 100.0 / (fp + tn);
     assert!(detection >= 85.0, "detection {detection:.2}%");
     assert!(fp_rate <= 0.05, "false positives {fp_rate:.3}%");
-    assert_eq!(
-        v["gotestwaf"]["false_pos"][0], 0,
-        "gotestwaf false-positive texts blocked"
-    );
-    assert!(v["gotestwaf"]["false_pos"][1].as_u64().unwrap_or(0) > 100);
+    // per half (A, B): [blocked, total]
+    let fp = &v["gotestwaf"]["false_pos"];
+    assert_eq!(fp[0][0], 0, "gotestwaf false-positive texts blocked (A)");
+    assert_eq!(fp[1][0], 0, "gotestwaf false-positive texts blocked (B)");
+    let total = fp[0][1].as_u64().unwrap_or(0) + fp[1][1].as_u64().unwrap_or(0);
+    assert!(total > 100);
 }

@@ -1241,81 +1241,6 @@ pub fn double_extension(segment: &str) -> Option<Hit> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn traversal_cases() {
-        assert!(traversal("../../../../etc/passwd").is_some());
-        assert!(traversal("file2/../../../../etc/passwd").is_some());
-        assert!(traversal("/etc/passwd").is_some());
-        assert!(traversal("php://filter/convert.base64-encode/resource=index").is_some());
-        assert!(traversal("/cgi-bin/../../../../bin/sh").is_some());
-        assert!(traversal("/images/logo.png").is_none());
-        assert!(traversal("see ../readme for details").is_none());
-        assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
-    }
-
-    #[test]
-    fn ssrf_cases() {
-        assert!(
-            ssrf("http://169.254.169.254/latest/meta-data/").is_some_and(|h| h.confidence >= 85)
-        );
-        assert!(ssrf("http://127.0.0.1:8080/admin").is_some());
-        assert!(ssrf("gopher://x:25/_HELO").is_some());
-        assert!(ssrf("url=http://www.example.com/tan?usp=4#8").is_none());
-        assert!(ssrf("http://user@localhost/").is_some());
-    }
-
-    #[test]
-    fn xxe_crlf() {
-        assert!(xxe("<!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>").is_some());
-        assert!(xxe("<a>b</a>").is_none());
-        assert!(crlf("x\r\nSet-Cookie: a=b").is_some());
-        assert!(crlf("\u{560D}\u{560A}Set-cookie:crlf=injection").is_some());
-        assert!(crlf("line one\nline two: fine").is_none());
-    }
-
-    #[test]
-    fn code_cases() {
-        let c = |s: &str| code(s, Classes::of(s.as_bytes())).is_some_and(|h| h.confidence >= 60);
-        assert!(c("{{7*7}}"));
-        assert!(c("${7*'7'}"));
-        assert!(c("{{''.__class__.__mro__[1]}}"));
-        assert!(c("<?php system($_GET['c']); ?>"));
-        assert!(c("system('id')"));
-        assert!(c(
-            "%{(#_memberAccess=@ognl.OgnlContext@DEFAULT_MEMBER_ACCESS)}"
-        ));
-        assert!(c("__import__('os').system('id')"));
-        assert!(c("<!--#exec cmd=\"ls\" -->"));
-        assert!(!c("Hello {{name}}, welcome"));
-        assert!(!c(
-            "}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"
-        ));
-        assert!(!c("the system (as a whole) works"));
-    }
-
-    #[test]
-    fn jndi_ldap_nosql() {
-        assert!(jndi("${jndi:ldap://x/a}").is_some());
-        assert!(jndi("${${lower:j}${::-n}di:rmi://x/a}").is_some());
-        assert!(jndi("${env:HOME}").is_none());
-        assert!(ldap("*)(uid=*))(|(uid=*").is_some());
-        assert!(ldap("(a)(b)").is_none());
-        assert!(nosql_name("user[$ne]").is_some());
-        assert!(nosql_name("price$").is_none());
-        assert!(nosql_value("{\"$where\": \"sleep(100)\"}").is_some());
-        assert!(upload("shell.php", None).is_some());
-        assert!(upload("a.php.jpg", None).is_some());
-        assert!(upload("photo.jpg", Some(b"\xff\xd8")).is_none());
-        assert!(double_extension("apache.php.jpeg").is_some());
-        assert!(scanner("sqlmap/1.5").is_some());
-        assert!(scanner("Mozilla/5.0").is_none());
-    }
-}
-
 /// Drupal-style render-array properties in a parameter or key name
 /// (`mail[#post_render][]`, `#lazy_builder`): callbacks the server would invoke.
 pub fn render_array(name: &str) -> Option<Hit> {
@@ -1568,4 +1493,79 @@ pub fn path_normalisation(raw: &[u8], decoded: &str) -> Option<Hit> {
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_cases() {
+        assert!(traversal("../../../../etc/passwd").is_some());
+        assert!(traversal("file2/../../../../etc/passwd").is_some());
+        assert!(traversal("/etc/passwd").is_some());
+        assert!(traversal("php://filter/convert.base64-encode/resource=index").is_some());
+        assert!(traversal("/cgi-bin/../../../../bin/sh").is_some());
+        assert!(traversal("/images/logo.png").is_none());
+        assert!(traversal("see ../readme for details").is_none());
+        assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
+    }
+
+    #[test]
+    fn ssrf_cases() {
+        assert!(
+            ssrf("http://169.254.169.254/latest/meta-data/").is_some_and(|h| h.confidence >= 85)
+        );
+        assert!(ssrf("http://127.0.0.1:8080/admin").is_some());
+        assert!(ssrf("gopher://x:25/_HELO").is_some());
+        assert!(ssrf("url=http://www.example.com/tan?usp=4#8").is_none());
+        assert!(ssrf("http://user@localhost/").is_some());
+    }
+
+    #[test]
+    fn xxe_crlf() {
+        assert!(xxe("<!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>").is_some());
+        assert!(xxe("<a>b</a>").is_none());
+        assert!(crlf("x\r\nSet-Cookie: a=b").is_some());
+        assert!(crlf("\u{560D}\u{560A}Set-cookie:crlf=injection").is_some());
+        assert!(crlf("line one\nline two: fine").is_none());
+    }
+
+    #[test]
+    fn code_cases() {
+        let c = |s: &str| code(s, Classes::of(s.as_bytes())).is_some_and(|h| h.confidence >= 60);
+        assert!(c("{{7*7}}"));
+        assert!(c("${7*'7'}"));
+        assert!(c("{{''.__class__.__mro__[1]}}"));
+        assert!(c("<?php system($_GET['c']); ?>"));
+        assert!(c("system('id')"));
+        assert!(c(
+            "%{(#_memberAccess=@ognl.OgnlContext@DEFAULT_MEMBER_ACCESS)}"
+        ));
+        assert!(c("__import__('os').system('id')"));
+        assert!(c("<!--#exec cmd=\"ls\" -->"));
+        assert!(!c("Hello {{name}}, welcome"));
+        assert!(!c(
+            "}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"
+        ));
+        assert!(!c("the system (as a whole) works"));
+    }
+
+    #[test]
+    fn jndi_ldap_nosql() {
+        assert!(jndi("${jndi:ldap://x/a}").is_some());
+        assert!(jndi("${${lower:j}${::-n}di:rmi://x/a}").is_some());
+        assert!(jndi("${env:HOME}").is_none());
+        assert!(ldap("*)(uid=*))(|(uid=*").is_some());
+        assert!(ldap("(a)(b)").is_none());
+        assert!(nosql_name("user[$ne]").is_some());
+        assert!(nosql_name("price$").is_none());
+        assert!(nosql_value("{\"$where\": \"sleep(100)\"}").is_some());
+        assert!(upload("shell.php", None).is_some());
+        assert!(upload("a.php.jpg", None).is_some());
+        assert!(upload("photo.jpg", Some(b"\xff\xd8")).is_none());
+        assert!(double_extension("apache.php.jpeg").is_some());
+        assert!(scanner("sqlmap/1.5").is_some());
+        assert!(scanner("Mozilla/5.0").is_none());
+    }
 }
