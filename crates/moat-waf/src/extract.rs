@@ -189,6 +189,10 @@ pub(crate) struct Inspector<'e> {
     pub code_ctx: bool,
     /// The body being analysed is a large JSON beacon.
     pub beacon: bool,
+    /// Virtual patches whose parameter conditions see every decoded parameter.
+    pub patches: Option<&'e crate::vpatch::PatchSet>,
+    /// What the parameters satisfied so far.
+    pub facts: crate::vpatch::ParamFacts,
     stopped: bool,
     /// Engine id, the key of the clean-header memo.
     engine: u64,
@@ -214,6 +218,8 @@ impl<'e> Inspector<'e> {
             policy,
             code_ctx: false,
             beacon: false,
+            patches: None,
+            facts: Default::default(),
             lim,
             params: 0,
             findings: Vec::new(),
@@ -516,6 +522,9 @@ impl<'e> Inspector<'e> {
             let v = decode_into(v, &mut vbuf);
             let n = lossy(n);
             let v = lossy(v);
+            if let Some(p) = self.patches {
+                p.observe(&n, &v, &mut self.facts);
+            }
             if form {
                 self.name(Loc::FormName(&n), &n);
                 self.field_value(Loc::Form(&n), &n, &v, false);
@@ -523,6 +532,29 @@ impl<'e> Inspector<'e> {
                 self.name(Loc::QueryName(&n), &n);
                 self.value(Loc::Query(&n), &v, Scope::Value);
             }
+        }
+    }
+
+    /// Feeds the query's parameters to the virtual patches only (the body
+    /// phase: the head phase analysed them already).
+    pub fn observe_query(&mut self, q: &[u8]) {
+        let Some(p) = self.patches else {
+            return;
+        };
+        let mut nbuf: Vec<u8> = Vec::new();
+        let mut vbuf: Vec<u8> = Vec::new();
+        for pair in q
+            .split(|&c| c == b'&')
+            .filter(|x| !x.is_empty())
+            .take(self.lim.max_params)
+        {
+            let (n, v) = match memchr::memchr(b'=', pair) {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (&pair[..0], pair),
+            };
+            let n = lossy(decode_into(n, &mut nbuf)).into_owned();
+            let v = lossy(decode_into(v, &mut vbuf));
+            p.observe(&n, &v, &mut self.facts);
         }
     }
 
@@ -814,6 +846,14 @@ impl<'e> Inspector<'e> {
                 } else if let Some(v) = l.strip_prefix("content-type:") {
                     ctype = v.trim().to_string();
                 }
+            }
+            if let Some(p) = self.patches {
+                let v = if filename.is_none() {
+                    String::from_utf8_lossy(&body[..body.len().min(4096)])
+                } else {
+                    std::borrow::Cow::Borrowed("")
+                };
+                p.observe(&name, &v, &mut self.facts);
             }
             match filename {
                 Some(f) => {

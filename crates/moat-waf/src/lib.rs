@@ -366,8 +366,9 @@ impl WafEngine {
             return;
         }
         let data = vpatch::ReqData::new(req.method, target_path(req.target), &req.headers, body);
+        let facts = std::mem::take(&mut ins.facts);
         self.patches
-            .check(&data, phase, &mut |h| ins.report_rule(h));
+            .check(&data, &facts, phase, &mut |h| ins.report_rule(h));
     }
 
     fn lim(&self) -> Lim {
@@ -378,19 +379,8 @@ impl WafEngine {
     }
 
     fn inspect_head(&self, ins: &mut Inspector<'_>, req: &RequestView<'_>) {
-        let target = req.target;
         // absolute-form: drop scheme://authority
-        let target = match memchr::memmem::find(target, b"://") {
-            Some(p) if target.first() != Some(&b'/') => {
-                let rest = &target[p + 3..];
-                let s = rest
-                    .iter()
-                    .position(|&c| c == b'/' || c == b'?')
-                    .unwrap_or(rest.len());
-                &rest[s..]
-            }
-            _ => target,
-        };
+        let target = target_path(req.target);
         let (path, query) = match memchr::memchr(b'?', target) {
             Some(q) => (&target[..q], Some(&target[q + 1..])),
             None => (target, None),
@@ -540,6 +530,7 @@ impl WafEngine {
     ) -> Findings {
         let filter = self.filter(route, req);
         let mut ins = Inspector::new(self.lim(), self.id, &filter, self.policy());
+        ins.patches = Some(&self.patches);
         self.inspect_head(&mut ins, req);
         match body {
             Some(b) => {
@@ -565,8 +556,13 @@ impl WafEngine {
     ) -> Findings {
         let filter = self.filter(route, req);
         let mut ins = Inspector::new(self.lim(), self.id, &filter, self.policy());
+        ins.patches = Some(&self.patches);
         self.inspect_body(&mut ins, req, body);
         if !body.data.is_empty() {
+            let t = target_path(req.target);
+            if let Some(q) = memchr::memchr(b'?', t) {
+                ins.observe_query(&t[q + 1..]);
+            }
             self.run_patches(&mut ins, req, Some(body.data), vpatch::Phase::Body);
         }
         self.finish(ins)
@@ -679,6 +675,9 @@ impl WafEngine {
 
 /// The origin-form part of a request target (absolute-form scheme and authority dropped).
 fn target_path(target: &[u8]) -> &[u8] {
+    if target.first() == Some(&b'/') {
+        return target;
+    }
     match memchr::memmem::find(target, b"://") {
         Some(p) if target.first() != Some(&b'/') => {
             let rest = &target[p + 3..];

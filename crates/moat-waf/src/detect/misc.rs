@@ -811,27 +811,26 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
             }
         }
     }
-    // SpEL type references to JVM classes: T(java.lang.Runtime), T (java.lang.Runtime)
+    // SpEL type references to JVM classes: T(java.lang.Runtime), T (java.lang.Runtime);
+    // found from each `(` (rarer than the letter t) looking back
     if c.any(Classes::PAREN) {
-        let mut from = 0;
         let mut n = 0;
-        while let Some(p) = memchr::memchr2(b'T', b't', &b[from..]) {
-            let at = from + p;
-            from = at + 1;
+        for k in memchr::memchr_iter(b'(', b) {
             n += 1;
             if n > 256 {
                 break;
             }
+            let mut t = k;
+            while t > 0 && b[t - 1] == b' ' {
+                t -= 1;
+            }
+            if t == 0 || !matches!(b[t - 1], b'T' | b't') {
+                continue;
+            }
+            let at = t - 1;
             if at > 0
                 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'.')
             {
-                continue;
-            }
-            let mut k = at + 1;
-            while k < b.len() && b[k] == b' ' {
-                k += 1;
-            }
-            if b.get(k) != Some(&b'(') {
                 continue;
             }
             let mut a = k + 1;
@@ -1414,8 +1413,16 @@ pub fn deser_marker(s: &str) -> Option<Hit> {
     let token_start = |p: usize| {
         p == 0 || !(b[p - 1].is_ascii_alphanumeric() || b[p - 1] == b'+' || b[p - 1] == b'/')
     };
+    static RO0AB: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"rO0AB"));
+    static HEX: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"0005"));
+    // both markers hold the digit 0: one SIMD scan rules most values out
+    if b.len() < 24 || memchr::memchr(b'0', b).is_none() {
+        return None;
+    }
     let mut from = 0;
-    while let Some(p) = memchr::memmem::find(&b[from..], b"rO0AB") {
+    while let Some(p) = RO0AB.find(&b[from..]) {
         let at = from + p;
         from = at + 5;
         let run = b[at..]
@@ -1428,7 +1435,15 @@ pub fn deser_marker(s: &str) -> Option<Hit> {
             return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 40));
         }
     }
-    if let Some(at) = find_ci(b, b"aced0005") {
+    // hex: find the digits `0005` (memmem), then check `aced` before them
+    let mut from = 0;
+    while let Some(p) = HEX.find(&b[from..]) {
+        let d = from + p;
+        from = d + 4;
+        if d < 4 || !b[d - 4..d].eq_ignore_ascii_case(b"aced") {
+            continue;
+        }
+        let at = d - 4;
         let run = b[at..].iter().take_while(|c| c.is_ascii_hexdigit()).count();
         if token_start(at) && run >= 24 {
             return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 40));
