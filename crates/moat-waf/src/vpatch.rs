@@ -233,6 +233,11 @@ pub struct PatchSet {
     global: Vec<usize>,
     /// Every `param`/`param-name` condition (copies; `pid` is the index here).
     param_conds: Vec<Cond>,
+    /// Bit n: some `param` condition names a parameter of length n (< 64).
+    name_lens: u64,
+    /// Some parameter condition can hold for a name of letters, digits, `_`, `-`
+    /// whatever its length (a name prefix, a long name, a plain test string).
+    plain_general: bool,
 }
 
 /// What the parameters of one request satisfied: per parameter condition of
@@ -312,10 +317,19 @@ fn compile_cond(file: &Path, field: String, c: &CondSpec) -> Result<Cond, Config
         .chain(&c.contains)
         .map(|s| s.to_ascii_lowercase())
         .collect();
+    // (bytes common in every URL, `/ . - _`, only when nothing rarer is shared)
     let gate = strings.first().and_then(|f| {
-        f.bytes()
+        let shared: Vec<u8> = f
+            .bytes()
             .filter(|b| !b.is_ascii_alphanumeric())
-            .find(|&g| strings.iter().all(|s| s.as_bytes().contains(&g)))
+            .filter(|&g| strings.iter().all(|s| s.as_bytes().contains(&g)))
+            .collect();
+        let common = |b: &u8| matches!(b, b'/' | b'.' | b'-' | b'_');
+        shared
+            .iter()
+            .find(|b| !common(b))
+            .or_else(|| shared.first())
+            .copied()
     });
     // a parameter name made of letters, digits, `_` and `-` only cannot hold
     // a test string that has another byte
@@ -477,6 +491,13 @@ impl PatchSet {
                     for c in list.iter_mut() {
                         if matches!(c.place, Place::Param | Place::ParamName) {
                             c.pid = set.param_conds.len();
+                            match (&c.name, c.place) {
+                                (Some((n, false)), _) if n.len() < 64 => {
+                                    set.name_lens |= 1 << n.len()
+                                }
+                                (_, Place::ParamName) if c.special => {}
+                                _ => set.plain_general = true,
+                            }
                             set.param_conds.push(c.clone());
                         }
                     }
@@ -537,6 +558,13 @@ impl PatchSet {
         let plain = name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        // most parameters: a plain name no condition can concern
+        if plain
+            && !self.plain_general
+            && (name.len() >= 64 || self.name_lens & (1 << name.len()) == 0)
+        {
+            return;
+        }
         for (pid, c) in self.param_conds.iter().enumerate() {
             // cheapest rejections first: a named condition for another name,
             // a name condition that needs bytes a plain name lacks
@@ -887,7 +915,10 @@ impl<'a> ReqData<'a> {
         };
         let dec = |b: &'a [u8]| -> Cow<'a, str> {
             match decode::url_decode_repeated(b) {
-                Cow::Borrowed(x) => String::from_utf8_lossy(x),
+                Cow::Borrowed(x) => match std::str::from_utf8(x) {
+                    Ok(s) => Cow::Borrowed(s),
+                    Err(_) => String::from_utf8_lossy(x),
+                },
                 Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
             }
         };

@@ -168,8 +168,15 @@ fn waf_exclude_round_trip_through_the_event_store() {
         .output()
         .expect("run moat");
     let snippet = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{snippet} {}", String::from_utf8_lossy(&out.stderr));
-    assert!(snippet.contains("path_prefix: \"/cms/articles/7/save\""), "{snippet}");
+    assert!(
+        out.status.success(),
+        "{snippet} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        snippet.contains("path_prefix: \"/cms/articles/7/save\""),
+        "{snippet}"
+    );
     assert!(snippet.contains("field: \"body\""), "{snippet}");
     let cfg = dir.path().join("waf.yaml");
     std::fs::write(&cfg, &snippet).expect("write");
@@ -187,13 +194,24 @@ fn waf_exclude_round_trip_through_the_event_store() {
     // from flags, same snippet body
     let out = moat()
         .args([
-            "waf", "exclude", "--route", "cms", "--path", "/cms/articles/7/save?x=1",
-            "--detector", "xss", "--location", "query:body",
+            "waf",
+            "exclude",
+            "--route",
+            "cms",
+            "--path",
+            "/cms/articles/7/save?x=1",
+            "--detector",
+            "xss",
+            "--location",
+            "query:body",
         ])
         .output()
         .expect("run moat");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("location: \"query:body\"") && text.contains("detector: \"xss\""), "{text}");
+    assert!(
+        text.contains("location: \"query:body\"") && text.contains("detector: \"xss\""),
+        "{text}"
+    );
     let bad = moat()
         .args(["waf", "exclude", "--detector", "sqlx"])
         .output()
