@@ -1354,7 +1354,8 @@ pub fn java_xml(s: &str) -> Option<Hit> {
         if n > 4096 {
             break;
         }
-        let rest = &b[at + 1..];
+        // tag names are short: a bounded look-ahead keeps `<<<<aaaa...` linear
+        let rest = &b[at + 1..(at + 1 + 128).min(b.len())];
         let end = rest
             .iter()
             .position(|&c| !(c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'$' | b'-')))
@@ -1425,8 +1426,10 @@ pub fn deser_marker(s: &str) -> Option<Hit> {
     while let Some(p) = RO0AB.find(&b[from..]) {
         let at = from + p;
         from = at + 5;
+        // bounded look-ahead: overlapping markers cannot make the scan quadratic
         let run = b[at..]
             .iter()
+            .take(24)
             .take_while(|c| {
                 c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'-' | b'_')
             })
@@ -1444,7 +1447,11 @@ pub fn deser_marker(s: &str) -> Option<Hit> {
             continue;
         }
         let at = d - 4;
-        let run = b[at..].iter().take_while(|c| c.is_ascii_hexdigit()).count();
+        let run = b[at..]
+            .iter()
+            .take(24)
+            .take_while(|c| c.is_ascii_hexdigit())
+            .count();
         if token_start(at) && run >= 24 {
             return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 40));
         }
