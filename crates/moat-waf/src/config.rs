@@ -56,6 +56,88 @@ impl Default for WafLimits {
     }
 }
 
+/// How readily the WAF blocks (like CRS paranoia levels or SafeLine's modes).
+///
+/// Each level sets the confidence a finding needs to block and how much the
+/// request context (code-submission fields, large JSON beacons) lowers the
+/// confidence of detectors whose evidence is a syntax shape. Measured
+/// detection and false-positive rates per level are in docs/waf.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sensitivity {
+    /// Fewest false positives: blocks at confidence >= 75, context lowers shape
+    /// findings by 50 in code fields and 25 in beacons.
+    Low,
+    /// The default: blocks at >= 60, context lowers by 35 (code) and 15 (beacons).
+    #[default]
+    Balanced,
+    /// Most detection: blocks at >= 50, context lowers by 15 (code), 0 (beacons).
+    Strict,
+}
+
+impl Sensitivity {
+    /// Confidence a finding needs to block at this level.
+    pub fn block_confidence(self) -> u8 {
+        match self {
+            Sensitivity::Low => 75,
+            Sensitivity::Balanced => 60,
+            Sensitivity::Strict => 50,
+        }
+    }
+
+    /// Confidence subtracted from shape findings in a code-submission field.
+    pub fn code_penalty(self) -> u8 {
+        match self {
+            Sensitivity::Low => 50,
+            Sensitivity::Balanced => 35,
+            Sensitivity::Strict => 15,
+        }
+    }
+
+    /// Confidence subtracted from shape findings inside a large JSON beacon.
+    pub fn beacon_penalty(self) -> u8 {
+        match self {
+            Sensitivity::Low => 25,
+            Sensitivity::Balanced => 15,
+            Sensitivity::Strict => 0,
+        }
+    }
+
+    /// Name as written in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sensitivity::Low => "low",
+            Sensitivity::Balanced => "balanced",
+            Sensitivity::Strict => "strict",
+        }
+    }
+}
+
+/// Virtual patches: rules for known exploit endpoints and parameters
+/// (see [`crate::vpatch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VirtualPatches {
+    /// Load the starter pack shipped with moat (`crates/moat-waf/rules/virtual-patches.yaml`).
+    pub builtin: bool,
+    /// More rule files (YAML, same format); relative paths resolve against the
+    /// directory given to [`crate::WafEngine::build_with_base`] (the current directory
+    /// for [`crate::WafEngine::build`]).
+    pub files: Vec<String>,
+    /// Rule ids to switch off (built-in or from files).
+    pub disabled: Vec<String>,
+}
+
+impl Default for VirtualPatches {
+    fn default() -> Self {
+        VirtualPatches {
+            builtin: true,
+            files: Vec::new(),
+            disabled: Vec::new(),
+        }
+    }
+}
+
 /// Per-route overrides.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -68,17 +150,31 @@ pub struct WafRoute {
     pub status: Option<u16>,
 }
 
-/// An exclusion: findings matching route, location and detector are ignored.
+/// An exclusion: findings matching every given key are ignored (an absent key
+/// matches anything). `moat waf exclude` renders one from a block event.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WafExclusion {
     /// Route name (`*` or absent: every route).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// Request path prefix (the path as received, before `?`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
     /// Location glob, e.g. `query:q`, `json:/comment/*`, `header:*` (`*` matches anything;
     /// absent: every location). A pattern without `*` also matches as a prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
-    /// Detector name (`sqli`, `xss`, ...; absent: every detector).
+    /// Field name: the name part of the location (`comment` for `form:comment`,
+    /// `/a/b` for `json:/a/b`), matched exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Detector name (`sqli`, `xss`, `virtual-patch`, ...; absent: every detector).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub detector: Option<String>,
+    /// Virtual-patch rule id (e.g. `CVE-2022-22965`); only virtual-patch findings match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// The `waf:` configuration section.
@@ -91,8 +187,13 @@ pub struct WafConfig {
     pub mode: WafMode,
     /// Block status code (default 403).
     pub status: u16,
-    /// Minimum confidence (0-100) of a finding that blocks; weaker findings are monitored.
-    pub block_confidence: u8,
+    /// How readily findings block (`low`, `balanced`, `strict`).
+    pub sensitivity: Sensitivity,
+    /// Minimum confidence (0-100) of a finding that blocks; weaker findings are
+    /// monitored. Absent: the sensitivity's threshold (75 / 60 / 50).
+    pub block_confidence: Option<u8>,
+    /// Virtual patches for known exploit endpoints.
+    pub virtual_patches: VirtualPatches,
     /// Per-route overrides keyed by route name.
     pub routes: BTreeMap<String, WafRoute>,
     /// Ignored findings.
@@ -114,7 +215,9 @@ impl Default for WafConfig {
             enabled: true,
             mode: WafMode::Block,
             status: 403,
-            block_confidence: 60,
+            sensitivity: Sensitivity::Balanced,
+            block_confidence: None,
+            virtual_patches: VirtualPatches::default(),
             routes: BTreeMap::new(),
             exclusions: Vec::new(),
             allowed_ips: Vec::new(),

@@ -47,12 +47,6 @@ impl Tally {
     pub fn accuracy(&self) -> f64 {
         pct(self.tp + self.tn, self.tp + self.tn + self.fp + self.fn_)
     }
-    fn merge(&mut self, o: &Tally) {
-        self.tp += o.tp;
-        self.fn_ += o.fn_;
-        self.tn += o.tn;
-        self.fp += o.fp;
-    }
 }
 
 fn pct(a: u64, b: u64) -> f64 {
@@ -63,20 +57,60 @@ fn pct(a: u64, b: u64) -> f64 {
     }
 }
 
+/// One of the two fixed halves of a corpus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Half {
+    /// The development half: tuning looks at its mistakes only.
+    A,
+    /// The held-back half: reported, never looked at while tuning.
+    B,
+}
+
+impl std::str::FromStr for Half {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Half, String> {
+        match s {
+            "A" | "a" => Ok(Half::A),
+            "B" | "b" => Ok(Half::B),
+            _ => Err(format!("`{s}`: expected A or B")),
+        }
+    }
+}
+
+/// Salt of the split: changing it re-deals every sample.
+pub const SPLIT_SEED: &str = "moat-waf-split-1:";
+
+/// The half a sample belongs to: FNV-1a (64-bit) of [`SPLIT_SEED`] followed by
+/// the sample id; even hashes are half A. Ids: blazehttp's `id` field;
+/// gotestwaf `<file path under testcases/>#<payload index>` (every encoder and
+/// placeholder of one payload falls in the same half).
+pub fn half_of(id: &str) -> Half {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in SPLIT_SEED.bytes().chain(id.bytes()) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    if h.is_multiple_of(2) {
+        Half::A
+    } else {
+        Half::B
+    }
+}
+
 /// Result of replaying the blazehttp corpus.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct BlazeReport {
     /// All samples.
     pub total: Tally,
-    /// Half A (FNV hash of the sample id even) - the tuning half.
+    /// Half A ([`half_of`]) - the development half.
     pub half_a: Tally,
-    /// Half B - the check half.
+    /// Half B - the held-back half.
     pub half_b: Tally,
-    /// Per category (`attack:sqli`, `normal:GET no-body`, ...).
-    pub by_category: BTreeMap<String, Tally>,
+    /// Per category (`attack:sqli`, `normal:GET no-body`, ...): half A, half B.
+    pub by_category: BTreeMap<String, [Tally; 2]>,
     /// Samples that failed to parse.
     pub errors: u64,
-    /// Misses and false positives: (id, category, blocked, strongest finding or "-").
+    /// Misses and false positives of the selected half: (id, category, blocked, strongest finding or "-").
     pub mistakes: Vec<(String, String, bool, String)>,
     /// Normal requests that passed but carried monitor-level findings (tuning input).
     pub near_misses: Vec<(String, String, String)>,
@@ -87,15 +121,6 @@ struct BlazeLine {
     id: String,
     label: String,
     raw_b64: String,
-}
-
-fn fnv(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 fn category(attack: bool, r: &RawRequest) -> String {
@@ -182,8 +207,9 @@ pub fn judge_raw(engine: &WafEngine, raw: &RawRequest) -> (bool, String) {
     (blocked, desc)
 }
 
-/// Replays `dev.jsonl.gz` (or a plain `.jsonl`).
-pub fn blaze(engine: &WafEngine, path: &Path) -> std::io::Result<BlazeReport> {
+/// Replays `dev.jsonl.gz` (or a plain `.jsonl`). With `only`, samples of the
+/// other half are skipped.
+pub fn blaze(engine: &WafEngine, path: &Path, only: Option<Half>) -> std::io::Result<BlazeReport> {
     let file = std::fs::File::open(path)?;
     let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
         Box::new(flate2::read::GzDecoder::new(file))
@@ -209,18 +235,24 @@ pub fn blaze(engine: &WafEngine, path: &Path) -> std::io::Result<BlazeReport> {
             continue;
         };
         let attack = l.label == "attack";
+        let half = half_of(&l.id);
+        if only.is_some_and(|h| h != half) {
+            continue;
+        }
         let (blocked, desc) = judge_raw(engine, &req);
         let cat = category(attack, &req);
         rep.total.add(attack, blocked);
-        if fnv(&l.id).is_multiple_of(2) {
-            rep.half_a.add(attack, blocked);
-        } else {
-            rep.half_b.add(attack, blocked);
-        }
-        rep.by_category
-            .entry(cat.clone())
-            .or_default()
-            .add(attack, blocked);
+        let hi = match half {
+            Half::A => {
+                rep.half_a.add(attack, blocked);
+                0
+            }
+            Half::B => {
+                rep.half_b.add(attack, blocked);
+                1
+            }
+        };
+        rep.by_category.entry(cat.clone()).or_default()[hi].add(attack, blocked);
         if attack != blocked {
             rep.mistakes.push((l.id, cat, blocked, desc));
         } else if !attack && desc != "-" {
@@ -242,10 +274,10 @@ struct GtwFile {
 /// Result of replaying gotestwaf test cases.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct GotestwafReport {
-    /// Per test-case type: (blocked, total).
-    pub by_type: BTreeMap<String, (u64, u64)>,
-    /// False-positive texts: (blocked, total).
-    pub false_pos: (u64, u64),
+    /// Per test-case type and half (A, B): (blocked, total).
+    pub by_type: BTreeMap<String, [(u64, u64); 2]>,
+    /// False-positive texts per half (A, B): (blocked, total).
+    pub false_pos: [(u64, u64); 2],
     /// Blocked false-positive texts and missed attacks (type, placeholder, encoder, payload, finding).
     pub mistakes: Vec<(String, String, String, String, String)>,
     /// Combinations skipped (placeholders moat does not model: gRPC).
@@ -439,8 +471,12 @@ fn path_escape(p: &str) -> String {
 }
 
 /// Replays every gotestwaf test case under `dir` (recursively); files under
-/// `false-pos/` are benign texts.
-pub fn gotestwaf(engine: &WafEngine, dir: &Path) -> std::io::Result<GotestwafReport> {
+/// `false-pos/` are benign texts. With `only`, payloads of the other half are skipped.
+pub fn gotestwaf(
+    engine: &WafEngine,
+    dir: &Path,
+    only: Option<Half>,
+) -> std::io::Result<GotestwafReport> {
     let mut rep = GotestwafReport::default();
     let mut files = Vec::new();
     collect_yml(dir, &mut files)?;
@@ -451,7 +487,17 @@ pub fn gotestwaf(engine: &WafEngine, dir: &Path) -> std::io::Result<GotestwafRep
             continue;
         };
         let benign = f.components().any(|c| c.as_os_str() == "false-pos");
-        for payload in &doc.payload {
+        let rel = f
+            .strip_prefix(dir)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .replace('\\', "/");
+        for (pi, payload) in doc.payload.iter().enumerate() {
+            let half = half_of(&format!("{rel}#{pi}"));
+            if only.is_some_and(|h| h != half) {
+                continue;
+            }
+            let hi = usize::from(half == Half::B);
             for enc in &doc.encoder {
                 let Some(encoded) = encode(enc, payload) else {
                     rep.skipped += 1;
@@ -464,12 +510,12 @@ pub fn gotestwaf(engine: &WafEngine, dir: &Path) -> std::io::Result<GotestwafRep
                     };
                     let (blocked, desc) = judge_raw(engine, &req);
                     if benign {
-                        rep.false_pos.1 += 1;
+                        rep.false_pos[hi].1 += 1;
                         if blocked {
-                            rep.false_pos.0 += 1;
+                            rep.false_pos[hi].0 += 1;
                         }
                     } else {
-                        let e = rep.by_type.entry(doc.kind.clone()).or_default();
+                        let e = &mut rep.by_type.entry(doc.kind.clone()).or_default()[hi];
                         e.1 += 1;
                         if blocked {
                             e.0 += 1;
@@ -507,7 +553,7 @@ fn collect_yml(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result
     Ok(())
 }
 
-/// Renders the blazehttp report as text tables.
+/// Renders the blazehttp report as text tables (both halves per category).
 pub fn render_blaze(r: &BlazeReport) -> String {
     let mut s = String::new();
     let row = |name: &str, t: &Tally| {
@@ -522,14 +568,18 @@ pub fn render_blaze(r: &BlazeReport) -> String {
     };
     s.push_str("blazehttp                    attack normal detection  false-pos  accuracy\n");
     s.push_str(&row("all", &r.total));
-    s.push_str(&row("half A (tune)", &r.half_a));
-    s.push_str(&row("half B (check)", &r.half_b));
-    s.push_str("\ncategory                          total  blocked\n");
-    let mut attack_all = Tally::default();
-    for (k, t) in &r.by_category {
-        attack_all.merge(t);
-        let total = t.tp + t.fn_ + t.tn + t.fp;
-        s.push_str(&format!("{k:<32} {total:>6} {:>8}\n", t.tp + t.fp));
+    s.push_str(&row("half A (develop)", &r.half_a));
+    s.push_str(&row("half B (held back)", &r.half_b));
+    s.push_str("\ncategory                          A: total blocked   B: total blocked\n");
+    for (k, [a, b]) in &r.by_category {
+        let n = |t: &Tally| t.tp + t.fn_ + t.tn + t.fp;
+        s.push_str(&format!(
+            "{k:<32} {:>9} {:>7}   {:>8} {:>7}\n",
+            n(a),
+            a.tp + a.fp,
+            n(b),
+            b.tp + b.fp
+        ));
     }
     if r.errors > 0 {
         s.push_str(&format!("unparsable samples: {}\n", r.errors));
@@ -537,29 +587,35 @@ pub fn render_blaze(r: &BlazeReport) -> String {
     s
 }
 
-/// Renders the gotestwaf report as text.
+/// Renders the gotestwaf report as text (both halves per type).
 pub fn render_gotestwaf(r: &GotestwafReport) -> String {
-    let mut s = String::from("gotestwaf type                 blocked/total   rate\n");
-    let (mut b, mut t) = (0, 0);
-    for (k, (bl, tot)) in &r.by_type {
-        b += bl;
-        t += tot;
+    let mut s = String::from(
+        "gotestwaf type                  A: blocked/total   rate    B: blocked/total   rate\n",
+    );
+    let mut sum = [(0u64, 0u64); 2];
+    let cell = |(b, t): (u64, u64)| format!("{b:>7}/{t:<7} {:>6.1}%", pct(b, t));
+    for (k, halves) in &r.by_type {
+        for i in 0..2 {
+            sum[i].0 += halves[i].0;
+            sum[i].1 += halves[i].1;
+        }
         s.push_str(&format!(
-            "{k:<30} {bl:>6}/{tot:<6} {:>6.1}%\n",
-            pct(*bl, *tot)
+            "{k:<30} {}    {}\n",
+            cell(halves[0]),
+            cell(halves[1])
         ));
     }
     s.push_str(&format!(
-        "{:<30} {b:>6}/{t:<6} {:>6.1}%\n",
+        "{:<30} {}    {}\n",
         "all attacks",
-        pct(b, t)
+        cell(sum[0]),
+        cell(sum[1])
     ));
     s.push_str(&format!(
-        "{:<30} {:>6}/{:<6} {:>6.2}%  (blocked benign texts)\n",
+        "{:<30} {}    {}  (blocked benign texts)\n",
         "false-pos texts",
-        r.false_pos.0,
-        r.false_pos.1,
-        pct(r.false_pos.0, r.false_pos.1)
+        cell(r.false_pos[0]),
+        cell(r.false_pos[1])
     ));
     if r.skipped > 0 {
         s.push_str(&format!(

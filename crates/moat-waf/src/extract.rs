@@ -75,9 +75,99 @@ pub struct Finding {
     pub location: String,
     /// Matched fragment (decoded, truncated).
     pub fragment: String,
-    /// Confidence 0-100.
+    /// Confidence 0-100 (after context adjustments).
     pub confidence: u8,
+    /// Virtual-patch rule id (`attack` is `virtual-patch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
+
+/// How much context lowers shape-based findings (from the sensitivity).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Policy {
+    /// Subtracted in a code-submission field.
+    pub code_penalty: u8,
+    /// Subtracted inside a large JSON beacon.
+    pub beacon_penalty: u8,
+}
+
+/// Field names (last name component, lowercase) that carry source code or
+/// markup in code playgrounds, CMS editors and snippet services.
+const CODE_FIELDS: &[&str] = &[
+    "code",
+    "source",
+    "sourcecode",
+    "source_code",
+    "src",
+    "html",
+    "css",
+    "scss",
+    "less",
+    "js",
+    "javascript",
+    "ts",
+    "typescript",
+    "jsx",
+    "tsx",
+    "snippet",
+    "content",
+    "markup",
+    "editor",
+    "program",
+    "solution",
+    "answer",
+    "patch",
+    "diff",
+];
+
+/// The last name component of a field name or JSON pointer, e.g. `content` for
+/// `files[0][content]` or `/files/0/content`.
+fn last_component(name: &str) -> &str {
+    name.rsplit(['[', ']', '.', '/'])
+        .find(|p| !p.is_empty() && !p.bytes().all(|c| c.is_ascii_digit()))
+        .unwrap_or(name)
+}
+
+/// True when a field is a code submission: its name is a code field (or ends
+/// in `code`/`source`/`html`/`css`/`js`/`script` after a separator) and its value
+/// is code-shaped: at least 3 lines, 80 bytes and 8 structural characters.
+pub(crate) fn code_field(name: &str, value: &str) -> bool {
+    if value.len() < 80 {
+        return false;
+    }
+    let last = last_component(name);
+    let mut lbuf = [0u8; 32];
+    if last.len() > lbuf.len() {
+        return false;
+    }
+    let l = &mut lbuf[..last.len()];
+    l.copy_from_slice(last.as_bytes());
+    l.make_ascii_lowercase();
+    let l = std::str::from_utf8(l).unwrap_or("");
+    let named = CODE_FIELDS.contains(&l)
+        || [
+            "_code", "-code", "_source", "_html", "_css", "_js", "_script",
+        ]
+        .iter()
+        .any(|s| l.ends_with(s));
+    if !named {
+        return false;
+    }
+    let b = value.as_bytes();
+    let lines = memchr::memchr_iter(b'\n', b).take(3).count();
+    if lines < 3 {
+        return false;
+    }
+    let structural = b
+        .iter()
+        .filter(|c| matches!(c, b'{' | b'}' | b'(' | b')' | b';' | b'<' | b'>' | b'='))
+        .take(8)
+        .count();
+    structural >= 8
+}
+
+/// Size from which a JSON body is treated as an analytics beacon.
+pub(crate) const BEACON_BYTES: usize = 4 << 10;
 
 /// Limits the inspector enforces (copied from the config).
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +182,17 @@ pub(crate) struct Inspector<'e> {
     pub params: usize,
     pub findings: Vec<Finding>,
     pub limits: Vec<(String, String)>,
-    pub filter: &'e dyn Fn(Attack, &str) -> bool,
+    pub filter: &'e dyn Fn(Attack, Option<&str>, &str) -> bool,
+    /// Context penalties.
+    pub policy: Policy,
+    /// The value being analysed is a code submission.
+    pub code_ctx: bool,
+    /// The body being analysed is a large JSON beacon.
+    pub beacon: bool,
+    /// Virtual patches whose parameter conditions see every decoded parameter.
+    pub patches: Option<&'e crate::vpatch::PatchSet>,
+    /// What the parameters satisfied so far.
+    pub facts: crate::vpatch::ParamFacts,
     stopped: bool,
     /// Engine id, the key of the clean-header memo.
     engine: u64,
@@ -108,8 +208,18 @@ const MAX_NEST: u8 = 3;
 const MAX_VALUE: usize = 256 << 10;
 
 impl<'e> Inspector<'e> {
-    pub fn new(lim: Lim, engine: u64, filter: &'e dyn Fn(Attack, &str) -> bool) -> Self {
+    pub fn new(
+        lim: Lim,
+        engine: u64,
+        filter: &'e dyn Fn(Attack, Option<&str>, &str) -> bool,
+        policy: Policy,
+    ) -> Self {
         Inspector {
+            policy,
+            code_ctx: false,
+            beacon: false,
+            patches: None,
+            facts: Default::default(),
             lim,
             params: 0,
             findings: Vec::new(),
@@ -141,13 +251,52 @@ impl<'e> Inspector<'e> {
         true
     }
 
-    fn report(&mut self, loc: Loc<'_>, h: Hit) {
+    /// Reports a virtual-patch hit.
+    pub fn report_rule(&mut self, h: crate::vpatch::PatchHit) {
+        self.outcomes += 1;
+        if self.findings.len() >= MAX_FINDINGS
+            || !(self.filter)(Attack::VirtualPatch, Some(&h.rule), &h.location)
+        {
+            return;
+        }
+        if self
+            .findings
+            .iter()
+            .any(|f| f.rule.as_deref() == Some(h.rule.as_str()))
+        {
+            return;
+        }
+        self.findings.push(Finding {
+            attack: Attack::VirtualPatch,
+            location: h.location,
+            fragment: h.fragment,
+            confidence: h.confidence,
+            rule: Some(h.rule),
+        });
+    }
+
+    /// Reports a detector hit at `loc` (context penalties and exclusions apply).
+    pub fn report_hit(&mut self, loc: Loc<'_>, h: Hit) {
+        self.report(loc, h)
+    }
+
+    fn report(&mut self, loc: Loc<'_>, mut h: Hit) {
         self.outcomes += 1;
         if self.findings.len() >= MAX_FINDINGS {
             return;
         }
+        if h.attack.shape_based() {
+            let mut pen = 0;
+            if self.code_ctx {
+                pen += self.policy.code_penalty;
+            }
+            if self.beacon {
+                pen += self.policy.beacon_penalty;
+            }
+            h.confidence = h.confidence.saturating_sub(pen);
+        }
         let location = loc.to_string();
-        if !(self.filter)(h.attack, &location) {
+        if !(self.filter)(h.attack, None, &location) {
             return;
         }
         if let Some(f) = self
@@ -166,6 +315,7 @@ impl<'e> Inspector<'e> {
             location,
             fragment: h.fragment,
             confidence: h.confidence,
+            rule: None,
         });
     }
 
@@ -177,6 +327,19 @@ impl<'e> Inspector<'e> {
         self.analyze(loc, v, scope, 0);
     }
 
+    /// Inspects a named body field (form, multipart, JSON), in code-submission
+    /// context when the field is one (see [`code_field`]).
+    fn field_value(&mut self, loc: Loc<'_>, name: &str, v: &str, counted: bool) {
+        if !counted && !self.count(loc) {
+            return;
+        }
+        let code = code_field(name, v);
+        let before = self.code_ctx;
+        self.code_ctx |= code;
+        self.analyze(loc, v, Scope::Body, 0);
+        self.code_ctx = before;
+    }
+
     /// Inspects a name (parameter name, JSON key).
     pub fn name(&mut self, loc: Loc<'_>, v: &str) {
         if v.is_empty() || self.stopped {
@@ -184,7 +347,7 @@ impl<'e> Inspector<'e> {
         }
         let c = Classes::of(v.as_bytes());
         if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
-            && !v.contains('$')
+            && memchr::memchr2(b'$', b'#', v.as_bytes()).is_none()
         {
             return;
         }
@@ -224,16 +387,23 @@ impl<'e> Inspector<'e> {
         if inert && raw.len() < 12 {
             return;
         }
-        if inert
-            && (raw.starts_with("rO0AB")
-                || raw.starts_with("aced0005")
-                || raw.starts_with("ACED0005"))
-        {
-            if let Some(h) = misc::code(raw, c) {
+        if inert && raw.len() >= 24 {
+            if let Some(h) = misc::deser_marker(raw) {
                 self.report(loc, h);
             }
         }
-        if !inert {
+        // a long run of base64 alphabet only (binary blob, token): no detector
+        // applies to the text itself; only the serialized-object marker and the
+        // decoded text (below) are checked
+        let blob = raw.len() >= 64
+            && !c.any(!(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT))
+            && !raw.contains(['-', '#', '*']);
+        if blob {
+            if let Some(h) = misc::deser_marker(raw) {
+                self.report(loc, h);
+            }
+        }
+        if !inert && !blob {
             // decode: URL (repeated), HTML entities, JS escapes
             let u: Cow<'_, str> = if c.any(Classes::PERCENT) {
                 match decode::url_decode_repeated(raw.as_bytes()) {
@@ -352,13 +522,39 @@ impl<'e> Inspector<'e> {
             let v = decode_into(v, &mut vbuf);
             let n = lossy(n);
             let v = lossy(v);
+            if let Some(p) = self.patches {
+                p.observe(&n, &v, &mut self.facts);
+            }
             if form {
                 self.name(Loc::FormName(&n), &n);
-                self.value(Loc::Form(&n), &v, Scope::Body);
+                self.field_value(Loc::Form(&n), &n, &v, false);
             } else {
                 self.name(Loc::QueryName(&n), &n);
                 self.value(Loc::Query(&n), &v, Scope::Value);
             }
+        }
+    }
+
+    /// Feeds the query's parameters to the virtual patches only (the body
+    /// phase: the head phase analysed them already).
+    pub fn observe_query(&mut self, q: &[u8]) {
+        let Some(p) = self.patches else {
+            return;
+        };
+        let mut nbuf: Vec<u8> = Vec::new();
+        let mut vbuf: Vec<u8> = Vec::new();
+        for pair in q
+            .split(|&c| c == b'&')
+            .filter(|x| !x.is_empty())
+            .take(self.lim.max_params)
+        {
+            let (n, v) = match memchr::memchr(b'=', pair) {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (&pair[..0], pair),
+            };
+            let n = lossy(decode_into(n, &mut nbuf)).into_owned();
+            let v = lossy(decode_into(v, &mut vbuf));
+            p.observe(&n, &v, &mut self.facts);
         }
     }
 
@@ -372,6 +568,9 @@ impl<'e> Inspector<'e> {
         let c = Classes::of(p.as_bytes());
         if c.any(Classes::DOT | Classes::BACKSLASH | Classes::COLON) {
             if let Some(h) = misc::traversal(&p) {
+                self.report(Loc::Path, h);
+            }
+            if let Some(h) = misc::path_normalisation(raw, &p) {
                 self.report(Loc::Path, h);
             }
         }
@@ -497,6 +696,9 @@ impl<'e> Inspector<'e> {
     /// Inspects an XML document: DOCTYPE/entities, text nodes and attribute values.
     pub fn xml(&mut self, data: &[u8]) {
         let s = String::from_utf8_lossy(data);
+        if let Some(h) = misc::java_xml(&s) {
+            self.report(Loc::Body, h);
+        }
         if let Some(h) = misc::xxe(&s) {
             self.report(Loc::Body, h);
         }
@@ -645,6 +847,14 @@ impl<'e> Inspector<'e> {
                     ctype = v.trim().to_string();
                 }
             }
+            if let Some(p) = self.patches {
+                let v = if filename.is_none() {
+                    String::from_utf8_lossy(&body[..body.len().min(4096)])
+                } else {
+                    std::borrow::Cow::Borrowed("")
+                };
+                p.observe(&name, &v, &mut self.facts);
+            }
             match filename {
                 Some(f) => {
                     if let Some(h) = misc::upload(&f, Some(body)) {
@@ -660,7 +870,7 @@ impl<'e> Inspector<'e> {
                 None => {
                     self.name(Loc::Multipart(&name), &name);
                     let t = String::from_utf8_lossy(body);
-                    self.value(Loc::Multipart(&name), &t, Scope::Body);
+                    self.field_value(Loc::Multipart(&name), &name, &t, false);
                 }
             }
         }
@@ -851,7 +1061,14 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                         }
                         type_key = false;
                     }
-                    ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);
+                    if text.len() >= 80 && code_field(&ptr, text) {
+                        let before = ins.code_ctx;
+                        ins.code_ctx = true;
+                        ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);
+                        ins.code_ctx = before;
+                    } else {
+                        ins.analyze(Loc::Json(&ptr), text, Scope::Body, nest);
+                    }
                 }
             }
             _ => {

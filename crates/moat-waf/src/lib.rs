@@ -26,7 +26,9 @@ pub mod detect;
 pub mod eval;
 pub mod extract;
 pub mod rawhttp;
+pub mod triage;
 pub mod util;
+pub mod vpatch;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -37,7 +39,9 @@ use moat_core::{
     SecurityEvent, Verdict,
 };
 
-pub use config::{OnLimit, WafConfig, WafExclusion, WafLimits, WafMode, WafRoute};
+pub use config::{
+    OnLimit, Sensitivity, VirtualPatches, WafConfig, WafExclusion, WafLimits, WafMode, WafRoute,
+};
 pub use detect::Attack;
 pub use extract::{Finding, Loc};
 
@@ -67,6 +71,9 @@ pub enum WafError {
         /// Known names.
         known: String,
     },
+    /// A virtual-patch rule file is invalid (file:line:column: field: message).
+    #[error("waf.virtual_patches: {0}")]
+    Patches(#[from] moat_config::ConfigError),
     /// A per-route status is invalid.
     #[error("waf.routes.{route}.status: {status} is not a valid HTTP status")]
     BadRouteStatus {
@@ -147,8 +154,11 @@ pub struct BodyView<'a> {
 
 struct Exclusion {
     route: Option<String>,
+    path_prefix: Option<String>,
     location: Option<String>,
+    field: Option<String>,
     detector: Option<String>,
+    rule: Option<String>,
 }
 
 struct RouteMode {
@@ -165,6 +175,10 @@ pub struct WafEngine {
     exclusions: Vec<Exclusion>,
     routes: std::collections::HashMap<String, RouteMode>,
     extra_headers: Vec<String>,
+    /// Compiled virtual patches.
+    patches: vpatch::PatchSet,
+    /// Confidence a finding needs to block.
+    threshold: u8,
     /// Distinguishes engines (configurations) in the per-thread clean-header memo.
     id: u64,
 }
@@ -216,8 +230,18 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 impl WafEngine {
-    /// Validates and compiles a configuration.
+    /// Validates and compiles a configuration; virtual-patch files resolve
+    /// against the current directory.
     pub fn build(cfg: &WafConfig) -> Result<Arc<WafEngine>, WafError> {
+        Self::build_with_base(cfg, std::path::Path::new("."))
+    }
+
+    /// Validates and compiles a configuration; relative virtual-patch files
+    /// resolve against `base` (the directory of the config file).
+    pub fn build_with_base(
+        cfg: &WafConfig,
+        base: &std::path::Path,
+    ) -> Result<Arc<WafEngine>, WafError> {
         let status =
             StatusCode::from_u16(cfg.status).map_err(|_| WafError::BadStatus(cfg.status))?;
         let mut allowed = Vec::new();
@@ -241,8 +265,11 @@ impl WafEngine {
             }
             exclusions.push(Exclusion {
                 route: e.route.clone().filter(|r| r != "*"),
+                path_prefix: e.path_prefix.clone().filter(|p| !p.is_empty() && p != "/"),
                 location: e.location.clone().filter(|l| l != "*"),
+                field: e.field.clone().filter(|f| f != "*"),
                 detector: e.detector.clone().filter(|d| d != "*"),
+                rule: e.rule.clone().filter(|r| r != "*"),
             });
         }
         let mut routes = std::collections::HashMap::new();
@@ -263,7 +290,12 @@ impl WafEngine {
                 },
             );
         }
+        let patches = vpatch::PatchSet::load(&cfg.virtual_patches, base)?;
         Ok(Arc::new(WafEngine {
+            patches,
+            threshold: cfg
+                .block_confidence
+                .unwrap_or_else(|| cfg.sensitivity.block_confidence()),
             cfg: cfg.clone(),
             status,
             allowed,
@@ -283,12 +315,60 @@ impl WafEngine {
         &self.cfg
     }
 
-    fn excluded(&self, route: &str, attack: Attack, location: &str) -> bool {
+    /// The compiled virtual patches.
+    pub fn patches(&self) -> &vpatch::PatchSet {
+        &self.patches
+    }
+
+    /// Confidence a finding needs to block (`block_confidence` or the sensitivity's).
+    pub fn block_threshold(&self) -> u8 {
+        self.threshold
+    }
+
+    fn excluded(
+        &self,
+        route: &str,
+        path: &[u8],
+        attack: Attack,
+        rule: Option<&str>,
+        location: &str,
+    ) -> bool {
         self.exclusions.iter().any(|e| {
             e.route.as_deref().is_none_or(|r| r == route)
+                && e.path_prefix
+                    .as_deref()
+                    .is_none_or(|p| path.starts_with(p.as_bytes()))
                 && e.detector.as_deref().is_none_or(|d| d == attack.name())
+                && e.rule.as_deref().is_none_or(|r| Some(r) == rule)
                 && e.location.as_deref().is_none_or(|l| glob(l, location))
+                && e.field
+                    .as_deref()
+                    .is_none_or(|f| triage::field_of(location) == Some(f))
         })
+    }
+
+    fn policy(&self) -> extract::Policy {
+        extract::Policy {
+            code_penalty: self.cfg.sensitivity.code_penalty(),
+            beacon_penalty: self.cfg.sensitivity.beacon_penalty(),
+        }
+    }
+
+    /// Runs the virtual patches of `phase` and reports their hits.
+    fn run_patches(
+        &self,
+        ins: &mut Inspector<'_>,
+        req: &RequestView<'_>,
+        body: Option<&[u8]>,
+        phase: vpatch::Phase,
+    ) {
+        if self.patches.is_empty() {
+            return;
+        }
+        let data = vpatch::ReqData::new(req.method, target_path(req.target), &req.headers, body);
+        let facts = std::mem::take(&mut ins.facts);
+        self.patches
+            .check(&data, &facts, phase, &mut |h| ins.report_rule(h));
     }
 
     fn lim(&self) -> Lim {
@@ -299,19 +379,8 @@ impl WafEngine {
     }
 
     fn inspect_head(&self, ins: &mut Inspector<'_>, req: &RequestView<'_>) {
-        let target = req.target;
         // absolute-form: drop scheme://authority
-        let target = match memchr::memmem::find(target, b"://") {
-            Some(p) if target.first() != Some(&b'/') => {
-                let rest = &target[p + 3..];
-                let s = rest
-                    .iter()
-                    .position(|&c| c == b'/' || c == b'?')
-                    .unwrap_or(rest.len());
-                &rest[s..]
-            }
-            _ => target,
-        };
+        let target = target_path(req.target);
         let (path, query) = match memchr::memchr(b'?', target) {
             Some(q) => (&target[..q], Some(&target[q + 1..])),
             None => (target, None),
@@ -376,9 +445,11 @@ impl WafEngine {
                 }
                 _ => data,
             };
+            ins.beacon = d.len() >= extract::BEACON_BYTES;
             if ins.json(d, Loc::Json(""), 0) {
                 return;
             }
+            ins.beacon = false;
         }
         if has(b"xml") || (ct.is_empty() && first == Some(b'<')) {
             ins.xml(data);
@@ -393,7 +464,29 @@ impl WafEngine {
             return;
         }
         if unparsed_type(ct) {
+            // serialized Java objects posted raw (application/x-java-serialized-object)
+            if data.starts_with(&[0xAC, 0xED, 0x00, 0x05]) {
+                ins.report_hit(
+                    Loc::Body,
+                    detect::Hit::new(Attack::Deserialization, 90, "\u{AC}\u{ED}\0\u{5}", 0, 4),
+                );
+            }
             return;
+        }
+        if data.starts_with(&[0xAC, 0xED, 0x00, 0x05]) {
+            ins.report_hit(
+                Loc::Body,
+                detect::Hit::new(Attack::Deserialization, 90, "\u{AC}\u{ED}\0\u{5}", 0, 4),
+            );
+            return;
+        }
+        // JSON sent as text (navigator.sendBeacon posts text/plain): walked as JSON
+        if matches!(first, Some(b'{' | b'[')) {
+            ins.beacon = data.len() >= extract::BEACON_BYTES;
+            if ins.json(data, Loc::Json(""), 0) {
+                return;
+            }
+            ins.beacon = false;
         }
         // unknown or text: a urlencoded-looking body is a form, anything else one value
         let s = String::from_utf8_lossy(data);
@@ -403,6 +496,19 @@ impl WafEngine {
         } else {
             ins.value(Loc::Body, &s, detect::Scope::Body);
         }
+    }
+
+    fn filter<'f>(
+        &'f self,
+        route: &'f str,
+        req: &'f RequestView<'_>,
+    ) -> impl Fn(Attack, Option<&str>, &str) -> bool + 'f {
+        let target = target_path(req.target);
+        let path = match memchr::memchr(b'?', target) {
+            Some(q) => &target[..q],
+            None => target,
+        };
+        move |a: Attack, rule: Option<&str>, loc: &str| !self.excluded(route, path, a, rule, loc)
     }
 
     fn finish(&self, ins: Inspector<'_>) -> Findings {
@@ -422,11 +528,16 @@ impl WafEngine {
         req: &RequestView<'_>,
         body: Option<BodyView<'_>>,
     ) -> Findings {
-        let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
-        let mut ins = Inspector::new(self.lim(), self.id, &filter);
+        let filter = self.filter(route, req);
+        let mut ins = Inspector::new(self.lim(), self.id, &filter, self.policy());
+        ins.patches = Some(&self.patches);
         self.inspect_head(&mut ins, req);
-        if let Some(b) = body {
-            self.inspect_body(&mut ins, req, b);
+        match body {
+            Some(b) => {
+                self.inspect_body(&mut ins, req, b);
+                self.run_patches(&mut ins, req, Some(b.data), vpatch::Phase::All);
+            }
+            None => self.run_patches(&mut ins, req, None, vpatch::Phase::Head),
         }
         self.finish(ins)
     }
@@ -443,16 +554,24 @@ impl WafEngine {
         req: &RequestView<'_>,
         body: BodyView<'_>,
     ) -> Findings {
-        let filter = |a: Attack, loc: &str| !self.excluded(route, a, loc);
-        let mut ins = Inspector::new(self.lim(), self.id, &filter);
+        let filter = self.filter(route, req);
+        let mut ins = Inspector::new(self.lim(), self.id, &filter, self.policy());
+        ins.patches = Some(&self.patches);
         self.inspect_body(&mut ins, req, body);
+        if !body.data.is_empty() {
+            let t = target_path(req.target);
+            if let Some(q) = memchr::memchr(b'?', t) {
+                ins.observe_query(&t[q + 1..]);
+            }
+            self.run_patches(&mut ins, req, Some(body.data), vpatch::Phase::Body);
+        }
         self.finish(ins)
     }
 
     /// True when the verdict for these findings (ignoring mode) is "block":
     /// a finding at or above `block_confidence`, or a limit with `on_limit: block`.
     pub fn would_block(&self, f: &Findings) -> bool {
-        f.strongest(self.cfg.block_confidence).is_some()
+        f.strongest(self.threshold).is_some()
             || (!f.limits.is_empty() && self.cfg.limits.on_limit == OnLimit::Block)
     }
 
@@ -508,24 +627,21 @@ impl WafEngine {
             ctx.events.push(ev);
         }
         for finding in f.findings.iter().take(8) {
-            let strong = finding.confidence >= self.cfg.block_confidence
-                && finding.attack != Attack::Scanner;
+            let strong = finding.confidence >= self.threshold && finding.attack != Attack::Scanner;
             let action = if strong && blocking {
                 EventAction::Block
             } else {
                 EventAction::Monitor
             };
+            let what = finding.rule.as_deref().unwrap_or(finding.attack.name());
             let ev = SecurityEvent::new(
                 "waf",
-                finding.attack.name(),
+                what,
                 action,
-                format!("{} detected in {}", finding.attack.name(), finding.location),
+                format!("{what} detected in {}", finding.location),
             )
             .at(finding.location.clone())
-            .with_details(serde_json::json!({
-                "fragment": finding.fragment,
-                "confidence": finding.confidence,
-            }));
+            .with_details(triage::event_details(finding));
             if action == EventAction::Block && block_event.is_none() {
                 block_event = Some(ev.id.clone());
             }
@@ -554,6 +670,24 @@ impl WafEngine {
                 || req.headers.contains_key(http::header::TRANSFER_ENCODING);
         };
         !unparsed_type(ct.to_str().unwrap_or("").as_bytes())
+    }
+}
+
+/// The origin-form part of a request target (absolute-form scheme and authority dropped).
+fn target_path(target: &[u8]) -> &[u8] {
+    if target.first() == Some(&b'/') {
+        return target;
+    }
+    match memchr::memmem::find(target, b"://") {
+        Some(p) if target.first() != Some(&b'/') => {
+            let rest = &target[p + 3..];
+            let s = rest
+                .iter()
+                .position(|&c| c == b'/' || c == b'?')
+                .unwrap_or(rest.len());
+            &rest[s..]
+        }
+        _ => target,
     }
 }
 

@@ -520,6 +520,18 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     ("lipsum.__", 90, Attack::Ssti),
     ("cycler.__", 90, Attack::Ssti),
     ("request.application.", 80, Attack::Ssti),
+    // Lua (Redis EVAL, OpenResty, game-server admin consoles)
+    ("os.execute(", 90, Attack::CodeInjection),
+    ("io.popen(", 90, Attack::CodeInjection),
+    ("package.loadlib(", 90, Attack::CodeInjection),
+    // Groovy / JVM scripting consoles (Jenkins script console, Elasticsearch scripts)
+    (".execute().text", 90, Attack::CodeInjection),
+    ("groovy.lang.groovyshell", 90, Attack::CodeInjection),
+    ("@asttest(", 90, Attack::CodeInjection),
+    ("scriptenginemanager", 90, Attack::CodeInjection),
+    (".class.forname(", 85, Attack::CodeInjection),
+    ("jdk.nashorn", 85, Attack::CodeInjection),
+    ("defineclass(", 80, Attack::CodeInjection),
 ];
 
 /// True when `inner` (a template expression) is arithmetic or object access
@@ -666,11 +678,6 @@ pub fn type_tag(v: &str) -> Option<Hit> {
 pub fn code(s: &str, c: Classes) -> Option<Hit> {
     let b = s.as_bytes();
     let mut best: Option<Hit> = None;
-    // serialized Java objects (base64 or hex) as a whole value
-    let t = s.trim_start();
-    if t.starts_with("rO0AB") || t.starts_with("aced0005") || t.starts_with("ACED0005") {
-        return Some(Hit::new(Attack::CodeInjection, 85, s, 0, 16));
-    }
     match &*CODE_AC {
         Some(ac) => {
             for m in ac.find_iter(b) {
@@ -786,6 +793,60 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
             let h = Hit::new(Attack::CodeInjection, 85, s, p, p + 60);
             if best.as_ref().is_none_or(|x| x.confidence < 85) {
                 best = Some(h);
+            }
+        }
+    }
+    // Groovy: a string or list literal executed as a command: "id".execute(), ['sh','-c',x].execute()
+    if c.any(Classes::QUOTE | Classes::BRACKET) {
+        let mut from = 0;
+        while let Some(p) = find_ci(&b[from..], b".execute(") {
+            let at = from + p;
+            from = at + 9;
+            if at > 0 && matches!(b[at - 1], b'\'' | b'"' | b']') {
+                let h = Hit::new(Attack::CodeInjection, 90, s, at.saturating_sub(30), at + 20);
+                if best.as_ref().is_none_or(|x| x.confidence < 90) {
+                    best = Some(h);
+                }
+                break;
+            }
+        }
+    }
+    // SpEL type references to JVM classes: T(java.lang.Runtime), T (java.lang.Runtime);
+    // found from each `(` (rarer than the letter t) looking back
+    if c.any(Classes::PAREN) {
+        let mut n = 0;
+        for k in memchr::memchr_iter(b'(', b) {
+            n += 1;
+            if n > 256 {
+                break;
+            }
+            let mut t = k;
+            while t > 0 && b[t - 1] == b' ' {
+                t -= 1;
+            }
+            if t == 0 || !matches!(b[t - 1], b'T' | b't') {
+                continue;
+            }
+            let at = t - 1;
+            if at > 0
+                && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b'.')
+            {
+                continue;
+            }
+            let mut a = k + 1;
+            while a < b.len() && b[a] == b' ' {
+                a += 1;
+            }
+            let arg = &b[a..];
+            if ["java.", "javax.", "org.springframework.", "jdk."]
+                .iter()
+                .any(|p| starts_with_ci(arg, p.as_bytes()))
+            {
+                let h = Hit::new(Attack::CodeInjection, 90, s, at, a + 24);
+                if best.as_ref().is_none_or(|x| x.confidence < 90) {
+                    best = Some(h);
+                }
+                break;
             }
         }
     }
@@ -1175,6 +1236,283 @@ pub fn double_extension(segment: &str) -> Option<Hit> {
         ) {
             return Some(Hit::new(Attack::Upload, 70, segment, 0, segment.len()));
         }
+    }
+    None
+}
+
+/// Drupal-style render-array properties in a parameter or key name
+/// (`mail[#post_render][]`, `#lazy_builder`): callbacks the server would invoke.
+pub fn render_array(name: &str) -> Option<Hit> {
+    const PROPS: &[&str] = &[
+        "post_render",
+        "pre_render",
+        "lazy_builder",
+        "access_callback",
+        "markup",
+        "process",
+        "value_callback",
+        "after_build",
+        "element_validate",
+        "submit",
+        "validate",
+        "ajax",
+        "theme_wrappers",
+        "attached",
+        "type",
+    ];
+    let b = name.as_bytes();
+    let mut from = 0;
+    while let Some(p) = memchr::memchr(b'#', &b[from..]) {
+        let at = from + p;
+        from = at + 1;
+        // the property opens a bracket level or the whole name
+        if !(at == 0 || b[at - 1] == b'[') {
+            continue;
+        }
+        let rest = &name[at + 1..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let prop = &rest[..end];
+        let closed = at == 0 && end == rest.len() || rest[end..].starts_with(']');
+        if closed && PROPS.iter().any(|x| x.eq_ignore_ascii_case(prop)) {
+            // callbacks alone are strong; `#markup`/`#type` only with a bracket path
+            let conf = if matches!(prop, "markup" | "type" | "attached" | "ajax") {
+                if at == 0 {
+                    continue;
+                }
+                75
+            } else {
+                90
+            };
+            return Some(Hit::new(
+                Attack::CodeInjection,
+                conf,
+                name,
+                at,
+                at + 1 + end,
+            ));
+        }
+    }
+    None
+}
+
+/// Package prefixes of JVM classes used as deserialization gadgets or
+/// command-execution primitives.
+const JAVA_GADGET_PACKAGES: &[&str] = &[
+    "java.",
+    "javax.",
+    "jdk.",
+    "sun.",
+    "com.sun.",
+    "org.apache.commons.",
+    "org.apache.xalan",
+    "org.codehaus.groovy.",
+    "groovy.",
+    "org.springframework.",
+    "com.mchange.",
+    "org.hibernate.",
+    "bsh.",
+    "org.mozilla.javascript.",
+];
+
+/// Classes whose presence as an XML object (`class="..."`) means code runs when
+/// the document is decoded.
+const JAVA_EXEC_CLASSES: &[&str] = &[
+    "java.lang.processbuilder",
+    "java.lang.runtime",
+    "java.beans.eventhandler",
+    "java.beans.xmldecoder",
+    "java.net.urlclassloader",
+    "javax.script.",
+    "javax.naming.",
+    "javax.management.",
+    "com.sun.rowset.",
+    "com.sun.org.apache.",
+    "org.apache.commons.collections",
+    "org.codehaus.groovy.runtime.",
+    "groovy.util.expando",
+    "jdk.nashorn.",
+    "org.springframework.beans.factory.config.methodinvokingfactorybean",
+    "sun.misc.",
+];
+
+/// Java object graphs in XML: XStream element names that are gadget classes
+/// (`<java.util.PriorityQueue>`, `<dynamic-proxy>`), XMLDecoder
+/// `class="java.lang.ProcessBuilder"` / `<void method="start">`.
+pub fn java_xml(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    if let Some(p) = find_ci(b, b"<dynamic-proxy") {
+        return Some(Hit::new(Attack::Deserialization, 90, s, p, p + 40));
+    }
+    let mut from = 0;
+    let mut n = 0;
+    while let Some(p) = memchr::memchr(b'<', &b[from..]) {
+        let at = from + p;
+        from = at + 1;
+        n += 1;
+        if n > 4096 {
+            break;
+        }
+        // tag names are short: a bounded look-ahead keeps `<<<<aaaa...` linear
+        let rest = &b[at + 1..(at + 1 + 128).min(b.len())];
+        let end = rest
+            .iter()
+            .position(|&c| !(c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'$' | b'-')))
+            .unwrap_or(rest.len());
+        let tag = &rest[..end];
+        let dots = tag.iter().filter(|&&c| c == b'.').count();
+        if dots >= 2
+            && JAVA_GADGET_PACKAGES
+                .iter()
+                .any(|p| starts_with_ci(tag, p.as_bytes()))
+        {
+            return Some(Hit::new(
+                Attack::Deserialization,
+                90,
+                s,
+                at,
+                at + 1 + end + 20,
+            ));
+        }
+    }
+    // class="..." / class='...' naming an execution class (XMLDecoder, Spring XML)
+    let mut from = 0;
+    let mut n = 0;
+    while let Some(p) = find_ci(&b[from..], b"class=") {
+        let at = from + p;
+        from = at + 6;
+        n += 1;
+        if n > 256 {
+            break;
+        }
+        let v = &b[from..];
+        let v = v
+            .strip_prefix(b"\"")
+            .or_else(|| v.strip_prefix(b"'"))
+            .unwrap_or(v);
+        if JAVA_EXEC_CLASSES
+            .iter()
+            .any(|c| starts_with_ci(v, c.as_bytes()))
+        {
+            return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 50));
+        }
+    }
+    // <void method="exec"> / <void method="start"> with an <object class=...>
+    if let Some(p) = find_ci(b, b"<void method=") {
+        if contains_ci(b, b"<object class=") {
+            return Some(Hit::new(Attack::Deserialization, 85, s, p, p + 40));
+        }
+    }
+    None
+}
+
+/// Serialized Java objects: the stream magic `AC ED 00 05` as base64 (`rO0AB`)
+/// or hex (`aced0005`) at the start of a token followed by more of the stream.
+pub fn deser_marker(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    let token_start = |p: usize| {
+        p == 0 || !(b[p - 1].is_ascii_alphanumeric() || b[p - 1] == b'+' || b[p - 1] == b'/')
+    };
+    static RO0AB: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"rO0AB"));
+    static HEX: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"0005"));
+    // both markers hold the digit 0: one SIMD scan rules most values out
+    if b.len() < 24 || memchr::memchr(b'0', b).is_none() {
+        return None;
+    }
+    let mut from = 0;
+    while let Some(p) = RO0AB.find(&b[from..]) {
+        let at = from + p;
+        from = at + 5;
+        // bounded look-ahead: overlapping markers cannot make the scan quadratic
+        let run = b[at..]
+            .iter()
+            .take(24)
+            .take_while(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'-' | b'_')
+            })
+            .count();
+        if token_start(at) && run >= 24 {
+            return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 40));
+        }
+    }
+    // hex: find the digits `0005` (memmem), then check `aced` before them
+    let mut from = 0;
+    while let Some(p) = HEX.find(&b[from..]) {
+        let d = from + p;
+        from = d + 4;
+        if d < 4 || !b[d - 4..d].eq_ignore_ascii_case(b"aced") {
+            continue;
+        }
+        let at = d - 4;
+        let run = b[at..]
+            .iter()
+            .take(24)
+            .take_while(|c| c.is_ascii_hexdigit())
+            .count();
+        if token_start(at) && run >= 24 {
+            return Some(Hit::new(Attack::Deserialization, 90, s, at, at + 40));
+        }
+    }
+    None
+}
+
+/// Path-normalisation bypasses in the URL path (`raw` as received, `decoded`
+/// after URL decoding): a `..` segment carrying a path parameter (`..;/`,
+/// Tomcat/Jetty), a dot segment or separator that was percent-encoded
+/// (`%2e%2e/`, `..%2f`, `%252e`: clients normalise plain `..` themselves, only
+/// crafted requests encode them), and servlet-private directories
+/// (`WEB-INF`, `META-INF`) which no client may request.
+pub fn path_normalisation(raw: &[u8], decoded: &str) -> Option<Hit> {
+    let mut dot_dot = false;
+    for seg in decoded.split(['/', '\\']) {
+        let bare = seg.split(';').next().unwrap_or(seg);
+        if bare == ".." || bare == "." && seg.len() > 1 {
+            dot_dot |= bare == "..";
+            if seg.contains(';') {
+                let p = decoded.find(seg).unwrap_or(0);
+                return Some(Hit::new(
+                    Attack::PathTraversal,
+                    85,
+                    decoded,
+                    p,
+                    p + seg.len() + 16,
+                ));
+            }
+        }
+        if seg.eq_ignore_ascii_case("web-inf") || seg.eq_ignore_ascii_case("meta-inf") {
+            let p = decoded.find(seg).unwrap_or(0);
+            return Some(Hit::new(
+                Attack::PathTraversal,
+                85,
+                decoded,
+                p,
+                p + seg.len() + 24,
+            ));
+        }
+    }
+    if dot_dot {
+        let encoded = ["%2e", "%2f", "%5c", "%25", "%c0", "%c1", "%u002e", "%e0%80"]
+            .iter()
+            .any(|e| contains_ci(raw, e.as_bytes()));
+        if encoded {
+            return Some(Hit::new(
+                Attack::PathTraversal,
+                85,
+                decoded,
+                0,
+                decoded.len(),
+            ));
+        }
+        return Some(Hit::new(
+            Attack::PathTraversal,
+            55,
+            decoded,
+            0,
+            decoded.len(),
+        ));
     }
     None
 }

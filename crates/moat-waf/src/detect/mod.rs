@@ -39,6 +39,10 @@ pub enum Attack {
     Xpath,
     /// Upload of an executable file.
     Upload,
+    /// Java deserialization payloads (serialized-object markers, XStream/XMLDecoder graphs).
+    Deserialization,
+    /// A virtual patch (a rule for a known exploit endpoint; the finding names the rule).
+    VirtualPatch,
     /// A scanner or exploit tool (User-Agent).
     Scanner,
     /// An inspection limit was hit.
@@ -63,13 +67,34 @@ impl Attack {
             Attack::Nosql => "nosql",
             Attack::Xpath => "xpath",
             Attack::Upload => "upload",
+            Attack::Deserialization => "deserialization",
+            Attack::VirtualPatch => "virtual-patch",
             Attack::Scanner => "scanner",
             Attack::Limit => "limit",
         }
     }
 
+    /// True for detectors whose evidence is a syntax shape that legitimate rich
+    /// content (source code, analytics payloads) also has; context lowers these.
+    pub fn shape_based(self) -> bool {
+        matches!(
+            self,
+            Attack::Sqli
+                | Attack::Xss
+                | Attack::Cmdi
+                | Attack::PathTraversal
+                | Attack::Ssrf
+                | Attack::Crlf
+                | Attack::CodeInjection
+                | Attack::Ssti
+                | Attack::Ldap
+                | Attack::Nosql
+                | Attack::Xpath
+        )
+    }
+
     /// Every detector, for docs and validation of exclusions.
-    pub const ALL: [Attack; 16] = [
+    pub const ALL: [Attack; 18] = [
         Attack::Sqli,
         Attack::Xss,
         Attack::Cmdi,
@@ -84,6 +109,8 @@ impl Attack {
         Attack::Nosql,
         Attack::Xpath,
         Attack::Upload,
+        Attack::Deserialization,
+        Attack::VirtualPatch,
         Attack::Scanner,
         Attack::Limit,
     ];
@@ -247,6 +274,11 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
         if let Some(h) = misc::nosql_name(s) {
             out(h);
         }
+        if c.any(Classes::COMMENT) {
+            if let Some(h) = misc::render_array(s) {
+                out(h);
+            }
+        }
         if c.any(Classes::SLASH | Classes::BACKSLASH) {
             if let Some(h) = misc::traversal(s) {
                 out(h);
@@ -300,6 +332,14 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
     }
     if c.any(Classes::ANGLE) {
         if let Some(h) = misc::xxe(s) {
+            out(h);
+        }
+        if let Some(h) = misc::java_xml(s) {
+            out(h);
+        }
+    }
+    if b.len() >= 16 {
+        if let Some(h) = misc::deser_marker(s) {
             out(h);
         }
     }

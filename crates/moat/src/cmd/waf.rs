@@ -1,12 +1,15 @@
-//! `moat waf`: run requests through the attack-detection engine (`test`) and
-//! replay the evaluation corpora in-process (`eval`).
+//! `moat waf`: run requests through the attack-detection engine (`test`),
+//! replay the evaluation corpora in-process (`eval`) and print the exclusion
+//! for a block decision (`exclude`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use moat_waf::eval::Half;
 use moat_waf::rawhttp::RawRequest;
-use moat_waf::{eval, WafConfig, WafEngine};
+use moat_waf::triage::{self, ExclusionRequest};
+use moat_waf::{eval, Sensitivity, WafConfig, WafEngine};
 
 /// Arguments of `moat waf`.
 #[derive(Args)]
@@ -21,6 +24,37 @@ enum WafCommand {
     Test(TestArgs),
     /// Replay the blazehttp and gotestwaf corpora and print detection / false-positive tables.
     Eval(EvalArgs),
+    /// Print the `waf.exclusions` entry that lets a blocked request through
+    /// (from a stored event by id, or from the event's fields).
+    Exclude(ExcludeArgs),
+}
+
+#[derive(Args)]
+struct ExcludeArgs {
+    /// Event id (the `event_id` of the block page); read from --db.
+    #[arg(long)]
+    event: Option<String>,
+    /// Event database (the `events.store.path` of the config).
+    #[arg(long, default_value = "moat-events.db")]
+    db: PathBuf,
+    /// Route of the request (when not reading an event).
+    #[arg(long)]
+    route: Option<String>,
+    /// Request path (query is dropped).
+    #[arg(long)]
+    path: Option<String>,
+    /// Detector name (`xss`, `sqli`, `virtual-patch`, ...).
+    #[arg(long)]
+    detector: Option<String>,
+    /// Virtual-patch rule id.
+    #[arg(long)]
+    rule: Option<String>,
+    /// Finding location (`form:comment`, `json:/a/b`, `header:user-agent`).
+    #[arg(long)]
+    location: Option<String>,
+    /// Exclude on every path of the route instead of this path only.
+    #[arg(long)]
+    whole_route: bool,
 }
 
 #[derive(Args)]
@@ -73,8 +107,24 @@ struct EvalArgs {
     /// Print the reports as JSON.
     #[arg(long)]
     json: bool,
+    /// Replay only one fixed half of each corpus (A: develop, B: held back);
+    /// both halves are reported by default.
+    #[arg(long)]
+    split: Option<Half>,
+    /// Override the configured sensitivity (`low`, `balanced`, `strict`).
+    #[arg(long, value_parser = parse_sensitivity)]
+    sensitivity: Option<Sensitivity>,
     #[command(flatten)]
     common: CommonArgs,
+}
+
+fn parse_sensitivity(s: &str) -> Result<Sensitivity, String> {
+    match s {
+        "low" => Ok(Sensitivity::Low),
+        "balanced" => Ok(Sensitivity::Balanced),
+        "strict" => Ok(Sensitivity::Strict),
+        o => Err(format!("`{o}`: expected low, balanced or strict")),
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -106,7 +156,92 @@ pub fn run(args: WafArgs) -> ExitCode {
     match args.command {
         WafCommand::Test(a) => test(a),
         WafCommand::Eval(a) => run_eval(a),
+        WafCommand::Exclude(a) => exclude(a),
     }
+}
+
+/// Finds a stored WAF event by id (newest 10,000 WAF events).
+fn stored_event(db: &Path, id: &str) -> Result<serde_json::Value, String> {
+    let store = moat_events::EventStore::open_read_only(db).map_err(|e| e.to_string())?;
+    let mut q = moat_events::EventQuery::default();
+    let now = moat_events::now_ms();
+    q.set("type", "waf", now).map_err(|e| e.to_string())?;
+    q.set("limit", "10000", now).map_err(|e| e.to_string())?;
+    let rows = store.query(&q).map_err(|e| e.to_string())?;
+    rows.into_iter()
+        .find(|r| {
+            r.get("event")
+                .and_then(|e| e.get("id"))
+                .and_then(|v| v.as_str())
+                == Some(id)
+        })
+        .ok_or_else(|| {
+            format!(
+                "{}: no WAF event `{id}` among the newest 10,000",
+                db.display()
+            )
+        })
+}
+
+fn exclude(a: ExcludeArgs) -> ExitCode {
+    let (req, comment) = match &a.event {
+        Some(id) => match stored_event(&a.db, id) {
+            Ok(rec) => match triage::request_from_record(&rec) {
+                Some(r) => {
+                    let frag = rec
+                        .get("event")
+                        .and_then(|e| e.get("details"))
+                        .and_then(|d| d.get("fragment"))
+                        .and_then(|f| f.as_str())
+                        .unwrap_or("");
+                    (r, format!("from event {id}; matched {frag:?}"))
+                }
+                None => {
+                    eprintln!("moat waf exclude: event {id} is not a WAF finding");
+                    return ExitCode::from(2);
+                }
+            },
+            Err(e) => {
+                eprintln!("moat waf exclude: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => {
+            let Some(detector) = a.detector.clone() else {
+                eprintln!("moat waf exclude: give --event ID, or --detector with --location/--route/--path");
+                return ExitCode::from(2);
+            };
+            (
+                ExclusionRequest {
+                    route: a.route.clone(),
+                    path: a
+                        .path
+                        .as_deref()
+                        .map(|p| p.split('?').next().unwrap_or("").to_string()),
+                    detector,
+                    rule: a.rule.clone(),
+                    location: a.location.clone(),
+                },
+                "from the given fields".to_string(),
+            )
+        }
+    };
+    let scope = if a.whole_route {
+        triage::Scope::Route
+    } else {
+        triage::Scope::Narrow
+    };
+    let e = triage::exclusion_for(&req, scope);
+    let cfg = WafConfig {
+        exclusions: vec![e.clone()],
+        ..Default::default()
+    };
+    if let Err(err) = WafEngine::build(&cfg) {
+        eprintln!("moat waf exclude: {err}");
+        return ExitCode::from(2);
+    }
+    print!("{}", triage::render_snippet(&e, Some(&comment)));
+    ExitCode::SUCCESS
 }
 
 fn build(common: &CommonArgs) -> Result<std::sync::Arc<WafEngine>, ExitCode> {
@@ -237,9 +372,22 @@ fn test(a: TestArgs) -> ExitCode {
 }
 
 fn run_eval(a: EvalArgs) -> ExitCode {
-    let engine = match build(&a.common) {
+    let mut cfg = match load_config(a.common.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("moat waf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(s) = a.sensitivity {
+        cfg.sensitivity = s;
+    }
+    let engine = match WafEngine::build(&cfg) {
         Ok(e) => e,
-        Err(c) => return c,
+        Err(e) => {
+            eprintln!("moat waf: {e}");
+            return ExitCode::from(2);
+        }
     };
     let dir = a.datasets.clone().unwrap_or_else(|| {
         PathBuf::from(concat!(
@@ -250,7 +398,7 @@ fn run_eval(a: EvalArgs) -> ExitCode {
     let mut out = serde_json::Map::new();
     if !a.gotestwaf_only {
         let p = dir.join("blazehttp/dev.jsonl.gz");
-        match eval::blaze(&engine, &p) {
+        match eval::blaze(&engine, &p, a.split) {
             Ok(r) => {
                 if a.json {
                     out.insert(
@@ -278,7 +426,7 @@ fn run_eval(a: EvalArgs) -> ExitCode {
     }
     if !a.blaze_only {
         let p = dir.join("gotestwaf/testcases");
-        match eval::gotestwaf(&engine, &p) {
+        match eval::gotestwaf(&engine, &p, a.split) {
             Ok(r) => {
                 if a.json {
                     out.insert(
