@@ -260,6 +260,30 @@ struct StatFields {
     modified: Option<std::time::SystemTime>,
 }
 
+/// The files a reload re-reads: the config file, and the files it names whose change
+/// should reload it (access control policy files and directories, the WAF's virtual
+/// patch files, the secret rules), resolved against the config file's directory.
+fn watched_files(snap: &crate::state::Snapshot) -> Vec<PathBuf> {
+    let cfg = &snap.config;
+    let base = &snap.source.base_dir;
+    let mut files = vec![snap.source.file.clone()];
+    if cfg.authz.enabled {
+        files.extend(cfg.authz.policies.iter().map(|p| base.join(p)));
+    }
+    if cfg.waf.enabled {
+        files.extend(cfg.waf.virtual_patches.files.iter().map(|p| base.join(p)));
+    }
+    if cfg.secrets.enabled {
+        files.extend(cfg.secrets.rules.iter().map(|p| base.join(p)));
+    }
+    files
+}
+
+/// The stamps of `files`, in order.
+fn stamps(files: &[PathBuf]) -> Vec<FileStamp> {
+    files.iter().map(|f| FileStamp::of(f)).collect()
+}
+
 impl FileStamp {
     /// Stats `path` (following symlinks). A blocking call on the runtime thread, but a
     /// `stat` of a local file takes microseconds, once a second; `tokio::fs` would start
@@ -332,7 +356,8 @@ impl RunningGateway {
             };
             let mut poll = tokio::time::interval(CONFIG_POLL_INTERVAL);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut seen = FileStamp::of(&file);
+            let mut watched = watched_files(&shared.snapshot.load());
+            let mut seen = stamps(&watched);
             loop {
                 // Resolves on a SIGHUP; never once the signal stream has ended.
                 #[cfg(unix)]
@@ -350,28 +375,30 @@ impl RunningGateway {
                     _ = stop.changed() => break,
                     _ = hangup => tracing::info!("SIGHUP: reloading configuration"),
                     _ = poll.tick() => {
-                        if FileStamp::of(&file) == seen {
+                        if stamps(&watched) == seen {
                             continue;
                         }
                         // Editors and deploy tools write in several steps: wait until the
-                        // file has stopped changing (bounded) before reading it.
-                        let mut last = FileStamp::of(&file);
+                        // files have stopped changing (bounded) before reading them.
+                        let mut last = stamps(&watched);
                         for _ in 0..20 {
                             tokio::time::sleep(Duration::from_millis(150)).await;
-                            let now = FileStamp::of(&file);
+                            let now = stamps(&watched);
                             if now == last {
                                 break;
                             }
                             last = now;
                         }
-                        tracing::info!(file = %file.display(), "configuration file changed: reloading");
+                        tracing::info!(file = %file.display(), "configuration or a file it names changed: reloading");
                     }
                 }
-                seen = FileStamp::of(&file);
                 // Building a new snapshot compiles every engine (up to ~100 ms): off the
                 // request threads.
                 let s = shared.clone();
                 let _ = tokio::task::spawn_blocking(move || s.reload_from_file()).await;
+                // The new config may name other files.
+                watched = watched_files(&shared.snapshot.load());
+                seen = stamps(&watched);
             }
         });
     }

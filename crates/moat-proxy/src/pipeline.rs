@@ -44,13 +44,9 @@ pub struct Pipeline {
     pub engines: Engines,
 }
 
-/// The engines built from the configuration, by type (the phase lists hold them type-erased).
+/// The engines the admin API serves, by type (the phase lists hold them type-erased).
 #[derive(Clone, Default)]
 pub struct Engines {
-    /// Access control.
-    pub authz: Option<Arc<AuthzEngine>>,
-    /// Attack detection.
-    pub waf: Option<Arc<WafEngine>>,
     /// Secret detection (also serves `POST /v1/scan`).
     pub secrets: Option<Arc<SecretsEngine>>,
     /// API discovery with its worker thread and inventory file (also serves
@@ -147,14 +143,14 @@ pub fn build_pipeline_with(
             moat_authz::AuthzError::Config(c) => c,
             other => engine_error(src, "authz", other),
         })?;
-        p.request_headers.push(e.clone());
-        p.engines.authz = Some(e);
+        p.request_headers.push(e);
     }
     if cfg.waf.enabled {
-        let e = WafEngine::build(&cfg.waf).map_err(|e| engine_error(src, "waf", e))?;
+        // Virtual patch files resolve against the config file's directory.
+        let e = WafEngine::build_with_base(&cfg.waf, &src.base_dir)
+            .map_err(|e| engine_error(src, "waf", e))?;
         p.request_headers.push(e.clone());
-        p.request_body.push(e.clone());
-        p.engines.waf = Some(e);
+        p.request_body.push(e);
     }
     if cfg.secrets.enabled {
         let e = SecretsEngine::build(&cfg.secrets, &src.base_dir)

@@ -519,3 +519,46 @@ fn routes_match_host_and_prefix_in_order() {
         assert_eq!(m("example.com", "/").as_deref(), Some("any"));
     });
 }
+
+/// A virtual patch file the config names is watched like the config: editing it
+/// reloads the WAF with the new rules (the config file itself is not touched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_patch_file_change_triggers_reload() {
+    let a = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let rule = |path: &str| {
+        format!(
+            "rules:\n  - id: LOCAL-1\n    description: a local exploit endpoint\n    \
+             path: {path}\n    examples:\n      block:\n        - target: {path}\n      \
+             pass:\n        - target: /elsewhere\n"
+        )
+    };
+    std::fs::write(dir.path().join("patches.yaml"), rule("/exploit-one")).unwrap();
+    let yaml = basic_config(a.addr, "")
+        + "waf: { enabled: true, mode: block, virtual_patches: { builtin: false, files: [patches.yaml] } }\n";
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    gw.spawn_reload_triggers();
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let (s, _, _) = get(&c, &format!("http://{addr}/exploit-one")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, _) = get(&c, &format!("http://{addr}/exploit-two")).await;
+    assert_eq!(s, StatusCode::OK);
+    std::fs::write(dir.path().join("patches.yaml"), rule("/exploit-two")).unwrap();
+    let mut reloaded = false;
+    for _ in 0..100 {
+        let (s, _, _) = get(&c, &format!("http://{addr}/exploit-two")).await;
+        if s == StatusCode::FORBIDDEN {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        reloaded,
+        "the virtual patch file change did not reload the WAF"
+    );
+    let (s, _, _) = get(&c, &format!("http://{addr}/exploit-one")).await;
+    assert_eq!(s, StatusCode::OK);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
