@@ -2,6 +2,8 @@
 //! only the last one does); the linear oracle for comparison; JWT verification costs.
 //!
 //! Run: `cargo bench -p moat-authz --bench authz`
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;

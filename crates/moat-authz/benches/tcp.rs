@@ -2,6 +2,8 @@
 //! rules, per rule kind, worst cases (no rule matches, or only the last one does).
 //!
 //! Run: `cargo bench -p moat-authz --bench tcp`
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -1,5 +1,7 @@
 //! Property tests: the compiled index decides exactly like the linear oracle, for requests
 //! and for the TCP form of the rules on connections.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

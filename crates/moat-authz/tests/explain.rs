@@ -1,5 +1,7 @@
 //! `moat policy explain` (the formatting and content) and `moat policy check --tcp` (the
 //! library half of the CLI).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! JWKS fetched over real HTTP from a local server (127.0.0.1): initial fetch, key
 //! rotation picked up by the background refresh, a server that goes down (keys kept),
 //! a server down at start, OpenID discovery, and `file:` JWKS.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

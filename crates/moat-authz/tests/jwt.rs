@@ -1,5 +1,7 @@
 //! RequestAuthentication: real signed tokens for every supported algorithm, refusals,
 //! token locations, outputs, composition and the verified-token cache.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

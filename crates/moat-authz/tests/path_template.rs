@@ -2,6 +2,8 @@
 //! text, Envoy's `uri_template` rules Istio does not check, and matching as Envoy's
 //! generated regex (cases from Istio's `security_test.go` and the integration test
 //! `TestAuthz_PathTemplating`).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! The `RequestHeadersPhase` implementation as the proxy calls it.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! AuthorizationPolicy / PeerAuthentication semantics, field by field, through the engine.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

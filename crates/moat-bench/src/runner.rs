@@ -5,6 +5,9 @@
 //! Repetitions are the outer loop, so slow drifts of the machine (other work
 //! starting or stopping) spread over all variants instead of biasing one.
 
+// pre_exec to pin a spawned target to its CPU, kill to stop it.
+#![allow(unsafe_code)]
+
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

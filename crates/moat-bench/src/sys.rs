@@ -1,5 +1,8 @@
 //! Linux process helpers: CPU pinning and resource usage from `/proc`.
 
+// System calls (CPU affinity, thread CPU time, clock ticks) through libc.
+#![allow(unsafe_code)]
+
 use std::io;
 
 /// Pins the calling thread to `cpu` with `sched_setaffinity`.

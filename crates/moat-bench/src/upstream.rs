@@ -5,6 +5,9 @@
 //! can stall once, blocking its thread for a while at the K-th request, the way
 //! a garbage-collection pause or a slow disk stalls a real server.
 
+// gettid, to pin the upstream thread.
+#![allow(unsafe_code)]
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -273,7 +273,8 @@ pub struct Exchange {
     pub response_headers: http::HeaderMap,
     /// Buffered response body, if any.
     pub response_body: Option<bytes::Bytes>,
-    /// Total time from request head to response end, microseconds.
+    /// Time from the request head to the response head, microseconds (the response
+    /// body may still be streaming when after-response phases run).
     pub duration_us: u64,
 }
 

@@ -8,6 +8,8 @@
 //! - before the criterion groups, an overload run pushes as fast as one thread can
 //!   for 3 s (far more than 10x what the writer drains) and prints offered,
 //!   accepted, dropped, the queue's peak depth and the process's peak RSS.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
@@ -113,6 +115,7 @@ fn bench_store(c: &mut Criterion) {
     writer.shutdown();
 }
 
+#[allow(unsafe_code)]
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,

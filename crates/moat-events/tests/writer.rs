@@ -1,4 +1,8 @@
 //! The queue and writer with real files, pipes, child processes and SQLite.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// mkfifo(3) and kill(2) through libc.
+#![allow(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

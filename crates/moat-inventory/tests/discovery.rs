@@ -1,5 +1,7 @@
 //! The discovery phase end to end: sampling, extraction on the worker, the
 //! inventory and its persistence, the admin JSON and the OpenAPI export.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::Path;

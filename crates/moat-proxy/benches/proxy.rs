@@ -6,6 +6,8 @@
 //! upstream, `via_moat` goes through the gateway (no engines), `via_moat_phases` adds one
 //! request-headers phase. The difference is what the proxy adds per request (client,
 //! gateway and upstream share the runtime's threads).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
 use std::sync::Arc;

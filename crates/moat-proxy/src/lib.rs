@@ -1,14 +1,25 @@
 //! The moat gateway: a reverse proxy that runs the moat-core phase pipeline.
 //!
-//! * [`config`]: the YAML configuration (types, loading, semantic checks).
-//! * [`pipeline`]: the engines of each phase; [`pipeline::build_pipeline`] is where engines are wired.
-//! * [`gateway`]: listeners, TLS hand-off, configuration snapshots, hot reload, graceful shutdown.
-//! * [`proxy`]: the request path.
-//! * [`upstream`]: clusters, round-robin, passive ejection, keep-alive pools.
-//! * [`stream`]: a TCP connection, plain or under TLS, as one type.
-//! * [`admin`]: the admin listener (a `path -> handler` table).
-//! * [`metrics`]: Prometheus counters and per-phase histograms.
-//! * [`events`]: the sink for access, security and TLS records.
+//! Modules in dependency order (each uses only those above it; `scripts/module-cycles`
+//! checks there is no circle):
+//!
+//! * `h1`: the HTTP/1.1 wire format, pure (request and response heads, body framing).
+//! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
+//!   Prometheus counters and histograms, the sink for access, security and TLS
+//!   records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
+//! * `connection`: one downstream connection's shared data, its watchdog, the drain
+//!   signal.
+//! * `downstream_conn`, `upstream_conn`: a connection's I/O and the bodies read from it
+//!   (request bodies from clients; upstream response bodies and the keep-alive pool).
+//! * [`body`]: the bodies moat forwards, limits and pace.
+//! * [`upstream`]: clusters, round-robin, passive ejection, the exchange.
+//! * [`routing`], [`state`], [`tls_audit`]: routes, the configuration snapshot and the
+//!   state shared by listeners, the admin API and the request path; TLS audit as a
+//!   connection phase.
+//! * [`proxy`]: the request path, one function per phase group.
+//! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
+//! * [`gateway`]: listeners, TLS hand-off, hot reload, graceful shutdown.
+//! * [`admin`], [`engine_api`]: the admin listener and the engines' admin endpoints.
 //! * [`demo`]: the quickstart demo application.
 
 #![warn(missing_docs)]

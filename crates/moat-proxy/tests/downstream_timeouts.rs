@@ -2,6 +2,8 @@
 //! closed, a client that stops reading its response is disconnected, and a client that
 //! reads slowly but steadily gets its whole response. (The watchdog's period is 10 s;
 //! tokio's paused clock jumps to the next timer whenever every task waits.)
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! (client auth PERMISSIVE) with real SPIFFE client certificates, Istio policies read
 //! from files, real signed JWTs verified against a JWKS served by a local HTTP server
 //! (key rotation, server down), and PeerAuthentication STRICT.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! sockets: `GET /v1/apis` lists the templated endpoint with request and response
 //! schemas (never values), and `GET /v1/events?type=waf` returns a WAF block event
 //! written by the events writer.
+// Test helpers: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! that never carry the secret, redaction of JSON bodies (valid JSON, fixed
 //! Content-Length), gzip bodies, response scanning, and `POST /v1/scan` on the admin
 //! listener.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

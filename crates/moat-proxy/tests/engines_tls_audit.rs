@@ -2,6 +2,8 @@
 //! (real sockets, real certificates) each produce one `tls` record with the negotiated
 //! version, cipher suite, group, SNI, ALPN and client address, written by the events
 //! writer to the JSON-lines sink and to the store (`GET /v1/events?type=tls`).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! The WAF wired from the gateway config, through real sockets: block pages (JSON and
 //! HTML) with event ids, request bodies, benign traffic, monitor mode and route-level
 //! exclusions, with the security events checked at the event sink.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

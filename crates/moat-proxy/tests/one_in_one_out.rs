@@ -21,6 +21,8 @@
 //! Each case runs against a gateway of its own, shut down before the upstream's log is
 //! read: the upstream has then parsed every byte moat ever sent it, so the check does
 //! not depend on timing.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

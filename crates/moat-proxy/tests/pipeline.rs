@@ -1,4 +1,6 @@
 //! The phase pipeline with test-only engines, and hot reload, through real sockets.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

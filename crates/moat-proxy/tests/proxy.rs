@@ -1,4 +1,6 @@
 //! Proxying behaviour through real sockets on loopback.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

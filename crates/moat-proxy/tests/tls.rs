@@ -1,4 +1,6 @@
 //! TLS termination: h2 over TLS (ALPN), mTLS modes and peer identity, TLS to upstreams.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! heads and bodies become 502 (never a panic), interim responses, bodies without a
 //! body (HEAD, 204), close-delimited and chunked bodies with trailers, connection reuse,
 //! and a pooled connection the upstream closed while idle.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -10,6 +10,8 @@
 //!   (after_response on the common path: the request counted in its slot; the
 //!   sample queue is not reached, so a queue that refuses everything stands in for
 //!   moat-inventory's worker).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

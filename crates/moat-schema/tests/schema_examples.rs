@@ -1,5 +1,7 @@
 //! Every worked example of shared/docs/api-schema-encoding.md, compared
 //! order-insensitively (arrays as multisets), as libddwaf's tests do.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use moat_schema::scanner::{Scanner, Scanners};
 use moat_schema::schema::{self, code, from_json, merge, Node};

@@ -6,6 +6,10 @@
 //! `$TMPDIR/moat-secrets-bench/` so gitleaks itself can be timed on them.
 //! `MOAT_SECRETS_SIMD=avx2` or `=portable` caps the keyword finder's code path
 //! (the path used is printed), to measure the paths of CPUs without AVX-512.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// A counting global allocator.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

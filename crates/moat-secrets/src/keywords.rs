@@ -23,6 +23,9 @@
 //! compiled, caps the choice, so that the slower paths can be measured on a
 //! machine that has the faster ones. All paths report the same occurrences.
 
+// AVX-512 and AVX2 intrinsics of the keyword filter, behind runtime feature checks.
+#![allow(unsafe_code)]
+
 /// One keyword anchored at a table slot, with what is needed to compare it.
 #[derive(Debug)]
 struct Anchor {

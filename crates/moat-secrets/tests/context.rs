@@ -2,6 +2,8 @@
 //! places are not findings, provider-specific secrets pasted into content are
 //! blocked, generic rules only monitor requests unless a route opts in, and
 //! responses are redacted.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::Arc;

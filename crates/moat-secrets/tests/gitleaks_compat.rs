@@ -6,6 +6,8 @@
 //! rules.toml in.txt`, with the same rules and input). gitleaks counts columns
 //! on lines after the first from the newline before the line, so its
 //! `StartColumn` there is moat's `column` + 1; the comments quote gitleaks'.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 

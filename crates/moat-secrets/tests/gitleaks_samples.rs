@@ -5,6 +5,8 @@
 //! finding of that rule, every `fp` sample none. The same check runs here with
 //! gitleaks.toml loaded, both in single-rule mode (exactly gitleaks' check) and
 //! with the full ruleset (what `moat scan --rules gitleaks.toml` reports).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use moat_secrets::{RuleSet, Scanner};
 

@@ -1,4 +1,6 @@
 //! Every construct of the gitleaks rule format, one test each.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use moat_secrets::{redact, Finding, RulesError, Scanner};
 

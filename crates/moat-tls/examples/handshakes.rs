@@ -14,6 +14,8 @@
 //! Besides wall time, the thread's on-CPU time and run-queue wait are read from
 //! `/proc/thread-self/schedstat` (Linux): on a shared machine the CPU-time rate
 //! is the better estimate of one core's throughput.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

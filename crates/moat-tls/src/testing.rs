@@ -3,6 +3,10 @@
 //!
 //! These helpers panic on generation failures: they are for tests only.
 
+// Test support (the `testing` feature): a certificate that cannot be generated is a
+// failed test, so panicking with the reason is what a caller wants.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,6 +2,8 @@
 //! exclusions, allowed IPs, block pages, and every inspection limit under
 //! hostile input (10 MB bodies, 100k parameters, 10k-deep JSON, invalid
 //! UTF-8, decompression bombs).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::sync::Arc;

@@ -11,6 +11,9 @@
 //! one cache line between cores on every allocation. Threads beyond the shard
 //! count share slots, which is still correct (atomic adds), only slower.
 
+// A global allocator is unsafe by definition.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -1,4 +1,6 @@
 //! `moat apis` against an inventory database written by moat-inventory's store.
+// Test helpers: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,6 +1,8 @@
 //! `moat bench` end to end: scenario validation errors point at file:line:field,
 //! the shipped scenarios are valid, a scenario runs against the built-in upstream
 //! and an external target, and `compare` gates on regressions.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,5 +1,7 @@
 //! Behaviour of the load generator against the built-in upstream on loopback:
 //! open-loop rate accuracy, and coordinated-omission correction.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! `moat events` against a store written by the real event writer.
+// Test helpers: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -1,4 +1,6 @@
 //! `moat policy check` through the real binary: outputs, exit codes, defaults, errors.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;

@@ -1,4 +1,6 @@
 //! `moat scan` run as a real binary: exit codes, formats, directories, path rules.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::Path;

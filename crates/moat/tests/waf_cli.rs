@@ -1,4 +1,6 @@
 //! `moat waf test` and `moat waf eval` end to end (the real binary).
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

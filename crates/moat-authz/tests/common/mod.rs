@@ -1,4 +1,6 @@
 //! Shared test helpers: keys, signed tokens, JWKS documents, engines from YAML text.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

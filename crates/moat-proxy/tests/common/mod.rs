@@ -1,5 +1,7 @@
 //! Test helpers: an instrumented upstream, a gateway on ephemeral ports, clients.
 #![allow(dead_code)]
+// Test helpers: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

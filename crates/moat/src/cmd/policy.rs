@@ -65,7 +65,7 @@ struct Check {
     /// URI SAN of the client certificate (spiffe://td/ns/N/sa/S). Absent: plaintext.
     #[arg(long)]
     peer_uri: Option<String>,
-    /// Peer principal (td/ns/N/sa/S), the same as --peer-uri spiffe://<principal>.
+    /// Peer principal (td/ns/N/sa/S), the same as `--peer-uri spiffe://PRINCIPAL`.
     #[arg(long, conflicts_with = "peer_uri")]
     principal: Option<String>,
     /// Destination port (ports / destination.port). Default: the URL's.
