@@ -172,10 +172,23 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let local = tcp.local_addr().unwrap_or(peer);
         let snap = shared.snapshot.load();
-        let (tls, xff_hops) = snap
-            .listeners
-            .iter()
-            .find(|l| l.name == name)
+        let listener = snap.listeners.iter().find(|l| l.name == name);
+        if let Some(rt) = listener.and_then(|l| l.tcp.clone()) {
+            // A tcp listener: the snapshot of this moment decides the connection.
+            tokio::spawn(crate::tcp::serve(crate::tcp::TcpConn {
+                shared: shared.clone(),
+                listener: name.as_str().into(),
+                rt,
+                tls: listener.and_then(|l| l.tls.clone()),
+                authz: snap.pipeline.engines.authz.clone(),
+                tcp,
+                peer,
+                local,
+                drain: drain.clone(),
+            }));
+            continue;
+        }
+        let (tls, xff_hops) = listener
             .map(|l| (l.tls.clone(), l.xff_hops))
             .unwrap_or((None, 0));
         drop(snap);
@@ -192,31 +205,29 @@ async fn accept_loop(
                     let ci = conn_info(peer, local, None, xff_hops, watch);
                     server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                 }
-                Some(t) => {
-                    match t.accept(tcp).await {
-                        Ok(moat_tls::Accepted::Plain(tcp)) => {
-                            let ci = conn_info(peer, local, None, xff_hops, watch);
-                            server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
-                        }
-                        Ok(moat_tls::Accepted::Tls {
-                            stream,
-                            session,
-                            handshake,
-                        }) => {
-                            let ci = conn_info(peer, local, Some(session), xff_hops, watch);
-                            on_connection(&shared, &ci.conn, &handshake);
-                            let io = DownstreamIo::Tls(Box::new(stream));
-                            server::serve(shared, h2, drain, ci, io).await;
-                        }
-                        Err(e) => {
-                            shared
-                                .metrics
-                                .tls_handshake_errors
-                                .fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                        }
+                Some(t) => match t.accept(tcp).await {
+                    Ok(moat_tls::Accepted::Plain(tcp)) => {
+                        let ci = conn_info(peer, local, None, xff_hops, watch);
+                        server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                     }
-                }
+                    Ok(moat_tls::Accepted::Tls {
+                        stream,
+                        session,
+                        handshake,
+                    }) => {
+                        let ci = conn_info(peer, local, Some(session), xff_hops, watch);
+                        on_connection(&shared, &ci.conn, &handshake);
+                        let io = DownstreamIo::Tls(Box::new(stream));
+                        server::serve(shared, h2, drain, ci, io).await;
+                    }
+                    Err(e) => {
+                        shared
+                            .metrics
+                            .tls_handshake_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                    }
+                },
             }
         };
         tokio::spawn(async move {

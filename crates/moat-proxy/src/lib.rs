@@ -8,7 +8,8 @@
 //! * [`stream`]: a TCP connection, plain or under TLS, as one type.
 //! * [`admin`]: the admin listener (a `path -> handler` table).
 //! * [`metrics`]: Prometheus counters and per-phase histograms.
-//! * [`events`]: the sink for access, security and TLS records.
+//! * [`events`]: the sink for access, security, TLS and tcp-connection records.
+//! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI).
 //! * [`demo`]: the quickstart demo application.
 
 #![warn(missing_docs)]
@@ -31,13 +32,14 @@ pub mod proxy;
 pub mod routing;
 mod server;
 pub mod state;
+mod tcp;
 pub mod tls_audit;
 pub mod upstream;
 mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
-pub use events::{AccessInfo, EventSink};
+pub use events::{AccessInfo, EventSink, TcpAccessInfo};
 pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};
 pub use state::Shared;
