@@ -46,7 +46,9 @@ fn main() -> ExitCode {
 }
 
 async fn echo(addr: &str) -> Result<(), String> {
-    let l = TcpListener::bind(addr).await.map_err(|e| format!("{addr}: {e}"))?;
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
     loop {
         let Ok((s, _)) = l.accept().await else {
             continue;

@@ -714,6 +714,30 @@ mod tests {
         assert_eq!(parse_all(&one[..one.len() - 1]), Ok(None));
     }
 
+    proptest::proptest! {
+        /// Arbitrary bytes, fed in arbitrary pieces, never panic, and a prefix of a
+        /// valid hello followed by garbage gives the same answer however it is split.
+        #[test]
+        fn arbitrary_input_never_panics(
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..600),
+            cut in 0usize..600,
+            prefix in 0usize..80,
+        ) {
+            let mut bytes = hello(Some("p.test"), Some(31));
+            bytes.truncate(prefix.min(bytes.len()));
+            bytes.extend(&junk);
+            let whole = parse_all(&bytes);
+            let mut r = HelloReader::default();
+            let cut = cut.min(bytes.len());
+            let first = r.advance(&bytes[..cut]);
+            let split = match first {
+                Ok(None) => r.advance(&bytes),
+                done => done,
+            };
+            proptest::prop_assert_eq!(whole, split);
+        }
+    }
+
     #[test]
     fn hostile_hellos_are_refused_without_panicking() {
         assert_eq!(parse_all(b"GET / HTTP/1.1\r\n"), Err(HelloError::NotTls));
