@@ -733,3 +733,52 @@ fn tcp_listener_config_is_checked() {
         Some(Duration::from_secs(3600))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn failures_are_errors_in_metrics_and_records() {
+    let closed = free_port();
+    let yaml = format!(
+        r#"listeners:
+  - {{ name: down, address: 127.0.0.1:0, protocol: tcp, cluster: down }}
+  - {{ name: edge, address: 127.0.0.1:0, protocol: tcp, sni_routes: {{ "*": down }} }}
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - {{ name: down, endpoints: ["127.0.0.1:{closed}"] }}
+"#
+    );
+    let s = setup(&yaml, NO_POLICY).await;
+    // Nothing listens on the endpoint: the client's connection is closed.
+    assert_eq!(plain(s.addr("down"), b"x").await, None);
+    let r = &s.sink.of("down", 1).await[0];
+    assert_eq!(r.decision, "error");
+    assert!(
+        r.reason
+            .starts_with(&format!("upstream 127.0.0.1:{closed}")),
+        "{}",
+        r.reason
+    );
+    assert_eq!(
+        metric(
+            &s.gw,
+            "moat_tcp_connections_total{listener=\"down\",result=\"error\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &s.gw,
+            "moat_upstream_errors_total{cluster=\"down\",kind=\"connect\"}"
+        ),
+        1
+    );
+    // A passthrough client that sends no ClientHello is closed after 10 s.
+    let mut c = TcpStream::connect(s.addr("edge")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let mut buf = [0u8; 1];
+    assert_eq!(c.read(&mut buf).await.unwrap_or(0), 0);
+    let r = &s.sink.of("edge", 1).await[0];
+    assert_eq!(
+        (r.decision, r.tls, r.reason.as_str()),
+        ("error", "passthrough", "no complete ClientHello in time")
+    );
+}
