@@ -11,7 +11,7 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// One event record. Serialized as a JSON object with `"type":"access"|"security"|"tls"`
+/// One event record. Serialized as a JSON object with `"type":"access"|"security"|"tls"|"tcp"`
 /// followed by the fields of the variant.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -22,6 +22,8 @@ pub enum Record {
     Security(SecurityRecord),
     /// One completed TLS handshake.
     Tls(TlsRecord),
+    /// One closed connection of a `protocol: tcp` listener.
+    Tcp(TcpRecord),
 }
 
 /// An access-log record: one per finished request.
@@ -81,6 +83,44 @@ pub struct TlsRecord {
     pub handshake: HandshakeRecord,
 }
 
+/// A connection of a `protocol: tcp` listener, written when it closes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TcpRecord {
+    /// Time the connection was accepted, unix milliseconds.
+    pub ts: u64,
+    /// Listener name.
+    pub listener: String,
+    /// TCP peer address.
+    pub client_ip: String,
+    /// TCP peer port.
+    pub client_port: u16,
+    /// Listener port (`destination.port`).
+    pub port: u16,
+    /// `plain`, `terminate` (TLS ended by moat) or `passthrough` (TLS routed by SNI).
+    pub tls: String,
+    /// SNI of the ClientHello, if any.
+    pub sni: Option<String>,
+    /// Verified client certificate principal (`td/ns/N/sa/S`), TLS termination only.
+    pub principal: Option<String>,
+    /// Cluster the connection was (or would have been) sent to.
+    pub cluster: Option<String>,
+    /// Upstream endpoint, once connected.
+    pub upstream: Option<String>,
+    /// `allow`, `block` (access control closed it) or `error`.
+    pub decision: String,
+    /// Deciding policy (`namespace/name[rule i]`), when one decided.
+    pub rule: Option<String>,
+    /// Why a connection was refused or how it ended (`closed`, `idle_timeout`,
+    /// `max_duration`, `shutdown`, an I/O error).
+    pub reason: String,
+    /// Time from accept to close, microseconds.
+    pub duration_us: u64,
+    /// Bytes from the client delivered to the upstream.
+    pub bytes_in: u64,
+    /// Bytes from the upstream delivered to the client.
+    pub bytes_out: u64,
+}
+
 impl Record {
     /// Time of the record, unix milliseconds.
     pub fn ts(&self) -> u64 {
@@ -88,41 +128,45 @@ impl Record {
             Record::Access(r) => r.ts,
             Record::Security(r) => r.ts,
             Record::Tls(r) => r.ts,
+            Record::Tcp(r) => r.ts,
         }
     }
 
-    /// `access`, `security` or `tls` (the `type` field).
+    /// `access`, `security`, `tls` or `tcp` (the `type` field).
     pub fn kind(&self) -> &'static str {
         match self {
             Record::Access(_) => "access",
             Record::Security(_) => "security",
             Record::Tls(_) => "tls",
+            Record::Tcp(_) => "tcp",
         }
     }
 
     /// Engine of a security record (`waf`, `authz`, ...), `tls` for TLS records, none for access.
     pub fn engine(&self) -> Option<&str> {
         match self {
-            Record::Access(_) => None,
+            Record::Access(_) | Record::Tcp(_) => None,
             Record::Security(r) => Some(r.event.engine),
             Record::Tls(_) => Some("tls"),
         }
     }
 
-    /// Route of the request, if the record belongs to one.
+    /// Route of the request, if the record belongs to one; the listener of a tcp record.
     pub fn route(&self) -> Option<&str> {
         match self {
             Record::Access(r) => Some(&r.route),
             Record::Security(r) => Some(&r.route),
+            Record::Tcp(r) => Some(&r.listener),
             Record::Tls(_) => None,
         }
     }
 
-    /// The decision (access) or the action (security): `allow`, `block`, `monitor`,
+    /// The decision (access, tcp) or the action (security): `allow`, `block`, `monitor`,
     /// `error`, `redact`, `bypass`.
     pub fn action(&self) -> Option<&str> {
         match self {
             Record::Access(r) => Some(&r.decision),
+            Record::Tcp(r) => Some(&r.decision),
             Record::Security(r) => Some(action_name(r.event.action)),
             Record::Tls(_) => None,
         }
@@ -133,7 +177,7 @@ impl Record {
         match self {
             Record::Access(r) => Some(&r.request_id),
             Record::Security(r) => Some(&r.request_id),
-            Record::Tls(_) => None,
+            Record::Tls(_) | Record::Tcp(_) => None,
         }
     }
 }
@@ -195,5 +239,20 @@ mod tests {
         assert_eq!(v["type"], "tls");
         assert_eq!(v["handshake"]["protocol_version"], 0x0304);
         assert_eq!(t.engine(), Some("tls"));
+
+        let c = Record::Tcp(TcpRecord {
+            ts: 3,
+            listener: "pg".into(),
+            decision: "block".into(),
+            bytes_in: 7,
+            ..TcpRecord::default()
+        });
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["type"], "tcp");
+        assert_eq!(v["bytes_in"], 7);
+        assert_eq!(
+            (c.kind(), c.route(), c.action()),
+            ("tcp", Some("pg"), Some("block"))
+        );
     }
 }

@@ -88,6 +88,59 @@ pub struct ListenerConfig {
     /// 0 = the client IP is the TCP peer.
     #[serde(default)]
     pub xff_trusted_hops: u32,
+    /// What the listener carries: HTTP (default) or raw TCP to a cluster.
+    #[serde(default)]
+    pub protocol: ListenerProtocol,
+    /// `protocol: tcp`: the cluster receiving the connections; with `sni_routes`, the
+    /// cluster for a ClientHello without SNI or with an SNI no entry matches.
+    #[serde(default)]
+    pub cluster: Option<Spanned<String>>,
+    /// `protocol: tcp`, TLS passthrough: SNI pattern (exact, `*.suffix` or `*`) to
+    /// cluster. The ClientHello is read, not terminated, and forwarded as received.
+    #[serde(default)]
+    pub sni_routes: BTreeMap<String, Spanned<String>>,
+    /// `protocol: tcp`: a connection with no byte in either direction for this long is
+    /// closed; `0s` = never. Default [`DEFAULT_TCP_IDLE_TIMEOUT`].
+    #[serde(default, with = "opt_duration")]
+    pub idle_timeout: Option<Duration>,
+    /// `protocol: tcp`: a connection is closed this long after it was accepted, busy or
+    /// not; `0s` (the default) = never.
+    #[serde(default, with = "opt_duration")]
+    pub max_duration: Option<Duration>,
+}
+
+/// `listeners[].protocol`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerProtocol {
+    /// HTTP/1.1 and HTTP/2 through routes.
+    #[default]
+    Http,
+    /// Raw TCP to one cluster, or per SNI (TLS passthrough); see `docs/access-control.md`.
+    Tcp,
+}
+
+/// Default `listeners[].idle_timeout` of a tcp listener (Envoy's `tcp_proxy` default).
+pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// An optional duration written like `250ms`, `5s`, `1h`.
+mod opt_duration {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        moat_config::duration::deserialize(d).map(Some)
+    }
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => moat_config::duration::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 /// `admin:`.
@@ -460,6 +513,7 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
                 format!("`{}` is not an ip:port address", l.address.value),
             ));
         }
+        check_listener_protocol(src, i, l)?;
     }
     if cfg.admin.address.value.parse::<SocketAddr>().is_err() {
         return Err(err_at(
@@ -493,6 +547,9 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             }
         }
     }
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        check_tcp_clusters(src, i, l, cfg)?;
+    }
     let mut routes = HashSet::new();
     for (i, r) in cfg.routes.iter().enumerate() {
         if !routes.insert(r.name.value.as_str()) {
@@ -520,17 +577,109 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             ));
         }
         let h = &r.host.value;
-        let wildcard_ok = h == "*"
-            || h.strip_prefix("*.")
-                .is_some_and(|rest| !rest.is_empty() && !rest.contains('*'));
-        let bad_host = h.is_empty() || (h.contains('*') && !wildcard_ok);
-        if bad_host {
+        if !host_pattern_ok(h) {
             return Err(err_at(
                 src,
                 &r.host,
                 format!("routes[{i}].host"),
                 format!("`{h}`: use an exact host, `*.suffix` or `*`"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// An exact host, `*.suffix` or `*`.
+fn host_pattern_ok(h: &str) -> bool {
+    let wildcard_ok = h == "*"
+        || h.strip_prefix("*.")
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('*'));
+    !(h.is_empty() || (h.contains('*') && !wildcard_ok))
+}
+
+/// Keys of one protocol refused on a listener of the other.
+fn check_listener_protocol(
+    src: &ConfigSource,
+    i: usize,
+    l: &ListenerConfig,
+) -> Result<(), ConfigError> {
+    let refuse =
+        |what: &str, msg: String| Err(err_at(src, &l.name, format!("listeners[{i}].{what}"), msg));
+    match l.protocol {
+        ListenerProtocol::Http => {
+            for (set, key) in [
+                (l.cluster.is_some(), "cluster"),
+                (!l.sni_routes.is_empty(), "sni_routes"),
+                (l.idle_timeout.is_some(), "idle_timeout"),
+                (l.max_duration.is_some(), "max_duration"),
+            ] {
+                if set {
+                    return refuse(key, format!("`{key}` is only for `protocol: tcp` listeners (HTTP listeners use routes)"));
+                }
+            }
+        }
+        ListenerProtocol::Tcp => {
+            if l.xff_trusted_hops != 0 {
+                return refuse(
+                    "xff_trusted_hops",
+                    "`xff_trusted_hops` is only for HTTP listeners".into(),
+                );
+            }
+            if l.cluster.is_none() && l.sni_routes.is_empty() {
+                return refuse(
+                    "cluster",
+                    "a `protocol: tcp` listener needs `cluster` or `sni_routes`".into(),
+                );
+            }
+            if l.tls.is_some() && !l.sni_routes.is_empty() {
+                return refuse(
+                    "sni_routes",
+                    "`sni_routes` (TLS passthrough) and `tls` (TLS termination) exclude each other"
+                        .into(),
+                );
+            }
+            if let Some((h, _)) = l.sni_routes.iter().find(|(h, _)| !host_pattern_ok(h)) {
+                return refuse(
+                    "sni_routes",
+                    format!("`{h}`: use an exact host, `*.suffix` or `*`"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The clusters a tcp listener names exist and do not originate TLS.
+fn check_tcp_clusters(
+    src: &ConfigSource,
+    i: usize,
+    l: &ListenerConfig,
+    cfg: &GatewayConfig,
+) -> Result<(), ConfigError> {
+    let named = l
+        .cluster
+        .iter()
+        .map(|c| (c, format!("listeners[{i}].cluster")))
+        .chain(
+            l.sni_routes
+                .iter()
+                .map(|(h, c)| (c, format!("listeners[{i}].sni_routes.{h}"))),
+        );
+    for (c, field) in named {
+        match cfg.clusters.iter().find(|k| k.name.value == c.value) {
+            None => return Err(err_at(src, c, field, format!("unknown cluster `{}`", c.value))),
+            Some(k) if k.tls.is_some() => {
+                return Err(err_at(
+                    src,
+                    c,
+                    field,
+                    format!(
+                        "cluster `{}` has `tls`: a tcp listener forwards bytes as received and does not originate TLS",
+                        c.value
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
     }
     Ok(())

@@ -37,6 +37,37 @@ pub struct AccessInfo<'a> {
     pub bytes_out: u64,
 }
 
+/// One closed connection of a `protocol: tcp` listener.
+#[derive(Debug)]
+pub struct TcpAccessInfo<'a> {
+    /// Listener name.
+    pub listener: &'a str,
+    /// Peer and local addresses; `tls` when moat terminated TLS (SNI, verified peer).
+    pub conn: &'a Connection,
+    /// `plain`, `terminate` or `passthrough`.
+    pub tls: &'static str,
+    /// SNI: read from the ClientHello (passthrough) or the terminated handshake.
+    pub sni: Option<&'a str>,
+    /// Cluster chosen for the connection.
+    pub cluster: Option<&'a str>,
+    /// Upstream endpoint, once connected.
+    pub upstream: Option<&'a str>,
+    /// `allow`, `block` or `error`.
+    pub decision: &'static str,
+    /// Deciding policy (`namespace/name[rule i]`), when one decided.
+    pub rule: Option<&'a str>,
+    /// Why the connection was refused, or how it ended.
+    pub reason: &'a str,
+    /// Accept time, unix milliseconds.
+    pub ts_ms: u64,
+    /// Accept to close, microseconds.
+    pub duration_us: u64,
+    /// Client-to-upstream bytes delivered.
+    pub bytes_in: u64,
+    /// Upstream-to-client bytes delivered.
+    pub bytes_out: u64,
+}
+
 /// Receives the proxy's records. Every method must return quickly.
 pub trait EventSink: Send + Sync {
     /// One record per request. Returns false when the record was dropped.
@@ -51,6 +82,10 @@ pub trait EventSink: Send + Sync {
     ) -> bool;
     /// One record per downstream TLS handshake (when `tls_audit.enabled`).
     fn tls(&self, conn: &Connection, handshake: &HandshakeRecord) -> bool;
+    /// One record per closed tcp-listener connection. The default ignores it.
+    fn tcp(&self, _info: &TcpAccessInfo<'_>) -> bool {
+        true
+    }
     /// Queue depth, capacity and dropped count, for /metrics.
     fn gauge(&self) -> Option<(u64, u64, u64)> {
         None
@@ -160,6 +195,29 @@ impl EventSink for QueueSink {
             .push(moat_events::Record::Tls(moat_events::TlsRecord {
                 ts: moat_events::now_ms(),
                 handshake: handshake.clone(),
+            }))
+    }
+
+    fn tcp(&self, info: &TcpAccessInfo<'_>) -> bool {
+        let peer = info.conn.tls.as_ref().and_then(|t| t.peer.as_ref());
+        self.queue
+            .push(moat_events::Record::Tcp(moat_events::TcpRecord {
+                ts: info.ts_ms,
+                listener: info.listener.to_string(),
+                client_ip: info.conn.remote_addr.ip().to_string(),
+                client_port: info.conn.remote_addr.port(),
+                port: info.conn.local_addr.port(),
+                tls: info.tls.to_string(),
+                sni: info.sni.map(str::to_string),
+                principal: peer.and_then(|p| p.principal.clone()),
+                cluster: info.cluster.map(str::to_string),
+                upstream: info.upstream.map(str::to_string),
+                decision: info.decision.to_string(),
+                rule: info.rule.map(str::to_string),
+                reason: info.reason.to_string(),
+                duration_us: info.duration_us,
+                bytes_in: info.bytes_in,
+                bytes_out: info.bytes_out,
             }))
     }
 

@@ -172,10 +172,23 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let local = tcp.local_addr().unwrap_or(peer);
         let snap = shared.snapshot.load();
-        let (tls, xff_hops) = snap
-            .listeners
-            .iter()
-            .find(|l| l.name == name)
+        let listener = snap.listeners.iter().find(|l| l.name == name);
+        if let Some(rt) = listener.and_then(|l| l.tcp.clone()) {
+            // A tcp listener: the snapshot of this moment decides the connection.
+            tokio::spawn(crate::tcp::serve(crate::tcp::TcpConn {
+                shared: shared.clone(),
+                listener: name.as_str().into(),
+                rt,
+                tls: listener.and_then(|l| l.tls.clone()),
+                authz: snap.pipeline.engines.authz.clone(),
+                tcp,
+                peer,
+                local,
+                drain: drain.clone(),
+            }));
+            continue;
+        }
+        let (tls, xff_hops) = listener
             .map(|l| (l.tls.clone(), l.xff_hops))
             .unwrap_or((None, 0));
         drop(snap);

@@ -5,8 +5,8 @@
 //!
 //! * `h1`: the HTTP/1.1 wire format, pure (request and response heads, body framing).
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
-//!   Prometheus counters and histograms, the sink for access, security and TLS
-//!   records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
+//!   Prometheus counters and histograms, the sink for access, security, TLS and
+//!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
 //! * `connection`: one downstream connection's shared data, its watchdog, the drain
 //!   signal.
 //! * `downstream_conn`, `upstream_conn`: a connection's I/O and the bodies read from it
@@ -18,6 +18,8 @@
 //!   connection phase.
 //! * [`proxy`]: the request path, one function per phase group.
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
+//! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
+//!   authorized per connection with Istio's TCP semantics.
 //! * [`gateway`]: listeners, TLS hand-off, hot reload, graceful shutdown.
 //! * [`admin`], [`engine_api`]: the admin listener and the engines' admin endpoints.
 //! * [`demo`]: the quickstart demo application.
@@ -42,13 +44,14 @@ pub mod proxy;
 pub mod routing;
 mod server;
 pub mod state;
+mod tcp;
 pub mod tls_audit;
 pub mod upstream;
 mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
-pub use events::{AccessInfo, EventSink};
+pub use events::{AccessInfo, EventSink, TcpAccessInfo};
 pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};
 pub use state::Shared;

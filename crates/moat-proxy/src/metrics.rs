@@ -150,6 +150,22 @@ pub struct ClusterMetrics {
     pub ejections: AtomicU64,
 }
 
+/// Counters of one `protocol: tcp` listener.
+#[derive(Debug, Default)]
+pub struct TcpMetrics {
+    /// Connections allowed and forwarded to an upstream.
+    pub allowed: AtomicU64,
+    /// Connections closed by access control before any upstream connect.
+    pub denied: AtomicU64,
+    /// Connections that failed: TLS handshake or ClientHello refused, no cluster for the
+    /// SNI, upstream unreachable.
+    pub errors: AtomicU64,
+    /// Bytes from clients delivered to upstreams (added when a connection closes).
+    pub bytes_in: AtomicU64,
+    /// Bytes from upstreams delivered to clients (added when a connection closes).
+    pub bytes_out: AtomicU64,
+}
+
 /// Process-wide allocation totals `(allocation calls, bytes requested)` since start.
 pub type AllocationCounter = fn() -> (u64, u64);
 
@@ -172,6 +188,7 @@ pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
 pub struct Metrics {
     routes: Mutex<BTreeMap<String, Arc<RouteMetrics>>>,
     clusters: Mutex<BTreeMap<String, Arc<ClusterMetrics>>>,
+    tcp: Mutex<BTreeMap<String, Arc<TcpMetrics>>>,
     phases: [Histogram; 6],
     /// Successful reloads.
     pub reloads_ok: AtomicU64,
@@ -201,6 +218,7 @@ impl Default for Metrics {
         Metrics {
             routes: Mutex::new(BTreeMap::new()),
             clusters: Mutex::new(BTreeMap::new()),
+            tcp: Mutex::new(BTreeMap::new()),
             phases: Default::default(),
             tls_handshakes: Mutex::new(BTreeMap::new()),
             reloads_ok: AtomicU64::new(0),
@@ -238,6 +256,11 @@ impl Metrics {
             .entry(name.to_string())
             .or_default()
             .clone()
+    }
+
+    /// The counters of a tcp listener (created on first use, kept across reloads).
+    pub fn tcp_listener(&self, name: &str) -> Arc<TcpMetrics> {
+        self.tcp.lock().entry(name.to_string()).or_default().clone()
     }
 
     /// The latency histogram of a phase.
@@ -339,6 +362,7 @@ impl Metrics {
             self.connections.load(Ordering::Relaxed),
             self.tls_handshake_errors.load(Ordering::Relaxed)
         );
+        self.render_tcp(&mut out);
         out.push_str("# HELP moat_tls_handshakes_total Audited downstream TLS handshakes by protocol version, cipher suite and key exchange group.\n# TYPE moat_tls_handshakes_total counter\n");
         for ((version, cipher, group), n) in self.tls_handshakes.lock().iter() {
             let _ = writeln!(
@@ -355,6 +379,41 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+impl Metrics {
+    fn render_tcp(&self, out: &mut String) {
+        let tcp = self.tcp.lock();
+        if tcp.is_empty() {
+            return;
+        }
+        out.push_str("# HELP moat_tcp_connections_total Connections of tcp listeners by result.\n# TYPE moat_tcp_connections_total counter\n");
+        for (name, m) in tcp.iter() {
+            for (result, v) in [
+                ("allow", &m.allowed),
+                ("deny", &m.denied),
+                ("error", &m.errors),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "moat_tcp_connections_total{{listener=\"{}\",result=\"{result}\"}} {}",
+                    escape(name),
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        }
+        out.push_str("# HELP moat_tcp_bytes_total Bytes proxied by tcp listeners (in: client to upstream, out: upstream to client), counted when a connection closes.\n# TYPE moat_tcp_bytes_total counter\n");
+        for (name, m) in tcp.iter() {
+            for (direction, v) in [("in", &m.bytes_in), ("out", &m.bytes_out)] {
+                let _ = writeln!(
+                    out,
+                    "moat_tcp_bytes_total{{listener=\"{}\",direction=\"{direction}\"}} {}",
+                    escape(name),
+                    v.load(Ordering::Relaxed)
+                );
+            }
+        }
     }
 }
 

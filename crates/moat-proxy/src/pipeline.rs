@@ -44,9 +44,12 @@ pub struct Pipeline {
     pub engines: Engines,
 }
 
-/// The engines the admin API serves, by type (the phase lists hold them type-erased).
+/// The engines other parts of the gateway call by type (the phase lists hold them
+/// type-erased).
 #[derive(Clone, Default)]
 pub struct Engines {
+    /// Access control (tcp listeners evaluate each connection with it).
+    pub authz: Option<Arc<AuthzEngine>>,
     /// Secret detection (also serves `POST /v1/scan`).
     pub secrets: Option<Arc<SecretsEngine>>,
     /// API discovery with its worker thread and inventory file (also serves
@@ -143,7 +146,8 @@ pub fn build_pipeline_with(
             moat_authz::AuthzError::Config(c) => c,
             other => engine_error(src, "authz", other),
         })?;
-        p.request_headers.push(e);
+        p.request_headers.push(e.clone());
+        p.engines.authz = Some(e);
     }
     if cfg.waf.enabled {
         // Virtual patch files resolve against the config file's directory.

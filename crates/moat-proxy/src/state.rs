@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use moat_config::ConfigError;
@@ -12,7 +13,7 @@ use moat_config::ConfigError;
 use crate::body::BodyPace;
 use crate::config::{self, ConfigSource, GatewayConfig};
 use crate::events::EventSink;
-use crate::metrics::{Metrics, RouteMetrics};
+use crate::metrics::{Metrics, RouteMetrics, TcpMetrics};
 use crate::pipeline::{Pipeline, PipelineFactory};
 use crate::routing::{HostMatch, Route};
 use crate::tls_audit::TlsAudit;
@@ -23,6 +24,45 @@ pub(crate) struct ListenerRt {
     pub(crate) name: String,
     pub(crate) tls: Option<moat_tls::TlsAcceptor>,
     pub(crate) xff_hops: u32,
+    /// Set for a `protocol: tcp` listener.
+    pub(crate) tcp: Option<Arc<TcpListenerRt>>,
+}
+
+/// Where a tcp listener sends a connection: a cluster and its workload (the labels and
+/// namespace AuthorizationPolicies select, as for HTTP routes).
+pub(crate) struct TcpTarget {
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) labels: Arc<BTreeMap<String, String>>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) connect_timeout: Duration,
+}
+
+/// A `protocol: tcp` listener as a snapshot configures it.
+pub(crate) struct TcpListenerRt {
+    /// `listeners[].cluster`: every connection, or with `sni_routes` the ones whose SNI
+    /// matched no entry (or had none).
+    pub(crate) default: Option<TcpTarget>,
+    /// `listeners[].sni_routes`, most specific first: exact names, then `*.suffix` by
+    /// decreasing length, then `*`.
+    pub(crate) sni: Vec<(HostMatch, TcpTarget)>,
+    /// `None` = never.
+    pub(crate) idle_timeout: Option<Duration>,
+    /// `None` = never.
+    pub(crate) max_duration: Option<Duration>,
+    pub(crate) metrics: Arc<TcpMetrics>,
+}
+
+impl TcpListenerRt {
+    /// True for TLS passthrough (routing by the ClientHello's SNI).
+    pub(crate) fn passthrough(&self) -> bool {
+        !self.sni.is_empty()
+    }
+
+    /// The target for a connection with this SNI.
+    pub(crate) fn target(&self, sni: Option<&str>) -> Option<&TcpTarget> {
+        sni.and_then(|h| self.sni.iter().find(|(m, _)| m.matches(h)).map(|(_, t)| t))
+            .or(self.default.as_ref())
+    }
 }
 
 /// Everything a request needs, swapped atomically on reload.
@@ -175,6 +215,52 @@ impl Shared {
 /// Labels and namespace of a cluster's workload.
 type WorkloadMeta = (Arc<BTreeMap<String, String>>, Arc<str>);
 
+/// Resolves a tcp listener's clusters (validated to exist: a missing one is skipped).
+fn tcp_listener(
+    l: &config::ListenerConfig,
+    cfg: &GatewayConfig,
+    clusters: &HashMap<&str, Arc<Cluster>>,
+    meta: &HashMap<&str, WorkloadMeta>,
+    metrics: &Metrics,
+) -> TcpListenerRt {
+    let target = |name: &str| {
+        let cluster = clusters.get(name)?.clone();
+        let (labels, namespace) = meta.get(name)?.clone();
+        let connect_timeout = cfg
+            .clusters
+            .iter()
+            .find(|c| c.name.value == name)?
+            .connect_timeout;
+        Some(TcpTarget {
+            cluster,
+            labels,
+            namespace,
+            connect_timeout,
+        })
+    };
+    let mut sni: Vec<(&String, TcpTarget)> = l
+        .sni_routes
+        .iter()
+        .filter_map(|(h, c)| Some((h, target(&c.value)?)))
+        .collect();
+    // Exact names first, then longer suffixes before shorter ones, `*` last.
+    sni.sort_by_key(|(h, _)| match h.strip_prefix('*') {
+        None => (0, 0),
+        Some(rest) => (1, usize::MAX - rest.len()),
+    });
+    let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+    TcpListenerRt {
+        default: l.cluster.as_ref().and_then(|c| target(&c.value)),
+        sni: sni
+            .into_iter()
+            .map(|(h, t)| (HostMatch::parse(h), t))
+            .collect(),
+        idle_timeout: nonzero(l.idle_timeout.unwrap_or(config::DEFAULT_TCP_IDLE_TIMEOUT)),
+        max_duration: l.max_duration.and_then(nonzero),
+        metrics: metrics.tcp_listener(&l.name.value),
+    }
+}
+
 /// Builds a snapshot (clusters, routes, listeners' TLS, the phase pipeline) from a
 /// validated configuration.
 pub(crate) fn build_snapshot(
@@ -250,10 +336,17 @@ pub(crate) fn build_snapshot(
                 )
             })?),
         };
+        let tcp = match l.protocol {
+            config::ListenerProtocol::Http => None,
+            config::ListenerProtocol::Tcp => {
+                Some(Arc::new(tcp_listener(l, &cfg, &clusters, &meta, metrics)))
+            }
+        };
         listeners.push(ListenerRt {
             name: l.name.value.clone(),
             tls,
             xff_hops: l.xff_trusted_hops,
+            tcp,
         });
     }
     let mut pipeline = factory(&cfg, &src)?;
