@@ -4,6 +4,8 @@
 //! connect, HTTP-only fields in ALLOW and DENY rules, PeerAuthentication per port),
 //! half-close, idle and maximum-duration timeouts on a paused clock, bytes in metrics
 //! and event records, and a reload changing the policy for new connections only.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
