@@ -191,7 +191,13 @@ fn engine(kind: Kind, n: usize, key: &common::TestKey) -> Arc<AuthzEngine> {
         common::jwks(&[key])
     );
     moat_authz::loader::parse_text(std::path::Path::new("ra.yaml"), &ra, &mut set).unwrap();
-    AuthzEngine::from_policies(&AuthzConfig::default(), set, false).unwrap()
+    AuthzEngine::from_policies(
+        &AuthzConfig::default(),
+        set,
+        Arc::new(moat_authz::NoFetch),
+        false,
+    )
+    .unwrap()
 }
 
 fn decisions(c: &mut Criterion) {
@@ -309,6 +315,7 @@ fn jwt(c: &mut Criterion) {
                 KeySet::parse(&common::jwks(&[&key])).unwrap(),
                 std::time::Duration::from_secs(5),
                 true,
+                Arc::new(moat_authz::NoFetch),
             )),
             output_payload_to_header: None,
             output_claims: vec![],

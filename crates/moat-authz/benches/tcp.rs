@@ -134,7 +134,13 @@ fn engine(kind: Kind, n: usize) -> Arc<AuthzEngine> {
             });
         }
     }
-    AuthzEngine::from_policies(&AuthzConfig::default(), set, false).expect("engine")
+    AuthzEngine::from_policies(
+        &AuthzConfig::default(),
+        set,
+        std::sync::Arc::new(moat_authz::NoFetch),
+        false,
+    )
+    .expect("engine")
 }
 
 fn peer(uri: String) -> PeerIdentity {

@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use moat_core::PeerIdentity;
 
 use crate::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
+use crate::fetch::JwksFetcher;
 use crate::request::{canonical_ip, remote_ip_from_xff, PathNormalization};
 
 /// Inputs of `moat policy check`.
@@ -80,8 +81,9 @@ fn parse_ip(s: &str, flag: &str) -> Result<IpAddr, String> {
 }
 
 /// Evaluates the request; `Err` is an input error (bad flag, URL or policy file).
-pub fn run(args: &CheckArgs) -> Result<Decision, String> {
-    let engine = build_engine(args)?;
+/// Remote JWKS are fetched once through `fetcher`.
+pub fn run(args: &CheckArgs, fetcher: std::sync::Arc<dyn JwksFetcher>) -> Result<Decision, String> {
+    let engine = build_engine(args, fetcher)?;
     check_with(&engine, args)
 }
 
@@ -200,8 +202,11 @@ pub fn parse_labels(args: &CheckArgs) -> Result<BTreeMap<String, String>, String
 }
 
 /// Builds the engine for `args` (policies, root namespace, trusted proxies, path
-/// normalization); JWKS are fetched once, never refreshed.
-pub fn build_engine(args: &CheckArgs) -> Result<std::sync::Arc<AuthzEngine>, String> {
+/// normalization); remote JWKS are fetched once through `fetcher`, never refreshed.
+pub fn build_engine(
+    args: &CheckArgs,
+    fetcher: std::sync::Arc<dyn JwksFetcher>,
+) -> Result<std::sync::Arc<AuthzEngine>, String> {
     let cfg = AuthzConfig {
         enabled: true,
         policies: args.policies.clone(),
@@ -211,7 +216,7 @@ pub fn build_engine(args: &CheckArgs) -> Result<std::sync::Arc<AuthzEngine>, Str
         ..AuthzConfig::default()
     };
     let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
-    AuthzEngine::build_with(&cfg, &base, false).map_err(|e| e.to_string())
+    AuthzEngine::build_with(&cfg, &base, fetcher, false).map_err(|e| e.to_string())
 }
 
 /// Evaluates a TCP connection (`moat policy check --tcp`): the workload, `--port`

@@ -19,6 +19,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::compiled::CompiledSet;
+use crate::fetch::JwksFetcher;
 use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
@@ -346,9 +347,14 @@ impl std::fmt::Debug for AuthzEngine {
 
 impl AuthzEngine {
     /// Loads the policies named in `cfg` (relative to `base_dir`), fetches remote JWKS
-    /// once and starts refreshing them in the background.
-    pub fn build(cfg: &AuthzConfig, base_dir: &Path) -> Result<Arc<AuthzEngine>, AuthzError> {
-        Self::build_with(cfg, base_dir, true)
+    /// once through `fetcher` and starts refreshing them in the background (on a thread
+    /// of the engine's, which calls `fetcher` too).
+    pub fn build(
+        cfg: &AuthzConfig,
+        base_dir: &Path,
+        fetcher: Arc<dyn JwksFetcher>,
+    ) -> Result<Arc<AuthzEngine>, AuthzError> {
+        Self::build_with(cfg, base_dir, fetcher, true)
     }
 
     /// As [`AuthzEngine::build`]; `background_refresh: false` fetches remote JWKS once
@@ -356,16 +362,19 @@ impl AuthzEngine {
     pub fn build_with(
         cfg: &AuthzConfig,
         base_dir: &Path,
+        fetcher: Arc<dyn JwksFetcher>,
         background_refresh: bool,
     ) -> Result<Arc<AuthzEngine>, AuthzError> {
         let set = loader::load_paths(&cfg.policies, base_dir)?;
-        Self::from_policies(cfg, set, background_refresh)
+        Self::from_policies(cfg, set, fetcher, background_refresh)
     }
 
-    /// Builds from already loaded policies.
+    /// Builds from already loaded policies; `fetcher` fetches remote JWKS (inline and
+    /// `file:` JWKS do not use it).
     pub fn from_policies(
         cfg: &AuthzConfig,
         set: PolicySet,
+        fetcher: Arc<dyn JwksFetcher>,
         background_refresh: bool,
     ) -> Result<Arc<AuthzEngine>, AuthzError> {
         let mut sources: Vec<Arc<KeySource>> = Vec::new();
@@ -381,7 +390,13 @@ impl AuthzEngine {
                             policy: ra.meta.id(),
                             message: e,
                         })?;
-                        let s = Arc::new(KeySource::new(JwksOrigin::Inline, keys, r.timeout, true));
+                        let s = Arc::new(KeySource::new(
+                            JwksOrigin::Inline,
+                            keys,
+                            r.timeout,
+                            true,
+                            fetcher.clone(),
+                        ));
                         sources.push(s.clone());
                         s
                     }
@@ -393,6 +408,7 @@ impl AuthzEngine {
                                 KeySet::default(),
                                 r.timeout,
                                 false,
+                                fetcher.clone(),
                             ));
                             if let Err(e) = s.refresh_blocking() {
                                 tracing::warn!(policy = %ra.meta.id(), error = %e,

@@ -1,118 +1,47 @@
-//! Minimal HTTP(S) GET for JWKS and OpenID discovery documents.
+//! How remote JWKS and OpenID discovery documents reach the engine.
+//!
+//! The engine does no I/O of its own: fetching over HTTP(S) needs sockets, a runtime
+//! and TLS, which belong to the proxy. The engine asks a [`JwksFetcher`] instead, given
+//! to [`crate::AuthzEngine::build`]; moat-proxy provides the HTTP(S) implementation.
+//! Inline (`jwks:`) and `file:` JWKS never call the fetcher.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::rt::TokioIo;
-
-/// Largest JWKS / discovery document accepted.
+/// Largest JWKS / discovery document accepted, in bytes.
+///
+/// Part of the [`JwksFetcher`] contract: a fetcher stops reading a body after this many
+/// bytes and fails. The engine checks it again on what a fetcher returns.
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 
-/// Fetches `url` with a GET and returns the body (status must be 200).
-pub async fn fetch(url: &str, timeout: Duration) -> Result<String, String> {
-    tokio::time::timeout(timeout, fetch_inner(url))
-        .await
-        .map_err(|_| format!("GET {url}: timed out after {timeout:?}"))?
+/// Fetches a JWKS or an OpenID discovery document by URL.
+///
+/// Called at build time and from the engine's JWKS refresh thread, so it blocks: it must
+/// work from any thread, including one that runs inside an async runtime (the proxy's
+/// implementation runs its I/O on a helper thread of its own).
+///
+/// The contract:
+/// * `url` is an `http://` or `https://` URL (the loader refuses other schemes for
+///   remote JWKS); a fetcher may refuse schemes it does not support, with an error.
+/// * One `GET`; only status 200 is a success, any other status is an error.
+/// * The whole fetch (connect, TLS, request, body) ends within `timeout`, else it fails.
+/// * The body is at most [`MAX_DOCUMENT_BYTES`]: a longer body is an error, and the
+///   fetcher stops reading at that size.
+/// * The body is returned as UTF-8 text; the engine parses it.
+/// * Errors are one line of text naming the URL; the engine logs and reports them, and
+///   keeps the keys it had.
+pub trait JwksFetcher: Send + Sync {
+    /// Fetches `url` with a `GET` within `timeout` and returns the body.
+    fn fetch(&self, url: &str, timeout: Duration) -> Result<String, String>;
 }
 
-async fn fetch_inner(url: &str) -> Result<String, String> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("invalid URL `{url}`: {e}"))?;
-    let https = match uri.scheme_str() {
-        Some("http") => false,
-        Some("https") => true,
-        _ => return Err(format!("unsupported URL scheme in `{url}` (http or https)")),
-    };
-    let host = uri
-        .host()
-        .ok_or_else(|| format!("URL `{url}` has no host"))?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("GET {url}: connect: {e}"))?;
-    let authority = uri
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .unwrap_or_else(|| host.clone());
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
-    let req = http::Request::get(path)
-        .header(http::header::HOST, authority)
-        .header(http::header::USER_AGENT, "moat-authz")
-        .header(http::header::ACCEPT, "application/json")
-        .body(Empty::<bytes::Bytes>::new())
-        .map_err(|e| format!("GET {url}: {e}"))?;
-    if https {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name = rustls_pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| format!("GET {url}: bad server name: {e}"))?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("GET {url}: TLS: {e}"))?;
-        send(url, TokioIo::new(tls), req).await
-    } else {
-        send(url, TokioIo::new(tcp), req).await
+/// A [`JwksFetcher`] that fetches nothing: for engines built where remote JWKS are never
+/// fetched (inline and `file:` JWKS still work). Every fetch fails with
+/// "remote JWKS are not fetched here", so tokens of a remote issuer are refused (401).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFetch;
+
+impl JwksFetcher for NoFetch {
+    fn fetch(&self, url: &str, _timeout: Duration) -> Result<String, String> {
+        Err(format!("GET {url}: remote JWKS are not fetched here"))
     }
-}
-
-async fn send<IO>(
-    url: &str,
-    io: IO,
-    req: http::Request<Empty<bytes::Bytes>>,
-) -> Result<String, String>
-where
-    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
-    if resp.status() != http::StatusCode::OK {
-        return Err(format!("GET {url}: status {}", resp.status()));
-    }
-    let body = Limited::new(resp.into_body(), MAX_DOCUMENT_BYTES)
-        .collect()
-        .await
-        .map_err(|e| format!("GET {url}: body: {e}"))?
-        .to_bytes();
-    String::from_utf8(body.to_vec()).map_err(|_| format!("GET {url}: body is not UTF-8"))
-}
-
-/// Fetches from any context (inside or outside a tokio runtime): runs on a helper
-/// thread with its own single-threaded runtime.
-pub fn fetch_blocking(url: &str, timeout: Duration) -> Result<String, String> {
-    let url = url.to_string();
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("runtime: {e}"))?;
-            rt.block_on(fetch(&url, timeout))
-        })
-        .join()
-        .unwrap_or_else(|_| Err("JWKS fetch thread panicked".into()))
-    })
 }

@@ -15,6 +15,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use crate::fetch::{JwksFetcher, MAX_DOCUMENT_BYTES};
+
 /// Maximum accepted token length (longer tokens are rejected as malformed).
 pub const MAX_TOKEN_LEN: usize = 16 * 1024;
 /// Maximum number of keys kept from one JWKS document.
@@ -241,7 +243,6 @@ pub enum JwksOrigin {
 }
 
 /// A JWKS shared by every rule that names the same origin; refreshed in the background.
-#[derive(Debug)]
 pub struct KeySource {
     /// Where the keys come from.
     pub origin: JwksOrigin,
@@ -253,17 +254,39 @@ pub struct KeySource {
     pub loaded: AtomicBool,
     /// Last fetch error, if the last fetch failed.
     pub last_error: Mutex<Option<String>>,
+    /// Fetches `Uri` and `Discovery` origins (never called for inline and `file:` keys).
+    fetcher: Arc<dyn JwksFetcher>,
+}
+
+impl std::fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeySource")
+            .field("origin", &self.origin)
+            .field("keys", &self.keys.load().kids())
+            .field("timeout", &self.timeout)
+            .field("loaded", &self.loaded.load(Ordering::Acquire))
+            .field("last_error", &*self.last_error.lock())
+            .finish_non_exhaustive()
+    }
 }
 
 impl KeySource {
-    /// A key source with the given initial keys.
-    pub fn new(origin: JwksOrigin, keys: KeySet, timeout: Duration, loaded: bool) -> Self {
+    /// A key source with the given initial keys; `fetcher` fetches `Uri` and `Discovery`
+    /// origins (pass [`NoFetch`](crate::fetch::NoFetch) for inline or `file:` keys).
+    pub fn new(
+        origin: JwksOrigin,
+        keys: KeySet,
+        timeout: Duration,
+        loaded: bool,
+        fetcher: Arc<dyn JwksFetcher>,
+    ) -> Self {
         KeySource {
             origin,
             keys: ArcSwap::from_pointee(keys),
             timeout,
             loaded: AtomicBool::new(loaded),
             last_error: Mutex::new(None),
+            fetcher,
         }
     }
 
@@ -279,8 +302,8 @@ impl KeySource {
             JwksOrigin::Inline => return Ok(self.keys.load().len()),
             JwksOrigin::File(p) => std::fs::read_to_string(p)
                 .map_err(|e| format!("cannot read JWKS file {}: {e}", p.display())),
-            JwksOrigin::Uri(u) => crate::fetch::fetch_blocking(u, self.timeout),
-            JwksOrigin::Discovery(iss) => discover_blocking(iss, self.timeout),
+            JwksOrigin::Uri(u) => fetch_document(self.fetcher.as_ref(), u, self.timeout),
+            JwksOrigin::Discovery(iss) => discover(self.fetcher.as_ref(), iss, self.timeout),
         }
         .and_then(|text| KeySet::parse(&text));
         match result {
@@ -304,18 +327,35 @@ impl KeySource {
     }
 }
 
-fn discover_blocking(issuer: &str, timeout: Duration) -> Result<String, String> {
+/// One fetch through `fetcher`, holding it to [`MAX_DOCUMENT_BYTES`].
+fn fetch_document(
+    fetcher: &dyn JwksFetcher,
+    url: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let text = fetcher.fetch(url, timeout)?;
+    if text.len() > MAX_DOCUMENT_BYTES {
+        return Err(format!(
+            "GET {url}: document of {} bytes exceeds the {MAX_DOCUMENT_BYTES}-byte limit",
+            text.len()
+        ));
+    }
+    Ok(text)
+}
+
+/// OpenID discovery: the issuer's configuration document, then its `jwks_uri`.
+fn discover(fetcher: &dyn JwksFetcher, issuer: &str, timeout: Duration) -> Result<String, String> {
     let url = format!(
         "{}/.well-known/openid-configuration",
         issuer.trim_end_matches('/')
     );
-    let doc = crate::fetch::fetch_blocking(&url, timeout)?;
+    let doc = fetch_document(fetcher, &url, timeout)?;
     let v: Value = serde_json::from_str(&doc).map_err(|e| format!("discovery document: {e}"))?;
     let uri = v
         .get("jwks_uri")
         .and_then(|u| u.as_str())
         .ok_or_else(|| "discovery document has no jwks_uri".to_string())?;
-    crate::fetch::fetch_blocking(uri, timeout)
+    fetch_document(fetcher, uri, timeout)
 }
 
 /// Where a token is looked for.

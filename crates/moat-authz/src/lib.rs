@@ -9,6 +9,10 @@
 //! Wiring: [`AuthzConfig`] (the `authz:` config section), [`AuthzEngine::build`], the
 //! [`moat_core::RequestHeadersPhase`] implementation on [`AuthzEngine`] and
 //! [`AuthzEngine::peer_auth_mode`] for deciding whether to ask for client certificates.
+//!
+//! The engine is pure: remote JWKS (`jwksUri: http(s)://`, OpenID discovery) are fetched
+//! through a [`JwksFetcher`] the caller provides (moat-proxy's HTTP(S) client in the
+//! gateway and the CLI; [`NoFetch`] where nothing is fetched).
 
 #![warn(missing_docs)]
 
@@ -23,6 +27,7 @@ pub mod loader;
 pub mod request;
 
 pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, DecidedBy, Decision, RequestInput};
+pub use fetch::{JwksFetcher, NoFetch, MAX_DOCUMENT_BYTES};
 pub use loader::{Action, MtlsMode, PolicySet};
 pub use request::PathNormalization;
 

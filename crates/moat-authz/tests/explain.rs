@@ -158,7 +158,7 @@ fn check_connection() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("p.yaml"), POLICIES).unwrap();
     let args = tcp_args(dir.path());
-    let e = check::build_engine(&args).unwrap();
+    let e = check::build_engine(&args, std::sync::Arc::new(moat_authz::NoFetch)).unwrap();
     // Port 8081 is PERMISSIVE; plaintext from 10.0.0.1: rule 1's second source
     // (notIpBlocks) does not hold, rules 0 and 2 never match a connection.
     let a = CheckArgs {

@@ -1,21 +1,21 @@
 //! JWKS fetched over real HTTP from a local server (127.0.0.1): initial fetch, key
 //! rotation picked up by the background refresh, a server that goes down (keys kept),
-//! a server down at start, OpenID discovery, and `file:` JWKS.
+//! a server down at start, OpenID discovery, and `file:` JWKS. Fetched through the small
+//! `std::net` fetcher of `common::http_fetch` (the gateway's HTTP(S) client is tested in
+//! moat-proxy's `tests/jwks_fetch.rs`).
 // Test and benchmark code: a failed setup step is a failed run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::http_fetch::StdHttpFetcher;
 use common::*;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use jsonwebtoken::Algorithm;
 use moat_authz::{AuthzConfig, AuthzEngine};
 
@@ -24,11 +24,13 @@ struct State {
     body: String,
 }
 
+/// A JWKS server on 127.0.0.1: one thread, one connection at a time, `Connection:
+/// close` responses; `/.well-known/openid-configuration` points at `/jwks`.
 struct JwksServer {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
     hits: Arc<AtomicUsize>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -36,59 +38,25 @@ impl JwksServer {
     fn start(body: String) -> JwksServer {
         let state = Arc::new(Mutex::new(State { status: 200, body }));
         let hits = Arc::new(AtomicUsize::new(0));
-        let (tx_addr, rx_addr) = std::sync::mpsc::channel();
-        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (st, h) = (state.clone(), hits.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (st, h, stp) = (state.clone(), hits.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let addr = listener.local_addr().unwrap();
-                tx_addr.send(addr).unwrap();
-                loop {
-                    tokio::select! {
-                        _ = &mut stop_rx => return,
-                        acc = listener.accept() => {
-                            let Ok((sock, _)) = acc else { continue };
-                            let (st, h) = (st.clone(), h.clone());
-                            tokio::spawn(async move {
-                                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                                    let (st, h) = (st.clone(), h.clone());
-                                    async move {
-                                        h.fetch_add(1, Ordering::SeqCst);
-                                        let (status, body) = if req.uri().path() == "/.well-known/openid-configuration" {
-                                            (200, format!("{{\"issuer\":\"http://{addr}\",\"jwks_uri\":\"http://{addr}/jwks\"}}"))
-                                        } else {
-                                            let s = st.lock().unwrap();
-                                            (s.status, s.body.clone())
-                                        };
-                                        Ok::<_, Infallible>(
-                                            hyper::Response::builder()
-                                                .status(status)
-                                                .header("content-type", "application/json")
-                                                .body(Full::new(bytes::Bytes::from(body)))
-                                                .unwrap(),
-                                        )
-                                    }
-                                });
-                                let _ = hyper::server::conn::http1::Builder::new()
-                                    .serve_connection(TokioIo::new(sock), svc)
-                                    .await;
-                            });
-                        }
-                    }
+            for sock in listener.incoming() {
+                if stp.load(Ordering::SeqCst) {
+                    return;
                 }
-            });
+                if let Ok(sock) = sock {
+                    serve(sock, addr, &st, &h);
+                }
+            }
         });
-        let addr = rx_addr.recv_timeout(Duration::from_secs(10)).unwrap();
         JwksServer {
             addr,
             state,
             hits,
-            stop: Some(stop_tx),
+            stop,
             thread: Some(thread),
         }
     }
@@ -103,11 +71,12 @@ impl JwksServer {
         self.hits.load(Ordering::SeqCst)
     }
 
+    /// Stops accepting and closes the port.
     fn shutdown(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
         if let Some(t) = self.thread.take() {
+            self.stop.store(true, Ordering::SeqCst);
+            // Wake the blocking accept.
+            let _ = TcpStream::connect(self.addr);
             let _ = t.join();
         }
     }
@@ -117,6 +86,36 @@ impl Drop for JwksServer {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Reads one request head and answers it.
+fn serve(mut sock: TcpStream, addr: SocketAddr, state: &Mutex<State>, hits: &AtomicUsize) {
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match sock.read(&mut b) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&b[..n]),
+        }
+    }
+    hits.fetch_add(1, Ordering::SeqCst);
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = if path == "/.well-known/openid-configuration" {
+        (
+            200,
+            format!("{{\"issuer\":\"http://{addr}\",\"jwks_uri\":\"http://{addr}/jwks\"}}"),
+        )
+    } else {
+        let s = state.lock().unwrap();
+        (s.status, s.body.clone())
+    };
+    let _ = write!(
+        sock,
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 const ISS: &str = "https://issuer.example.com";
@@ -145,7 +144,7 @@ fn build(yaml: &str, cfg: AuthzConfig, background: bool) -> (Arc<AuthzEngine>, t
         ..cfg
     };
     (
-        AuthzEngine::build_with(&cfg, dir.path(), background).unwrap(),
+        AuthzEngine::build_with(&cfg, dir.path(), Arc::new(StdHttpFetcher), background).unwrap(),
         dir,
     )
 }
@@ -265,7 +264,8 @@ fn jwks_from_a_file() {
         policies: vec!["ra.yaml".into()],
         ..Default::default()
     };
-    let e = AuthzEngine::build_with(&cfg, dir.path(), false).unwrap();
+    let e =
+        AuthzEngine::build_with(&cfg, dir.path(), Arc::new(moat_authz::NoFetch), false).unwrap();
     assert_eq!(req("/").jwt(&sign(&a, &claims(ISS, "x"))).status(&e), 200);
     let tb = sign(&b, &claims(ISS, "y"));
     assert_eq!(req("/").jwt(&tb).status(&e), 401);

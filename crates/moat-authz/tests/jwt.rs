@@ -331,6 +331,7 @@ fn cache_respects_expiry() {
             moat_authz::jwt::KeySet::parse(&jwks(&[&key])).unwrap(),
             std::time::Duration::from_secs(5),
             true,
+            std::sync::Arc::new(moat_authz::NoFetch),
         )),
         output_payload_to_header: None,
         output_claims: vec![],

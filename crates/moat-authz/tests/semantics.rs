@@ -796,9 +796,14 @@ fn load_err(y: &str) -> String {
         policies: vec![p],
         ..Default::default()
     };
-    moat_authz::AuthzEngine::build_with(&cfg, dir.path(), false)
-        .unwrap_err()
-        .to_string()
+    moat_authz::AuthzEngine::build_with(
+        &cfg,
+        dir.path(),
+        std::sync::Arc::new(moat_authz::NoFetch),
+        false,
+    )
+    .unwrap_err()
+    .to_string()
 }
 
 #[test]
@@ -916,7 +921,13 @@ fn directory_loading_is_recursive_and_ordered() {
         policies: vec![dir.path().to_path_buf()],
         ..Default::default()
     };
-    let e = moat_authz::AuthzEngine::build_with(&cfg, dir.path(), false).unwrap();
+    let e = moat_authz::AuthzEngine::build_with(
+        &cfg,
+        dir.path(),
+        std::sync::Arc::new(moat_authz::NoFetch),
+        false,
+    )
+    .unwrap();
     assert_eq!(e.policies().authz.len(), 2);
     assert_eq!(req("/a").status(&e), 403);
     assert_eq!(req("/b").status(&e), 403);

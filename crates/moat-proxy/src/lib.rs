@@ -4,6 +4,8 @@
 //! checks there is no circle):
 //!
 //! * `h1`: the HTTP/1.1 wire format, pure (request and response heads, body framing).
+//! * [`jwks_fetch`]: the HTTP(S) client that fetches remote JWKS for the authorization
+//!   engine.
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
 //!   Prometheus counters and histograms, the sink for access, security, TLS and
 //!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
@@ -38,6 +40,7 @@ pub mod events;
 pub mod fuzzing;
 pub mod gateway;
 mod h1;
+pub mod jwks_fetch;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;

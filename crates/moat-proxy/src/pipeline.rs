@@ -26,6 +26,7 @@ use moat_waf::WafEngine;
 use parking_lot::Mutex;
 
 use crate::config::{ConfigSource, GatewayConfig};
+use crate::jwks_fetch::HttpJwksFetcher;
 
 /// The engines of each phase, called in order.
 #[derive(Clone, Default)]
@@ -142,10 +143,12 @@ pub fn build_pipeline_with(
 ) -> Result<Pipeline, ConfigError> {
     let mut p = Pipeline::default();
     if cfg.authz.enabled {
-        let e = AuthzEngine::build(&cfg.authz, &src.base_dir).map_err(|e| match e {
-            moat_authz::AuthzError::Config(c) => c,
-            other => engine_error(src, "authz", other),
-        })?;
+        let e = AuthzEngine::build(&cfg.authz, &src.base_dir, HttpJwksFetcher::shared()).map_err(
+            |e| match e {
+                moat_authz::AuthzError::Config(c) => c,
+                other => engine_error(src, "authz", other),
+            },
+        )?;
         p.request_headers.push(e.clone());
         p.engines.authz = Some(e);
     }

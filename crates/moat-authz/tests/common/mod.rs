@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
+pub mod http_fetch;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,7 +110,7 @@ pub fn engine_cfg(yaml: &str, mut cfg: AuthzConfig) -> Arc<AuthzEngine> {
     std::fs::write(&p, yaml).unwrap();
     cfg.enabled = true;
     cfg.policies = vec![p];
-    AuthzEngine::build_with(&cfg, dir.path(), false).unwrap()
+    AuthzEngine::build_with(&cfg, dir.path(), Arc::new(moat_authz::NoFetch), false).unwrap()
 }
 
 /// A request for tests; builder style.

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use moat_authz::check::{self, CheckArgs};
 use moat_authz::explain;
 use moat_authz::PathNormalization;
+use moat_proxy::jwks_fetch::HttpJwksFetcher;
 
 /// Arguments of `moat policy`.
 #[derive(Args)]
@@ -187,9 +188,10 @@ fn run_check(c: Check) -> ExitCode {
         path_normalization: norm,
     };
     let result = if c.tcp {
-        check::build_engine(&args).and_then(|e| check::check_connection_with(&e, &args))
+        check::build_engine(&args, HttpJwksFetcher::shared())
+            .and_then(|e| check::check_connection_with(&e, &args))
     } else {
-        check::run(&args)
+        check::run(&args, HttpJwksFetcher::shared())
     };
     match result {
         Ok(d) => {
@@ -227,7 +229,7 @@ fn run_explain(x: Explain) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match check::build_engine(&args) {
+    match check::build_engine(&args, HttpJwksFetcher::shared()) {
         Ok(engine) => {
             let e = explain::explain(&engine, &args.namespace, &labels);
             if x.json {
