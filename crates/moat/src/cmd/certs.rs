@@ -71,7 +71,10 @@ fn generate(args: &CertsArgs) -> anyhow::Result<Outputs> {
     server.distinguished_name = rcgen::DistinguishedName::new();
     server.distinguished_name.push(
         DnType::CommonName,
-        args.hosts.first().map(String::as_str).unwrap_or("localhost"),
+        args.hosts
+            .first()
+            .map(String::as_str)
+            .unwrap_or("localhost"),
     );
     server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -104,10 +107,7 @@ fn write(dir: &Path, files: Outputs, force: bool) -> anyhow::Result<Vec<PathBuf>
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     if !force {
         if let Some((name, _, _)) = files.iter().find(|(n, _, _)| dir.join(n).exists()) {
-            anyhow::bail!(
-                "{} exists (--force overwrites)",
-                dir.join(name).display()
-            );
+            anyhow::bail!("{} exists (--force overwrites)", dir.join(name).display());
         }
     }
     let mut written = Vec::new();
