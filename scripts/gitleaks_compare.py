@@ -1,0 +1,81 @@
+"""Helpers of scripts/gitleaks-compare.
+
+samples JSONL DIR: writes each sample of gitleaks' samples-dev.jsonl to DIR/<n>/<file>
+    (its `path` when it has one, else sample.txt).
+time NAME RUNS CMD...: runs CMD RUNS times, prints NAME and the median wall time.
+compare TITLE GITLEAKS.json MOAT.json TIMES: prints the agreement of two JSON reports
+    on (Commit, File, RuleID, StartLine) and the timing ratio; lists differences.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def samples(jsonl, out):
+    n = 0
+    with open(jsonl) as f:
+        for i, line in enumerate(f):
+            line = line.strip()
+            if not line:
+                continue
+            s = json.loads(line)
+            rel = s.get("path") or "sample.txt"
+            p = os.path.join(out, f"{i:04d}", rel.lstrip("/"))
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w") as g:
+                g.write(s["text"])
+            n += 1
+    print(f"{n} samples written", file=sys.stderr)
+
+
+def keys(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return {(d.get("Commit", ""), d["File"].lstrip("./"), d["RuleID"], d["StartLine"]) for d in data}
+
+
+def compare(title, gpath, mpath, times):
+    g, m = keys(gpath), keys(mpath)
+    print(f"\n== {title}")
+    if g is None or m is None:
+        print(f"  no report from {'gitleaks' if g is None else 'moat'}")
+        return
+    both = g & m
+    print(f"  findings: gitleaks {len(g)}, moat {len(m)}, same (commit, file, rule, line) {len(both)}")
+    for name, only in (("only gitleaks", sorted(g - m)), ("only moat", sorted(m - g))):
+        if only:
+            print(f"  {name}: {len(only)}")
+            for k in only[:20]:
+                print(f"    {k[0][:10] + ' ' if k[0] else ''}{k[1]}:{k[3]} {k[2]}")
+    t = {}
+    with open(times) as f:
+        for line in f:
+            name, secs = line.split()
+            t[name.split("-")[0]] = float(secs)
+    if "gitleaks" in t and "moat" in t and t["moat"] > 0:
+        print(f"  time: gitleaks {t['gitleaks']:.3f} s, moat {t['moat']:.3f} s, "
+              f"gitleaks/moat {t['gitleaks'] / t['moat']:.2f}x")
+
+
+def timed(name, runs, cmd):
+    secs = []
+    for _ in range(int(runs)):
+        start = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        secs.append(time.perf_counter() - start)
+    print(f"{name} {statistics.median(secs):.3f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "samples":
+        samples(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "time":
+        timed(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        compare(*sys.argv[2:6])
