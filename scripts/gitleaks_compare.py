@@ -31,23 +31,55 @@ def samples(jsonl, out):
     print(f"{n} samples written", file=sys.stderr)
 
 
-def keys(path):
+def load(path):
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def keys(data):
     return {(d.get("Commit", ""), d["File"].lstrip("./"), d["RuleID"], d["StartLine"]) for d in data}
 
 
+def full_keys(data):
+    """Every field but Entropy (float formatting) and SymlinkFile."""
+    fields = ["Commit", "File", "RuleID", "StartLine", "EndLine", "StartColumn", "EndColumn",
+              "Match", "Secret", "Author", "Email", "Date", "Message", "Fingerprint"]
+    return {tuple(str(d.get(k, "")).lstrip("./") if k == "File" else str(d.get(k, "")) for k in fields)
+            for d in data}
+
+
 def compare(title, gpath, mpath, times):
-    g, m = keys(gpath), keys(mpath)
+    gd, md = load(gpath), load(mpath)
     print(f"\n== {title}")
-    if g is None or m is None:
-        print(f"  no report from {'gitleaks' if g is None else 'moat'}")
+    if gd is None or md is None:
+        print(f"  no report from {'gitleaks' if gd is None else 'moat'}")
         return
+    g, m = keys(gd), keys(md)
     both = g & m
-    print(f"  findings: gitleaks {len(g)}, moat {len(m)}, same (commit, file, rule, line) {len(both)}")
+    print(f"  findings: gitleaks {len(gd)}, moat {len(md)}; distinct (commit, file, rule, line): "
+          f"gitleaks {len(g)}, moat {len(m)}, same {len(both)}")
+    fg, fm = full_keys(gd), full_keys(md)
+    print(f"  distinct findings identical in every field but Entropy: {len(fg & fm)} of {len(fg)}")
+    # Fields that differ, for findings with the same (commit, file, rule, line).
+    fields = ["StartColumn", "EndColumn", "EndLine", "Match", "Secret", "Author", "Email", "Date",
+              "Message", "Fingerprint", "Tags"]
+    mi = {}
+    for d in md:
+        mi.setdefault((d.get("Commit", ""), d["File"].lstrip("./"), d["RuleID"], d["StartLine"]), []).append(d)
+    diff = {}
+    for d in gd:
+        k = (d.get("Commit", ""), d["File"].lstrip("./"), d["RuleID"], d["StartLine"])
+        cands = mi.get(k, [])
+        if not cands or any(all(c.get(f) == d.get(f) for f in fields) for c in cands):
+            continue
+        for f in fields:
+            if all(c.get(f) != d.get(f) for c in cands):
+                diff[f] = diff.get(f, 0) + 1
+    if diff:
+        print(f"  fields differing (gitleaks findings with no identical moat finding): {diff}")
     for name, only in (("only gitleaks", sorted(g - m)), ("only moat", sorted(m - g))):
         if only:
             print(f"  {name}: {len(only)}")
