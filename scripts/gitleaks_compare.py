@@ -44,10 +44,12 @@ def keys(data):
 
 
 def full_keys(data):
-    """Every field but Entropy (float formatting) and SymlinkFile."""
-    fields = ["Commit", "File", "RuleID", "StartLine", "EndLine", "StartColumn", "EndColumn",
-              "Match", "Secret", "Author", "Email", "Date", "Message", "Fingerprint"]
-    return {tuple(str(d.get(k, "")).lstrip("./") if k == "File" else str(d.get(k, "")) for k in fields)
+    """Every field (Entropy to 5 decimals)."""
+    fields = ["Commit", "File", "SymlinkFile", "RuleID", "Description", "StartLine", "EndLine",
+              "StartColumn", "EndColumn", "Match", "Secret", "Author", "Email", "Date", "Message",
+              "Tags", "Fingerprint"]
+    return {tuple(str(d.get(k, "")).lstrip("./") if k in ("File", "Fingerprint") else str(d.get(k, ""))
+                  for k in fields) + (round(float(d.get("Entropy", 0)), 5),)
             for d in data}
 
 
@@ -62,10 +64,10 @@ def compare(title, gpath, mpath, times):
     print(f"  findings: gitleaks {len(gd)}, moat {len(md)}; distinct (commit, file, rule, line): "
           f"gitleaks {len(g)}, moat {len(m)}, same {len(both)}")
     fg, fm = full_keys(gd), full_keys(md)
-    print(f"  distinct findings identical in every field but Entropy: {len(fg & fm)} of {len(fg)}")
+    print(f"  distinct findings identical in every field: {len(fg & fm)} of {len(fg)}")
     # Fields that differ, for findings with the same (commit, file, rule, line).
     fields = ["StartColumn", "EndColumn", "EndLine", "Match", "Secret", "Author", "Email", "Date",
-              "Message", "Fingerprint", "Tags"]
+              "Message", "Tags", "Description", "SymlinkFile"]
     mi = {}
     for d in md:
         mi.setdefault((d.get("Commit", ""), d["File"].lstrip("./"), d["RuleID"], d["StartLine"]), []).append(d)

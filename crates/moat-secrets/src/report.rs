@@ -11,8 +11,9 @@
 //!   the 1-based byte column of the match start (`StartColumn`) and of its last byte
 //!   (`EndColumn`); on later lines both are measured from the newline that ends the
 //!   previous line, one more than the plain 1-based byte column;
-//! * `Match` is the regex match, `Secret` its secret group; `Entropy` the secret's
-//!   Shannon entropy (float32);
+//! * `Match` is the regex match, `Secret` its secret group (for a secret found in
+//!   decoded text, both decoded, located at the encoded text); `Entropy` the
+//!   secret's Shannon entropy (float32);
 //! * `Fingerprint` is `file:rule:line`, or `commit:file:rule:line` for history;
 //! * `Date` is the author date in UTC, RFC 3339.
 //!
@@ -190,14 +191,16 @@ pub fn report_finding(
         (0, 0, 0, 0, format!("file detected: {file}"), String::new())
     } else {
         let (sl, el, sc, ec) = lines.location(f.start, f.end);
-        (
-            first_line + sl,
-            first_line + el,
-            sc,
-            ec,
-            text(f.start, f.end),
-            text(f.secret_start, f.secret_end),
-        )
+        // A secret found in decoded text is reported decoded, as gitleaks does; its
+        // location is the encoded text it came from.
+        let (m, sec) = match &f.decoded {
+            Some(d) => (
+                String::from_utf8_lossy(&d.matched).into_owned(),
+                String::from_utf8_lossy(&d.secret).into_owned(),
+            ),
+            None => (text(f.start, f.end), text(f.secret_start, f.secret_end)),
+        };
+        (first_line + sl, first_line + el, sc, ec, m, sec)
     };
     let mut r = ReportFinding {
         rule_id: f.rule_id.to_string(),

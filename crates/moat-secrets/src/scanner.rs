@@ -55,6 +55,10 @@ pub struct Decoded {
     pub encodings: Vec<&'static str>,
     /// The decoding pass that revealed it (1: decoded once).
     pub depth: usize,
+    /// The match in the decoded text (newlines trimmed): gitleaks' `Match`.
+    pub matched: Vec<u8>,
+    /// The secret in the decoded text: gitleaks' `Secret`.
+    pub secret: Vec<u8>,
 }
 
 impl Decoded {
@@ -587,6 +591,8 @@ impl Scanner {
                 decoded = Some(Decoded {
                     encodings: encoding_names(bits),
                     depth: first.depth,
+                    matched: Vec::new(),
+                    secret: Vec::new(),
                 });
                 current_line = Some(decoded_line(&segs, text));
                 (a, b.max(a))
@@ -637,6 +643,10 @@ impl Scanner {
             }
         }
         let (line_no, col) = ctx.line_col(loc_start);
+        if let Some(d) = decoded.as_mut() {
+            d.matched = trimmed.to_vec();
+            d.secret = secret.to_vec();
+        }
         let (secret_start, secret_end, kept) = match decoded {
             None => (t_start + ss, t_start + se, None),
             Some(_) => (loc_start, loc_end, Some(Box::<[u8]>::from(secret))),

@@ -205,8 +205,11 @@ fn encoded_secrets_are_decoded_unless_max_decode_depth_is_0() {
     assert_eq!(found.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
     assert_eq!(v[0]["RuleID"], "github-token");
-    // Reported at the encoded text, with the rule's tags then gitleaks' decoding tags.
+    // Reported at the encoded text, the secret decoded (as gitleaks), with the rule's
+    // tags then gitleaks' decoding tags.
     assert_eq!(v[0]["StartColumn"], 9);
+    assert_eq!(v[0]["Secret"], GH);
+    assert_eq!(v[0]["Match"], GH);
     assert_eq!(
         v[0]["Tags"],
         serde_json::json!(["vcs", "github", "decoded:base64", "decode-depth:1"])
