@@ -267,7 +267,18 @@ impl Scanner {
         path: Option<&str>,
         deadline: Option<Instant>,
     ) -> ScanOutcome {
-        self.scan_impl(data, path, deadline, true)
+        self.scan_impl(data, path, None, deadline, true)
+    }
+
+    /// Scans `data` found in `commit` of a repository's history (`path` its file):
+    /// allowlists listing the commit apply, as in gitleaks' history scans.
+    pub fn scan_in_commit(
+        &self,
+        data: &[u8],
+        path: Option<&str>,
+        commit: Option<&str>,
+    ) -> Vec<Finding> {
+        self.scan_impl(data, path, commit, None, true).findings
     }
 
     /// Reference scan, as gitleaks does it: the payload is lowercased, a rule
@@ -275,24 +286,26 @@ impl Scanner {
     /// that copy. Same results as [`Scanner::scan`], much slower; kept to check
     /// the keyword prefilter and the windowed matcher against.
     pub fn scan_reference(&self, data: &[u8], path: Option<&str>) -> Vec<Finding> {
-        self.scan_impl(data, path, None, false).findings
+        self.scan_impl(data, path, None, None, false).findings
     }
 
     fn scan_impl(
         &self,
         data: &[u8],
         path: Option<&str>,
+        commit: Option<&str>,
         deadline: Option<Instant>,
         use_windows: bool,
     ) -> ScanOutcome {
         let mut out = ScanOutcome::default();
         let path = path.filter(|p| !p.is_empty());
-        if self.set.global.iter().any(|a| a.path_allows(path)) {
+        if self.set.global.iter().any(|a| a.path_allows(path, commit)) {
             return out;
         }
         let mut ctx = Ctx {
             data,
             path,
+            commit,
             newlines: None,
         };
         let mut hits: Vec<Hit> = Vec::new();
@@ -506,7 +519,11 @@ impl Scanner {
         path_only_ok: bool,
         out: &mut Vec<Hit>,
     ) -> bool {
-        if rule.allowlists.iter().any(|a| a.path_allows(ctx.path)) {
+        if rule
+            .allowlists
+            .iter()
+            .any(|a| a.path_allows(ctx.path, ctx.commit))
+        {
             return false;
         }
         if let Some(pre) = &rule.path {
@@ -638,7 +655,7 @@ impl Scanner {
         }
         let target_line = current_line.unwrap_or(line);
         for a in self.set.global.iter().chain(rule.allowlists.iter()) {
-            if a.finding_allows(secret, trimmed, target_line, ctx.path) {
+            if a.finding_allows(secret, trimmed, target_line, ctx.path, ctx.commit) {
                 return None;
             }
         }
@@ -874,6 +891,8 @@ fn prefixed(
 struct Ctx<'a> {
     data: &'a [u8],
     path: Option<&'a str>,
+    /// The commit of a history scan (commit allowlists).
+    commit: Option<&'a str>,
     newlines: Option<Vec<usize>>,
 }
 

@@ -545,7 +545,12 @@ fn classification_of_the_rulesets() {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
         .join("datasets/gitleaks/gitleaks.toml");
     let Ok(set) = RuleSet::from_file(&path) else {
-        eprintln!("skipped: {} not readable", path.display());
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: {} not readable",
+            path.display()
+        );
         return;
     };
     let class = |id: &str| {

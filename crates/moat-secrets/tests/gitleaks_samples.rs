@@ -33,10 +33,9 @@ fn load() -> Option<(String, Vec<Sample>)> {
         std::fs::read_to_string(dir.join("gitleaks.toml")),
         std::fs::read_to_string(dir.join("samples-dev.jsonl")),
     ) else {
-        eprintln!(
-            "skipped: the gitleaks corpus is not at {} (put shared/ beside the checkout or set MOAT_SHARED_DIR)",
-            dir.display()
-        );
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "skipped: the gitleaks corpus is not at {} (put shared/ beside the checkout or set MOAT_SHARED_DIR)",
+            dir.display());
         return None;
     };
     let samples = samples

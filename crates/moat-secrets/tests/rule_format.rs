@@ -447,7 +447,9 @@ fn corpus_file(name: &str) -> Option<String> {
     match std::fs::read_to_string(&path) {
         Ok(t) => Some(t),
         Err(_) => {
-            eprintln!(
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
                 "skipped: {} is missing (put shared/ beside the checkout or set MOAT_SHARED_DIR)",
                 path.display()
             );

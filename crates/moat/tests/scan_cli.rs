@@ -154,10 +154,9 @@ keywords = ["ghp_"]
 fn gitleaks_config_and_sarif() {
     let path = shared_gitleaks_toml();
     if !path.is_file() {
-        eprintln!(
-            "skipped: {} is missing (the shared gitleaks corpus beside the checkout, or MOAT_SHARED_DIR)",
-            path.display()
-        );
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "skipped: {} is missing (the shared gitleaks corpus beside the checkout, or MOAT_SHARED_DIR)",
+            path.display());
         return;
     }
     let gitleaks = path.to_str().unwrap();

@@ -150,6 +150,27 @@ fn git_history_reports_commit_metadata_as_gitleaks() {
         String::from_utf8_lossy(&ignored.stdout)
     );
 
+    // A commit allowlist (gitleaks' [allowlist] commits) drops what that commit added.
+    std::fs::remove_file(r.join(".gitleaksignore")).unwrap();
+    let rules = tempfile::tempdir().unwrap();
+    let cfg = rules.path().join("rules.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[extend]\nuseDefault = true\n[allowlist]\ncommits = [\"{}\"]\n",
+            c1.to_uppercase()
+        ),
+    )
+    .unwrap();
+    let v = json(&moat_in(
+        r,
+        &["git", "-c", cfg.to_str().unwrap(), "-f", "json", "."],
+        None,
+    ));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0]["Commit"], c2.as_str());
+    write(r, ".gitleaksignore", "");
+
     // A directory scan of the work tree sees only the file as it is now.
     std::fs::remove_file(r.join(".gitleaksignore")).unwrap();
     let v = json(&moat_in(r, &["dir", "-f", "json"], None));

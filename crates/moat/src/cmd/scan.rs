@@ -305,7 +305,8 @@ fn scan_payload(
     commit: Option<(&CommitInfo, usize)>,
     out: &mut Vec<Hit>,
 ) {
-    let findings = ctx.scanner.scan(data, rule_path);
+    let sha = commit.map(|c| c.0.sha.as_str());
+    let findings = ctx.scanner.scan_in_commit(data, rule_path, sha);
     if findings.is_empty() {
         return;
     }
