@@ -4,6 +4,10 @@
 //! scenarios) goes through [`from_str`] or [`from_str_multi`], so a user always
 //! gets `file:line:column: field a.b[2].c: what is wrong`.
 //!
+//! Values may reference the environment and files: `${NAME}`,
+//! `${NAME:-default}`, `${file:PATH}` (`$${` for a literal `${`), substituted
+//! before parsing with positions mapped back to the text as written ([`subst`]).
+//!
 //! Types deserialized here should use `#[serde(deny_unknown_fields)]`: an
 //! unknown key is an error, never silently ignored.
 
@@ -15,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+
+pub mod subst;
 
 /// A configuration error with its position in the source file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +73,23 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Deserializes one YAML document from `text`, which was read from `file`.
+///
+/// `${...}` references are substituted first ([`subst`]); error positions are those
+/// of the text as written.
 pub fn from_str<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    let expanded = subst::expand(file, text)?;
     let path = RefCell::new(String::new());
-    let result = serde_saphyr::with_deserializer_from_str(text, |de| {
+    let result = serde_saphyr::with_deserializer_from_str(&expanded.text, |de| {
         serde_path_to_error::deserialize(de).map_err(|e| {
             *path.borrow_mut() = clean_path(&e.path().to_string());
             e.into_inner()
         })
     });
-    result.map_err(|e| to_config_error(file, &path.into_inner(), &e))
+    result.map_err(|e| {
+        let mut err = to_config_error(file, &path.into_inner(), &e);
+        (err.line, err.column) = expanded.original_position(text, err.line, err.column);
+        err
+    })
 }
 
 /// Deserializes every document of a multi-document YAML stream (`---` separated).

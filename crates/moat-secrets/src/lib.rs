@@ -19,6 +19,9 @@
 //!   not, generic rules only monitor requests unless a route opts in, and
 //!   responses are scanned for leaks and redacted.
 //! * [`scan_api`] serves `POST /v1/scan`.
+//! * [`report`] writes gitleaks' report formats (JSON, CSV, JUnit, SARIF) and
+//!   reads its baselines and `.gitleaksignore`; [`gitlog`] parses `git log -p`
+//!   into the hunks `moat scan git` scans.
 
 #![warn(missing_docs)]
 
@@ -27,7 +30,9 @@ pub mod config;
 pub mod context;
 pub mod decode;
 pub mod engine;
+pub mod gitlog;
 mod keywords;
+pub mod report;
 pub mod rules;
 pub mod scanner;
 

@@ -54,6 +54,10 @@ pub struct Decoded {
     pub encodings: Vec<&'static str>,
     /// The decoding pass that revealed it (1: decoded once).
     pub depth: usize,
+    /// The match in the decoded text (newlines trimmed): gitleaks' `Match`.
+    pub matched: Vec<u8>,
+    /// The secret in the decoded text: gitleaks' `Secret`.
+    pub secret: Vec<u8>,
 }
 
 impl Decoded {
@@ -262,7 +266,18 @@ impl Scanner {
         path: Option<&str>,
         deadline: Option<Instant>,
     ) -> ScanOutcome {
-        self.scan_impl(data, path, deadline, true)
+        self.scan_impl(data, path, None, deadline, true)
+    }
+
+    /// Scans `data` found in `commit` of a repository's history (`path` its file):
+    /// allowlists listing the commit apply, as in gitleaks' history scans.
+    pub fn scan_in_commit(
+        &self,
+        data: &[u8],
+        path: Option<&str>,
+        commit: Option<&str>,
+    ) -> Vec<Finding> {
+        self.scan_impl(data, path, commit, None, true).findings
     }
 
     /// Reference scan, as gitleaks does it: the payload is lowercased, a rule
@@ -270,24 +285,26 @@ impl Scanner {
     /// that copy. Same results as [`Scanner::scan`], much slower; kept to check
     /// the keyword prefilter and the windowed matcher against.
     pub fn scan_reference(&self, data: &[u8], path: Option<&str>) -> Vec<Finding> {
-        self.scan_impl(data, path, None, false).findings
+        self.scan_impl(data, path, None, None, false).findings
     }
 
     fn scan_impl(
         &self,
         data: &[u8],
         path: Option<&str>,
+        commit: Option<&str>,
         deadline: Option<Instant>,
         use_windows: bool,
     ) -> ScanOutcome {
         let mut out = ScanOutcome::default();
         let path = path.filter(|p| !p.is_empty());
-        if self.set.global.iter().any(|a| a.path_allows(path)) {
+        if self.set.global.iter().any(|a| a.path_allows(path, commit)) {
             return out;
         }
         let mut ctx = Ctx {
             data,
             path,
+            commit,
             newlines: None,
         };
         let mut hits: Vec<Hit> = Vec::new();
@@ -501,7 +518,11 @@ impl Scanner {
         path_only_ok: bool,
         out: &mut Vec<Hit>,
     ) -> bool {
-        if rule.allowlists.iter().any(|a| a.path_allows(ctx.path)) {
+        if rule
+            .allowlists
+            .iter()
+            .any(|a| a.path_allows(ctx.path, ctx.commit))
+        {
             return false;
         }
         if let Some(pre) = &rule.path {
@@ -586,6 +607,8 @@ impl Scanner {
                 decoded = Some(Decoded {
                     encodings: encoding_names(bits),
                     depth: first.depth,
+                    matched: Vec::new(),
+                    secret: Vec::new(),
                 });
                 current_line = Some(decoded_line(&segs, text));
                 (a, b.max(a))
@@ -631,11 +654,15 @@ impl Scanner {
         }
         let target_line = current_line.unwrap_or(line);
         for a in self.set.global.iter().chain(rule.allowlists.iter()) {
-            if a.finding_allows(secret, trimmed, target_line, ctx.path) {
+            if a.finding_allows(secret, trimmed, target_line, ctx.path, ctx.commit) {
                 return None;
             }
         }
         let (line_no, col) = ctx.line_col(loc_start);
+        if let Some(d) = decoded.as_mut() {
+            d.matched = trimmed.to_vec();
+            d.secret = secret.to_vec();
+        }
         let (secret_start, secret_end, kept) = match decoded {
             None => (t_start + ss, t_start + se, None),
             Some(_) => (loc_start, loc_end, Some(Box::<[u8]>::from(secret))),
@@ -863,6 +890,8 @@ fn prefixed(
 struct Ctx<'a> {
     data: &'a [u8],
     path: Option<&'a str>,
+    /// The commit of a history scan (commit allowlists).
+    commit: Option<&'a str>,
     newlines: Option<Vec<usize>>,
 }
 

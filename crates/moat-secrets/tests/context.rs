@@ -542,10 +542,17 @@ fn classification_of_the_rulesets() {
         ["generic-secret-assignment", "jwt", "twilio-api-key"]
     );
     // gitleaks' own file: the same principles, no per-rule list.
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/datasets/gitleaks/gitleaks.toml");
+    let path = std::env::var_os("MOAT_SHARED_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+        .join("datasets/gitleaks/gitleaks.toml");
     let Ok(set) = RuleSet::from_file(&path) else {
-        eprintln!("skipped: {} not readable", path.display());
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: {} not readable",
+            path.display()
+        );
         return;
     };
     let class = |id: &str| {

@@ -6,7 +6,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// mimalloc: the request path allocates small, short-lived objects on every request.
 #[cfg(not(feature = "alloc-stats"))]
@@ -40,12 +40,18 @@ enum Command {
     Policy(cmd::policy::PolicyArgs),
     /// Attack-detection tools (test a request, evaluate against corpora).
     Waf(cmd::waf::WafArgs),
-    /// Scan files or stdin for secrets (gitleaks-compatible rules).
+    /// Scan files, git history or stdin for secrets (a drop-in for gitleaks).
     Scan(cmd::scan::ScanArgs),
     /// API inventory tools (export OpenAPI).
     Apis(cmd::apis::ApisArgs),
     /// Query the security event store.
     Events(cmd::events::EventsArgs),
+    /// Generate a local CA, server and client certificates (and a JWT key) for trying configs.
+    Certs(cmd::certs::CertsArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::docs::CompletionsArgs),
+    /// Print or write the man pages.
+    Man(cmd::docs::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,5 +67,8 @@ fn main() -> ExitCode {
         Command::Scan(a) => cmd::scan::run(a),
         Command::Apis(a) => cmd::apis::run(a),
         Command::Events(a) => cmd::events::run(a),
+        Command::Certs(a) => cmd::certs::run(a),
+        Command::Completions(a) => cmd::docs::completions(a, Cli::command()),
+        Command::Man(a) => cmd::docs::man(a, Cli::command()),
     }
 }

@@ -88,7 +88,8 @@ fn waf_eval_meets_quality_targets_on_shared_corpora() {
         .join("blazehttp/dev.jsonl.gz")
         .exists()
     {
-        eprintln!("shared datasets not present; skipping");
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "skipped: {datasets}/blazehttp/dev.jsonl.gz is missing (the shared datasets beside the checkout)");
         return;
     }
     let out = moat()

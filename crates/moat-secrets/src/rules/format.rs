@@ -160,7 +160,7 @@ pub(super) fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
     Ok(Allowlist {
         condition,
         target,
-        commits: a.commits.len(),
+        commits: a.commits.iter().map(|c| c.to_lowercase()).collect(),
         paths: join(&a.paths, "paths")?,
         regexes: join(&a.regexes, "regexes")?,
         stopwords,

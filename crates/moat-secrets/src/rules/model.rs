@@ -70,8 +70,9 @@ pub struct Allowlist {
     pub condition: Condition,
     /// secret, match or line.
     pub target: RegexTarget,
-    /// Number of commits listed (commits never match outside git scans).
-    pub commits: usize,
+    /// Commits listed (lowercased): they match only in history scans
+    /// ([`Scanner::scan_in_commit`](crate::Scanner::scan_in_commit)).
+    pub commits: Vec<String>,
     /// All path regexes joined as gitleaks does, `(?:a|b)`.
     pub paths: Option<Regex>,
     /// All content regexes joined as gitleaks does.
@@ -81,24 +82,35 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// gitleaks `checkCommitOrPathAllowed` for one allowlist (no commit in moat scans).
-    pub(crate) fn path_allows(&self, path: Option<&str>) -> bool {
-        let Some(path) = path.filter(|p| !p.is_empty()) else {
+    /// True when `commit` (a SHA, any case) is listed.
+    fn commit_allows(&self, commit: Option<&str>) -> bool {
+        commit
+            .filter(|c| !c.is_empty())
+            .is_some_and(|c| self.commits.iter().any(|x| x.eq_ignore_ascii_case(c)))
+    }
+
+    /// gitleaks `checkCommitOrPathAllowed` for one allowlist.
+    pub(crate) fn path_allows(&self, path: Option<&str>, commit: Option<&str>) -> bool {
+        let path = path.filter(|p| !p.is_empty());
+        let commit = commit.filter(|c| !c.is_empty());
+        if path.is_none() && commit.is_none() {
             return false;
-        };
-        let path_ok = self
-            .paths
-            .as_ref()
-            .is_some_and(|re| re.is_match(path.as_bytes()));
+        }
+        let path_ok = path.is_some_and(|p| {
+            self.paths
+                .as_ref()
+                .is_some_and(|re| re.is_match(p.as_bytes()))
+        });
+        let commit_ok = self.commit_allows(commit);
         match self.condition {
-            Condition::Or => path_ok,
+            Condition::Or => path_ok || commit_ok,
             Condition::And => {
                 if self.regexes.is_some() || self.stopwords.is_some() {
                     return false;
                 }
                 let mut all = true;
-                if self.commits > 0 {
-                    all = false;
+                if !self.commits.is_empty() {
+                    all &= commit_ok;
                 }
                 if self.paths.is_some() {
                     all &= path_ok;
@@ -115,6 +127,7 @@ impl Allowlist {
         matched: &[u8],
         line: &[u8],
         path: Option<&str>,
+        commit: Option<&str>,
     ) -> bool {
         let target = match self.target {
             RegexTarget::Secret => secret,
@@ -132,8 +145,8 @@ impl Allowlist {
             Condition::Or => regex_ok || stop_ok,
             Condition::And => {
                 let mut all = true;
-                if self.commits > 0 {
-                    all = false;
+                if !self.commits.is_empty() {
+                    all &= self.commit_allows(commit);
                 }
                 if self.paths.is_some() {
                     let p = path.filter(|p| !p.is_empty());

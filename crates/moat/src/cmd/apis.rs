@@ -20,18 +20,26 @@ enum ApisCommand {
         /// Output file (`-` for standard output).
         #[arg(long)]
         openapi: PathBuf,
-        /// Inventory database (the `discovery.inventory` of the config).
-        #[arg(long, default_value = "moat-apis.db")]
-        db: PathBuf,
+        /// Inventory database (the `discovery.inventory` of the config). Default:
+        /// found as `DATA_DIR/moat-apis.db`, else `./moat-apis.db`, else
+        /// `./moat-quickstart/moat-apis.db`.
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Directory holding `moat-apis.db` (the quickstart's `--data-dir`).
+        #[arg(long, env = "MOAT_DATA_DIR")]
+        data_dir: Option<PathBuf>,
         /// `info.title` of the document.
         #[arg(long, default_value = "API discovered by moat")]
         title: String,
     },
     /// List the endpoints of the inventory.
     List {
-        /// Inventory database.
-        #[arg(long, default_value = "moat-apis.db")]
-        db: PathBuf,
+        /// Inventory database (default: found as for `export`).
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Directory holding `moat-apis.db` (the quickstart's `--data-dir`).
+        #[arg(long, env = "MOAT_DATA_DIR")]
+        data_dir: Option<PathBuf>,
         /// Print the endpoints as JSON (as `GET /v1/apis` does).
         #[arg(long)]
         json: bool,
@@ -41,8 +49,13 @@ enum ApisCommand {
 /// Runs `moat apis`: exit 0 on success, 1 when the inventory cannot be read or the file written.
 pub fn run(args: ApisArgs) -> ExitCode {
     match args.command {
-        ApisCommand::Export { openapi, db, title } => {
-            let endpoints = match load(&db) {
+        ApisCommand::Export {
+            openapi,
+            db,
+            data_dir,
+            title,
+        } => {
+            let endpoints = match load(db.as_deref(), data_dir.as_deref()) {
                 Some(e) => e,
                 None => return ExitCode::from(1),
             };
@@ -68,8 +81,8 @@ pub fn run(args: ApisArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        ApisCommand::List { db, json } => {
-            let endpoints = match load(&db) {
+        ApisCommand::List { db, data_dir, json } => {
+            let endpoints = match load(db.as_deref(), data_dir.as_deref()) {
                 Some(e) => e,
                 None => return ExitCode::from(1),
             };
@@ -88,11 +101,18 @@ pub fn run(args: ApisArgs) -> ExitCode {
     }
 }
 
-fn load(db: &std::path::Path) -> Option<Vec<Endpoint>> {
-    match load_inventory(db) {
-        Ok(e) => Some(e),
+fn load(db: Option<&std::path::Path>, data_dir: Option<&std::path::Path>) -> Option<Vec<Endpoint>> {
+    let db = match super::data::resolve(db, data_dir, super::data::APIS_DB) {
+        Ok(db) => db,
         Err(e) => {
             eprintln!("moat apis: {e}");
+            return None;
+        }
+    };
+    match load_inventory(&db) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            eprintln!("moat apis: {}: {e}", db.display());
             None
         }
     }

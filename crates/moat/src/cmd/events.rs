@@ -8,9 +8,14 @@ use moat_events::{now_ms, EventQuery, EventStore};
 /// Arguments of `moat events`.
 #[derive(clap::Args)]
 pub struct EventsArgs {
-    /// Event database (the `events.store.path` of the config).
-    #[arg(long, default_value = "moat-events.db")]
-    pub db: PathBuf,
+    /// Event database (the `events.store.path` of the config). Default: found as
+    /// `DATA_DIR/moat-events.db`, else `./moat-events.db`, else
+    /// `./moat-quickstart/moat-events.db`.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Directory holding `moat-events.db` (the quickstart's `--data-dir`).
+    #[arg(long, env = "MOAT_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
     /// Only events since this time: a duration ago (`1h`, `30m`, `7d`), RFC 3339, or unix ms.
     #[arg(long)]
     pub since: Option<String>,
@@ -54,10 +59,21 @@ pub fn run(args: EventsArgs) -> ExitCode {
             }
         }
     }
-    let store = match EventStore::open_read_only(&args.db) {
-        Ok(s) => s,
+    let db = match super::data::resolve(
+        args.db.as_deref(),
+        args.data_dir.as_deref(),
+        super::data::EVENTS_DB,
+    ) {
+        Ok(db) => db,
         Err(e) => {
             eprintln!("moat events: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let store = match EventStore::open_read_only(&db) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("moat events: {}: {e}", db.display());
             return ExitCode::from(1);
         }
     };

@@ -2,6 +2,9 @@
 
 pub mod apis;
 pub mod bench;
+pub mod certs;
+pub mod data;
+pub mod docs;
 pub mod events;
 pub mod policy;
 pub mod scan;

@@ -19,6 +19,17 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// Listen on this address instead of the config's: `ADDR` for the first listener,
+    /// `NAME=ADDR` for a named one (repeatable). Port 0 picks a free port.
+    #[arg(long, value_name = "[NAME=]ADDR")]
+    pub listen: Vec<String>,
+    /// Serve the admin API on this address instead of `admin.address`.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Quickstart only: where its policies, event store and API inventory are kept
+    /// (`moat events` and `moat apis` take the same option, or find the default).
+    #[arg(long, env = "MOAT_DATA_DIR", default_value = super::data::QUICKSTART_DIR)]
+    pub data_dir: PathBuf,
 }
 
 /// Log output format.
@@ -51,9 +62,6 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-/// Where the quickstart keeps its policy file, event store and API inventory.
-const QUICKSTART_DIR: &str = "moat-quickstart";
-
 /// The Istio policies the quickstart enforces.
 const QUICKSTART_POLICIES: &str =
     include_str!("../../../../examples/istio/quickstart-policies.yaml");
@@ -70,7 +78,7 @@ fn write_quickstart_files(dir: &Path) -> std::io::Result<()> {
 pub fn run(args: ServeArgs) -> ExitCode {
     init_logging(args.log_format);
     let quickstart = args.config.is_none();
-    let (cfg, src) = match &args.config {
+    let (mut cfg, src) = match &args.config {
         Some(file) => match config::load_file(file) {
             Ok(x) => x,
             Err(e) => {
@@ -79,7 +87,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         },
         None => {
-            let base_dir = PathBuf::from(QUICKSTART_DIR);
+            let base_dir = args.data_dir.clone();
             if let Err(e) = write_quickstart_files(&base_dir) {
                 eprintln!("cannot prepare {}: {e}", base_dir.display());
                 return ExitCode::from(1);
@@ -97,6 +105,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
             }
         }
     };
+    if let Err(e) = apply_overrides(&mut cfg, &args.listen, args.admin.as_deref()) {
+        eprintln!("moat serve: {e}");
+        return ExitCode::from(2);
+    }
     let threads = args
         .threads
         .filter(|&t| t > 0)
@@ -123,7 +135,8 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(serve(cfg, src, quickstart, threads)) {
+    let data_dir = quickstart.then(|| args.data_dir.clone());
+    match rt.block_on(serve(cfg, src, data_dir, threads)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("moat serve: {e}");
@@ -132,13 +145,52 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// `--listen` and `--admin`: addresses from the command line replace the config's.
+/// A reload keeps the bound sockets (listener addresses change only on restart).
+fn apply_overrides(
+    cfg: &mut GatewayConfig,
+    listen: &[String],
+    admin: Option<&str>,
+) -> Result<(), String> {
+    let check = |a: &str| {
+        a.parse::<std::net::SocketAddr>()
+            .map(|_| ())
+            .map_err(|e| format!("`{a}` is not an address such as 127.0.0.1:8080: {e}"))
+    };
+    for l in listen {
+        let (name, addr) = match l.split_once('=') {
+            Some((n, a)) => (Some(n), a),
+            None => (None, l.as_str()),
+        };
+        check(addr).map_err(|e| format!("--listen {e}"))?;
+        let target = match name {
+            Some(n) => cfg.listeners.iter_mut().find(|x| x.name.value == n),
+            None => cfg.listeners.first_mut(),
+        };
+        match target {
+            Some(t) => t.address = unlocated(addr.to_string()),
+            None => {
+                return Err(format!(
+                    "--listen {l}: the config has no listener {}",
+                    name.map(|n| format!("named `{n}`")).unwrap_or_default()
+                ))
+            }
+        }
+    }
+    if let Some(a) = admin {
+        check(a).map_err(|e| format!("--admin {e}"))?;
+        cfg.admin.address = unlocated(a.to_string());
+    }
+    Ok(())
+}
+
 async fn serve(
     mut cfg: GatewayConfig,
     src: ConfigSource,
-    quickstart: bool,
+    quickstart: Option<PathBuf>,
     threads: usize,
 ) -> anyhow::Result<()> {
-    if quickstart {
+    if quickstart.is_some() {
         let demo = moat_proxy::demo::start().await?;
         for c in cfg.clusters.iter_mut().filter(|c| c.name.value == "demo") {
             c.endpoints = vec![unlocated(demo.to_string())];
@@ -165,8 +217,8 @@ async fn serve(
     let running = gw.start().await?;
     running.spawn_reload_triggers();
     tracing::info!(threads, "moat started");
-    if quickstart {
-        print_quickstart(&running);
+    if let Some(dir) = &quickstart {
+        print_quickstart(&running, dir);
     }
     wait_for_signal().await;
     tracing::info!(deadline = ?drain, "shutting down: draining in-flight requests");
@@ -182,25 +234,35 @@ async fn serve(
     Ok(())
 }
 
-fn print_quickstart(running: &moat_proxy::RunningGateway) {
+fn print_quickstart(running: &moat_proxy::RunningGateway, data_dir: &Path) {
     let gw = running
         .listener_addr("main")
         .map(|a| a.to_string())
         .unwrap_or_else(|| "127.0.0.1:8080".into());
     let admin = running.admin_addr();
+    let dir = data_dir.display();
+    // `moat events` and `moat apis` find ./moat-quickstart by themselves.
+    let data_flag = if data_dir == Path::new(super::data::QUICKSTART_DIR) {
+        String::new()
+    } else {
+        format!(" --data-dir '{dir}'")
+    };
     println!(
-        "\nmoat quickstart: a demo API is running behind the gateway.\n\n\
+        "\nmoat quickstart: a demo API is running behind the gateway on {gw}, admin API on {admin}.\n\
+         Its data (policies, event store, API inventory) is in {dir}/.\n\n\
          Try:\n  \
-         curl -s http://{gw}/api/users/42\n  \
-         curl -s -X POST http://{gw}/login -H 'content-type: application/json' -d '{{\"username\":\"alice\",\"password\":\"s3cret\"}}'\n  \
-         curl -s \"http://{gw}/search?q=1%27%20OR%20%271%27=%271\"      # SQL injection: 403 with an event id\n  \
-         curl -s http://{gw}/admin                                    # denied by an Istio policy\n  \
-         curl -s -X POST http://{gw}/upload -d 'aws_secret=AKIAQYLPMN5HHHFPZAM2'   # a leaked key: blocked\n  \
-         curl -s \"http://{gw}/search?q=AKIAQYLPMN5HHHFPZAM2\"       # a key in a response: redacted\n  \
-         curl -s http://{admin}/v1/events?since=10m                  # the security events\n  \
-         curl -s http://{admin}/v1/apis                               # the discovered API\n  \
-         curl -s http://{admin}/metrics\n  \
-         curl -s http://{admin}/config\n\n\
+         curl -s 'http://{gw}/api/users/42'\n  \
+         curl -s -X POST 'http://{gw}/login' -H 'content-type: application/json' -d '{{\"username\":\"alice\",\"password\":\"s3cret\"}}'\n  \
+         curl -s 'http://{gw}/search?q=1%27%20OR%20%271%27=%271'      # SQL injection: 403 with an event id\n  \
+         curl -s 'http://{gw}/admin'                                    # denied by an Istio policy\n  \
+         curl -s -X POST 'http://{gw}/upload' -d 'aws_secret=AKIAQYLPMN5HHHFPZAM2'   # a leaked key: blocked\n  \
+         curl -s 'http://{gw}/search?q=AKIAQYLPMN5HHHFPZAM2'       # a key in a response: redacted\n  \
+         curl -s 'http://{admin}/v1/events?since=10m'                  # the security events\n  \
+         curl -s 'http://{admin}/v1/apis'                               # the discovered API\n  \
+         curl -s 'http://{admin}/metrics'\n  \
+         curl -s 'http://{admin}/config'\n  \
+         moat events{data_flag} --since 10m                           # the event store ({dir}/moat-events.db)\n  \
+         moat apis list{data_flag}                                    # the API inventory ({dir}/moat-apis.db)\n\n\
          Press Ctrl-C to stop.\n"
     );
 }

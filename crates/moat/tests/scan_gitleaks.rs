@@ -1,0 +1,346 @@
+//! `moat scan` as a drop-in for gitleaks: the `dir`/`git`/`stdin` commands, gitleaks'
+//! report formats, `.gitleaksignore`, baselines, redaction, exit codes, symlinks and
+//! ignore files, on real files and a real git repository made by the test.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const GH: &str = "ghp_N5N1aE6PwZPf1Qh6yYTWmE4lBYOvfZ8UzDzV";
+const AWS: &str = "AKIAQYLPMN5HHHFPZAM2";
+
+fn moat_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_moat"))
+        .current_dir(dir)
+        .arg("scan")
+        .args(args)
+        .env_remove("GITLEAKS_CONFIG")
+        .env_remove("GITLEAKS_CONFIG_TOML")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn moat");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).expect("write stdin");
+        }
+    }
+    child.wait_with_output().expect("moat output")
+}
+
+fn json(out: &Output) -> Vec<serde_json::Value> {
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON array ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn write(dir: &Path, rel: &str, content: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_DATE", "2024-03-04T05:06:07+02:00")
+        .env("GIT_COMMITTER_DATE", "2024-03-04T05:06:07+02:00")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn have_git() -> bool {
+    Command::new("git").arg("--version").output().is_ok()
+}
+
+/// A repository: commit 1 adds a token on line 2 of a.txt, commit 2 adds a key on
+/// line 3 of sub/b.env and removes the token (still in history).
+fn repo() -> (tempfile::TempDir, String, String) {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    git(r, &["init", "-q"]);
+    git(r, &["config", "user.name", "Ann Example"]);
+    git(r, &["config", "user.email", "ann@example.org"]);
+    git(r, &["config", "commit.gpgsign", "false"]);
+    write(r, "a.txt", &format!("hello\ntoken = \"{GH}\"\n"));
+    git(r, &["add", "."]);
+    git(r, &["commit", "-q", "-m", "first"]);
+    let c1 = git(r, &["rev-parse", "HEAD"]);
+    write(r, "a.txt", "hello\n");
+    write(r, "sub/b.env", &format!("x\n\naws_key={AWS}\n"));
+    git(r, &["add", "."]);
+    git(r, &["commit", "-q", "-m", "second\n\nwith a body"]);
+    let c2 = git(r, &["rev-parse", "HEAD"]);
+    (d, c1, c2)
+}
+
+#[test]
+fn git_history_reports_commit_metadata_as_gitleaks() {
+    if !have_git() {
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    let (d, c1, c2) = repo();
+    let r = d.path();
+    let out = moat_in(r, &["git", "-f", "json", "."], None);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v.len(), 2, "{v:?}");
+    let tok = v
+        .iter()
+        .find(|f| f["File"] == "a.txt")
+        .expect("a.txt finding");
+    assert_eq!(tok["Commit"], c1.as_str());
+    assert_eq!(tok["StartLine"], 2);
+    // a.txt is new in commit 1: its hunk starts at line 1, so line 2 gets gitleaks'
+    // "one more" column.
+    assert_eq!(tok["StartColumn"], 11);
+    assert_eq!(tok["Author"], "Ann Example");
+    assert_eq!(tok["Email"], "ann@example.org");
+    assert_eq!(
+        tok["Date"], "2024-03-04T03:06:07Z",
+        "author date in UTC, RFC 3339"
+    );
+    assert_eq!(tok["Message"], "first");
+    assert_eq!(tok["Fingerprint"], format!("{c1}:a.txt:github-token:2"));
+    let key = v
+        .iter()
+        .find(|f| f["File"] == "sub/b.env")
+        .expect("b.env finding");
+    assert_eq!(key["Commit"], c2.as_str());
+    assert_eq!(key["StartLine"], 3);
+    assert_eq!(key["Message"], "second\n\nwith a body");
+
+    // --log-opts: only the last commit.
+    let last = moat_in(r, &["git", "-f", "json", "--log-opts=-1", "."], None);
+    let v = json(&last);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["Commit"], c2.as_str());
+
+    // .gitleaksignore in the repository: a commit fingerprint and a global one.
+    write(
+        r,
+        ".gitleaksignore",
+        &format!("# known\n{c1}:a.txt:github-token:2\nsub/b.env:aws-access-key-id:3\n"),
+    );
+    let ignored = moat_in(r, &["git", "."], None);
+    assert_eq!(
+        ignored.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ignored.stdout)
+    );
+
+    // A commit allowlist (gitleaks' [allowlist] commits) drops what that commit added.
+    std::fs::remove_file(r.join(".gitleaksignore")).unwrap();
+    let rules = tempfile::tempdir().unwrap();
+    let cfg = rules.path().join("rules.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[extend]\nuseDefault = true\n[allowlist]\ncommits = [\"{}\"]\n",
+            c1.to_uppercase()
+        ),
+    )
+    .unwrap();
+    let v = json(&moat_in(
+        r,
+        &["git", "-c", cfg.to_str().unwrap(), "-f", "json", "."],
+        None,
+    ));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0]["Commit"], c2.as_str());
+    write(r, ".gitleaksignore", "");
+
+    // A directory scan of the work tree sees only the file as it is now.
+    std::fs::remove_file(r.join(".gitleaksignore")).unwrap();
+    let v = json(&moat_in(r, &["dir", "-f", "json"], None));
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["File"], "sub/b.env");
+    assert_eq!(v[0]["Commit"], "");
+
+    // Staged changes (the pre-commit hook).
+    write(r, "c.txt", &format!("new {GH}\n"));
+    git(r, &["add", "c.txt"]);
+    let staged = moat_in(r, &["git", "--staged", "-f", "json", "."], None);
+    let v = json(&staged);
+    assert_eq!(v.len(), 1);
+    assert_eq!(
+        (v[0]["File"].as_str(), v[0]["StartLine"].as_u64()),
+        (Some("c.txt"), Some(1))
+    );
+
+    // Not a repository: an input error.
+    let plain = tempfile::tempdir().unwrap();
+    let bad = moat_in(plain.path(), &["git", "."], None);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn baseline_redaction_exit_code_and_report_files() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    write(r, "src/config.txt", &format!("one\ntoken={GH}\n"));
+    // -r infers the format from the extension; the report is gitleaks' JSON.
+    let first = moat_in(r, &["dir", ".", "-r", "report.json"], None);
+    assert_eq!(first.status.code(), Some(1));
+    assert!(first.stdout.is_empty());
+    let report: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(r.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.len(), 1);
+    assert_eq!(report[0]["File"], "src/config.txt");
+    // The baseline makes the same finding old; the report file itself is no finding.
+    let again = moat_in(r, &["dir", ".", "-b", "report.json", "-f", "json"], None);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    // --exit-code.
+    let code = moat_in(r, &["dir", "src", "--exit-code", "7"], None);
+    assert_eq!(code.status.code(), Some(7));
+    // --redact and --redact=PERCENT.
+    let full = json(&moat_in(r, &["dir", "src", "-f", "json", "--redact"], None));
+    assert_eq!(full[0]["Secret"], "REDACTED");
+    assert_eq!(full[0]["Match"], "REDACTED");
+    let part = json(&moat_in(
+        r,
+        &["dir", "src", "-f", "json", "--redact=75"],
+        None,
+    ));
+    assert_eq!(part[0]["Secret"], "ghp_N5N1aE...");
+    // SARIF: rules, tool version, partialFingerprints, region.
+    let sarif = moat_in(r, &["dir", "src", "-f", "sarif", "-r", "-"], None);
+    let s: serde_json::Value = serde_json::from_slice(&sarif.stdout).unwrap();
+    assert_eq!(s["version"], "2.1.0");
+    let driver = &s["runs"][0]["tool"]["driver"];
+    assert_eq!(driver["name"], "moat");
+    assert_eq!(driver["semanticVersion"], env!("CARGO_PKG_VERSION"));
+    assert!(driver["rules"].as_array().unwrap().len() > 10);
+    let res = &s["runs"][0]["results"][0];
+    assert_eq!(res["ruleId"], "github-token");
+    assert_eq!(
+        res["partialFingerprints"]["fingerprint"],
+        "src/config.txt:github-token:2"
+    );
+    assert!(res["partialFingerprints"]["commitSha"].is_string());
+    let region = &res["locations"][0]["physicalLocation"]["region"];
+    assert_eq!(
+        (region["startLine"].as_u64(), region["startColumn"].as_u64()),
+        (Some(2), Some(8))
+    );
+    // CSV and JUnit.
+    let csv = String::from_utf8(moat_in(r, &["dir", "src", "-f", "csv"], None).stdout).unwrap();
+    assert!(
+        csv.starts_with("RuleID,Commit,File,SymlinkFile,Secret,Match,StartLine"),
+        "{csv}"
+    );
+    assert!(csv.contains("github-token,,src/config.txt,"), "{csv}");
+    let junit = String::from_utf8(moat_in(r, &["dir", "src", "-f", "junit"], None).stdout).unwrap();
+    assert!(junit.contains("<testsuite failures=\"1\""), "{junit}");
+    // A template.
+    write(
+        r,
+        "t.tmpl",
+        "{{ range . }}{{ .File }}:{{ .StartLine }} {{ .RuleID }}\n{{ end }}",
+    );
+    let t = moat_in(r, &["dir", "src", "--report-template", "t.tmpl"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&t.stdout),
+        "src/config.txt:2 github-token\n"
+    );
+}
+
+#[test]
+fn stdin_legacy_paths_and_config_lookup() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    let out = moat_in(r, &["stdin", "-f", "json"], Some(&format!("k={AWS}\n")));
+    let v = json(&out);
+    assert_eq!(v[0]["RuleID"], "aws-access-key-id");
+    assert_eq!(v[0]["File"], "");
+    // The older form and `dir` agree.
+    write(r, "x/a.txt", &format!("{GH}\n"));
+    let old = moat_in(r, &["-f", "json", "x"], None);
+    let new = moat_in(r, &["dir", "x", "-f", "json"], None);
+    assert_eq!(json(&old), json(&new));
+    // Flags before the subcommand work too.
+    let before = moat_in(r, &["-f", "json", "dir", "x"], None);
+    assert_eq!(json(&before), json(&new));
+    // <source>/.gitleaks.toml is the ruleset when -c is not given.
+    write(
+        r,
+        "x/.gitleaks.toml",
+        "[[rules]]\nid = \"only-this\"\nregex = '''ghp_[0-9a-zA-Z]{36}'''\n",
+    );
+    let local = json(&moat_in(r, &["dir", "x", "-f", "json"], None));
+    assert_eq!(local[0]["RuleID"], "only-this");
+    // --enable-rule with an unknown rule is an error.
+    let bad = moat_in(r, &["dir", "x", "--enable-rule", "nope"], None);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[cfg(unix)]
+#[test]
+fn symlinks_are_not_followed_unless_asked_and_gitignore_is_opt_in() {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.txt", &format!("{GH}\n"));
+    write(r, "scan/plain.txt", "nothing\n");
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), r.join("scan/link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), r.join("scan/linkdir")).unwrap();
+    let default = moat_in(r, &["dir", "scan"], None);
+    assert_eq!(
+        default.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&default.stdout)
+    );
+    let followed = json(&moat_in(
+        r,
+        &["dir", "scan", "--follow-symlinks", "-f", "json"],
+        None,
+    ));
+    assert_eq!(
+        followed.len(),
+        1,
+        "links to directories are not followed: {followed:?}"
+    );
+    assert_eq!(followed[0]["SymlinkFile"], "scan/link.txt");
+    assert!(followed[0]["File"]
+        .as_str()
+        .unwrap()
+        .ends_with("secret.txt"));
+
+    write(r, "ign/.gitignore", "ignored.txt\n");
+    write(r, "ign/ignored.txt", &format!("{GH}\n"));
+    let all = moat_in(r, &["dir", "ign"], None);
+    assert_eq!(
+        all.status.code(),
+        Some(1),
+        "gitleaks scans ignored files too"
+    );
+    let honoured = moat_in(r, &["dir", "ign", "--gitignore"], None);
+    assert_eq!(honoured.status.code(), Some(0));
+}
