@@ -1,5 +1,7 @@
 //! Criterion benches for the WAF hot path:
 //! `CARGO_TARGET_DIR=/work/target-waf cargo bench -p moat-waf --bench inspect`.
+//! `MOAT_BENCH_NO_PATCHES=1` builds the engine with `virtual_patches.builtin:
+//! false` (what the same requests cost without virtual patches).
 
 use std::hint::black_box;
 
@@ -10,7 +12,11 @@ mod common;
 use common::{form, get_view, headers, json_1k, json_view};
 
 fn benches(c: &mut Criterion) {
-    let engine = match WafEngine::build(&WafConfig::default()) {
+    let mut cfg = WafConfig::default();
+    if std::env::var_os("MOAT_BENCH_NO_PATCHES").is_some_and(|v| v == "1") {
+        cfg.virtual_patches.builtin = false;
+    }
+    let engine = match WafEngine::build(&cfg) {
         Ok(e) => e,
         Err(e) => panic!("config: {e}"),
     };

@@ -11,6 +11,9 @@
 //! (the proxy's phases on scripts/peer-perf's 1 KiB JSON POST), `get_browser`
 //! (the phases on a browser GET), `get_browser_new_ua` (the same with a
 //! User-Agent never seen before on every request).
+//!
+//! `MOAT_HOTPATH_NO_PATCHES=1` builds the engine with `virtual_patches.builtin:
+//! false` (the cost of the same requests without virtual patches).
 use std::hint::black_box;
 
 use moat_waf::{BodyView, WafConfig, WafEngine};
@@ -22,7 +25,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let case = args.next().unwrap_or_default();
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let engine = match WafEngine::build(&WafConfig::default()) {
+    let mut cfg = WafConfig::default();
+    if std::env::var_os("MOAT_HOTPATH_NO_PATCHES").is_some_and(|v| v == "1") {
+        cfg.virtual_patches.builtin = false;
+    }
+    let engine = match WafEngine::build(&cfg) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("{e}");

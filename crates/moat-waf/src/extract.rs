@@ -6,7 +6,9 @@ use std::fmt;
 
 use crate::clean_cache;
 use crate::decode;
-use crate::detect::{self, misc, Attack, Classes, Hit, Scope};
+use crate::detect::{
+    self, crlf, deser, jndi, scanner, traversal, upload, xxe, Attack, Classes, Hit, Scope,
+};
 
 /// Where a value was found. Rendered (`query:id`, `json:/user/name`) only when
 /// a finding is reported, so benign values cost no allocation.
@@ -388,7 +390,7 @@ impl<'e> Inspector<'e> {
             return;
         }
         if inert && raw.len() >= 24 {
-            if let Some(h) = misc::deser_marker(raw) {
+            if let Some(h) = deser::deser_marker(raw) {
                 self.report(loc, h);
             }
         }
@@ -399,7 +401,7 @@ impl<'e> Inspector<'e> {
             && !c.any(!(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT))
             && !raw.contains(['-', '#', '*']);
         if blob {
-            if let Some(h) = misc::deser_marker(raw) {
+            if let Some(h) = deser::deser_marker(raw) {
                 self.report(loc, h);
             }
         }
@@ -567,26 +569,26 @@ impl<'e> Inspector<'e> {
         }
         let c = Classes::of(p.as_bytes());
         if c.any(Classes::DOT | Classes::BACKSLASH | Classes::COLON) {
-            if let Some(h) = misc::traversal(&p) {
+            if let Some(h) = traversal::traversal(&p) {
                 self.report(Loc::Path, h);
             }
-            if let Some(h) = misc::path_normalisation(raw, &p) {
+            if let Some(h) = traversal::path_normalisation(raw, &p) {
                 self.report(Loc::Path, h);
             }
         }
         if c.any(Classes::CTRL | Classes::HIGH) {
-            if let Some(h) = misc::crlf(&p) {
+            if let Some(h) = crlf::crlf(&p) {
                 self.report(Loc::Path, h);
             }
         }
         if c.any(Classes::DOLLAR) && c.any(Classes::BRACE) {
-            if let Some(h) = misc::jndi(&p) {
+            if let Some(h) = jndi::jndi(&p) {
                 self.report(Loc::Path, h);
             }
         }
         let segs: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
         if let Some(last) = segs.last() {
-            if let Some(h) = misc::double_extension(last) {
+            if let Some(h) = upload::double_extension(last) {
                 self.report(Loc::Path, h);
             }
         }
@@ -664,7 +666,7 @@ impl<'e> Inspector<'e> {
                 }
                 let d = decode::url_decode_repeated(path.as_bytes());
                 let d = String::from_utf8_lossy(&d);
-                if let Some(h) = misc::traversal(&d) {
+                if let Some(h) = traversal::traversal(&d) {
                     self.report(Loc::Header(name), h);
                 }
                 return;
@@ -677,7 +679,7 @@ impl<'e> Inspector<'e> {
         }
         let before = self.outcomes;
         if name == "user-agent" {
-            if let Some(h) = misc::scanner(v) {
+            if let Some(h) = scanner::scanner(v) {
                 self.report(Loc::Header(name), h);
             }
         }
@@ -696,10 +698,10 @@ impl<'e> Inspector<'e> {
     /// Inspects an XML document: DOCTYPE/entities, text nodes and attribute values.
     pub fn xml(&mut self, data: &[u8]) {
         let s = String::from_utf8_lossy(data);
-        if let Some(h) = misc::java_xml(&s) {
+        if let Some(h) = deser::java_xml(&s) {
             self.report(Loc::Body, h);
         }
-        if let Some(h) = misc::xxe(&s) {
+        if let Some(h) = xxe::xxe(&s) {
             self.report(Loc::Body, h);
         }
         let b = s.as_bytes();
@@ -857,7 +859,7 @@ impl<'e> Inspector<'e> {
             }
             match filename {
                 Some(f) => {
-                    if let Some(h) = misc::upload(&f, Some(body)) {
+                    if let Some(h) = upload::upload(&f, Some(body)) {
                         self.report(Loc::Filename(&name), h);
                     }
                     self.value(Loc::Filename(&name), &f, Scope::Header);
@@ -1056,7 +1058,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                     return true;
                 } else {
                     if type_key {
-                        if let Some(h) = misc::type_tag(text) {
+                        if let Some(h) = deser::type_tag(text) {
                             ins.report(Loc::Json(&ptr), h);
                         }
                         type_key = false;

@@ -1,9 +1,21 @@
 //! Detectors. Each takes one decoded value and returns at most one [`Hit`].
 
 pub mod cmdi;
-pub mod misc;
+pub mod code;
+pub mod crlf;
+pub mod deser;
+pub mod jndi;
+pub mod ldap;
+mod matcher;
+pub mod nosql;
+pub mod scanner;
 pub mod sqli;
+pub mod ssrf;
+pub mod traversal;
+pub mod upload;
+pub mod xpath;
 pub mod xss;
+pub mod xxe;
 
 use serde::Serialize;
 
@@ -271,16 +283,16 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
     let q = Classes::QUOTE;
     let p = Classes::PAREN;
     if scope == Scope::Name {
-        if let Some(h) = misc::nosql_name(s) {
+        if let Some(h) = nosql::nosql_name(s) {
             out(h);
         }
         if c.any(Classes::COMMENT) {
-            if let Some(h) = misc::render_array(s) {
+            if let Some(h) = code::render_array(s) {
                 out(h);
             }
         }
         if c.any(Classes::SLASH | Classes::BACKSLASH) {
-            if let Some(h) = misc::traversal(s) {
+            if let Some(h) = traversal::traversal(s) {
                 out(h);
             }
         }
@@ -321,63 +333,63 @@ pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
         }
     }
     if c.any(Classes::SLASH | Classes::BACKSLASH | Classes::DOT | Classes::COLON) {
-        if let Some(h) = misc::traversal(s) {
+        if let Some(h) = traversal::traversal(s) {
             out(h);
         }
         if matches!(scope, Scope::Value | Scope::Body) {
-            if let Some(h) = misc::ssrf(s) {
+            if let Some(h) = ssrf::ssrf(s) {
                 out(h);
             }
         }
     }
     if c.any(Classes::ANGLE) {
-        if let Some(h) = misc::xxe(s) {
+        if let Some(h) = xxe::xxe(s) {
             out(h);
         }
-        if let Some(h) = misc::java_xml(s) {
+        if let Some(h) = deser::java_xml(s) {
             out(h);
         }
     }
     if b.len() >= 16 {
-        if let Some(h) = misc::deser_marker(s) {
+        if let Some(h) = deser::deser_marker(s) {
             out(h);
         }
     }
     if c.any(Classes::CTRL | Classes::HIGH) && scope != Scope::Body {
-        if let Some(h) = misc::crlf(s) {
+        if let Some(h) = crlf::crlf(s) {
             out(h);
         }
     }
     if c.any(Classes::CTRL) {
-        if let Some(h) = misc::mail(s) {
+        if let Some(h) = crlf::mail(s) {
             out(h);
         }
     }
     if c.any(Classes::DOLLAR | Classes::BRACE | p | Classes::ANGLE | Classes::MISC | Classes::DOT) {
-        if let Some(h) = misc::code(s, c) {
+        if let Some(h) = code::code(s, c) {
             out(h);
         }
     }
     if c.any(Classes::DOLLAR) && c.any(Classes::BRACE) {
-        if let Some(h) = misc::jndi(s) {
+        if let Some(h) = jndi::jndi(s) {
             out(h);
         }
     }
     if c.any(p) || (c.any(Classes::COLON) && c.any(Classes::EQ)) {
-        if let Some(h) = misc::ldap(s) {
+        if let Some(h) = ldap::ldap(s) {
             out(h);
         }
-        if let Some(h) = misc::xpath(s) {
+        if let Some(h) = xpath::xpath(s) {
             out(h);
         }
     }
     if c.any(Classes::DOLLAR) {
-        if let Some(h) = misc::nosql_value(s) {
+        if let Some(h) = nosql::nosql_value(s) {
             out(h);
         }
     }
     if c.any(p) {
-        if let Some(h) = misc::nosql_js(s) {
+        if let Some(h) = nosql::nosql_js(s) {
             out(h);
         }
     }
