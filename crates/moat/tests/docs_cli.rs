@@ -1,4 +1,6 @@
 //! `moat completions`, `moat man`, `moat certs` and serve's address flags as real processes.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -1,6 +1,8 @@
 //! `moat scan` as a drop-in for gitleaks: the `dir`/`git`/`stdin` commands, gitleaks'
 //! report formats, `.gitleaksignore`, baselines, redaction, exit codes, symlinks and
 //! ignore files, on real files and a real git repository made by the test.
+// Test and benchmark code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::Path;
