@@ -1085,7 +1085,7 @@ fn parse_doc<T: serde::de::DeserializeOwned>(
     doc: &str,
     start: u32,
 ) -> Result<T, ConfigError> {
-    moat_config::from_str::<T>(file, doc).map_err(|e| shift(e, start))
+    moat_config::from_str_verbatim::<T>(file, doc).map_err(|e| shift(e, start))
 }
 
 fn meta_of(m: MetaY, selector: Option<SelectorY>, file: &Path, line: u32) -> Meta {

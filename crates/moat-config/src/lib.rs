@@ -75,24 +75,36 @@ impl std::error::Error for ConfigError {}
 /// Deserializes one YAML document from `text`, which was read from `file`.
 ///
 /// `${...}` references are substituted first ([`subst`]); error positions are those
-/// of the text as written.
+/// of the text as written. For moat's own configuration files; data files whose text
+/// may hold `${` literally (Istio policies, WAF rule files) use [`from_str_verbatim`].
 pub fn from_str<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
     let expanded = subst::expand(file, text)?;
-    let path = RefCell::new(String::new());
-    let result = serde_saphyr::with_deserializer_from_str(&expanded.text, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            *path.borrow_mut() = clean_path(&e.path().to_string());
-            e.into_inner()
-        })
-    });
-    result.map_err(|e| {
-        let mut err = to_config_error(file, &path.into_inner(), &e);
+    deserialize(file, &expanded.text).map_err(|mut err| {
         (err.line, err.column) = expanded.original_position(text, err.line, err.column);
         err
     })
 }
 
-/// Deserializes every document of a multi-document YAML stream (`---` separated).
+/// Deserializes one YAML document from `text` as written, without `${...}`
+/// substitution: for policy and rule files, where `${jndi:` is a pattern, not a
+/// variable.
+pub fn from_str_verbatim<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    deserialize(file, text)
+}
+
+fn deserialize<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfigError> {
+    let path = RefCell::new(String::new());
+    let result = serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            *path.borrow_mut() = clean_path(&e.path().to_string());
+            e.into_inner()
+        })
+    });
+    result.map_err(|e| to_config_error(file, &path.into_inner(), &e))
+}
+
+/// Deserializes every document of a multi-document YAML stream (`---` separated), as
+/// written (no `${...}` substitution: these are Kubernetes-style policy files).
 /// Empty documents are skipped.
 pub fn from_str_multi<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Vec<T>, ConfigError> {
     // Split on document markers ourselves so each document is deserialized
@@ -105,7 +117,7 @@ pub fn from_str_multi<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Ve
         }) {
             continue;
         }
-        match from_str::<T>(file, doc) {
+        match from_str_verbatim::<T>(file, doc) {
             Ok(v) => out.push(v),
             Err(mut e) => {
                 if e.line > 0 {

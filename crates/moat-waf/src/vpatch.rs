@@ -283,7 +283,7 @@ pub struct PatchHit {
 
 /// Parses one rule file (YAML) read from `file`.
 pub fn parse(file: &Path, text: &str) -> Result<Vec<RuleSpec>, ConfigError> {
-    Ok(moat_config::from_str::<RuleFile>(file, text)?.rules)
+    Ok(moat_config::from_str_verbatim::<RuleFile>(file, text)?.rules)
 }
 
 fn err<T>(file: &Path, s: &Spanned<T>, field: String, msg: impl Into<String>) -> ConfigError {
