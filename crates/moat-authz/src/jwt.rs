@@ -444,8 +444,8 @@ pub fn extract(loc: &Location, headers: &HeaderMap, query: Option<&str>) -> Vec<
             if let Some(q) = query {
                 for pair in q.split('&') {
                     let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                    if percent_decode(k) == *p && !v.is_empty() {
-                        out.push(percent_decode(v));
+                    if crate::percent::decode_all(k) == *p && !v.is_empty() {
+                        out.push(crate::percent::decode_all(v));
                     }
                 }
             }
@@ -466,12 +466,6 @@ pub fn extract(loc: &Location, headers: &HeaderMap, query: Option<&str>) -> Vec<
         }
     }
     out
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 fn b64(s: &str) -> Option<Vec<u8>> {

@@ -24,6 +24,7 @@ pub mod fetch;
 pub mod ir;
 pub mod jwt;
 pub mod loader;
+mod percent;
 pub mod request;
 
 pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, DecidedBy, Decision, RequestInput};

@@ -161,44 +161,13 @@ pub fn normalize_path(raw: &str, mode: PathNormalization) -> Result<Cow<'_, str>
     Ok(Cow::Owned(s))
 }
 
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-fn decode_where(s: &str, keep: impl Fn(u8) -> bool) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                let c = h * 16 + l;
-                if keep(c) {
-                    out.push(c);
-                    i += 3;
-                    continue;
-                }
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    // Only ASCII bytes are ever produced by decoding, so the result stays UTF-8.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
 fn decode_slashes(s: &str) -> String {
-    decode_where(s, |c| c == b'/' || c == b'\\')
+    crate::percent::decode_where(s, |c| c == b'/' || c == b'\\')
 }
 
 /// Decodes the unreserved characters Envoy's `normalize_path` decodes.
 fn decode_unreserved(s: &str) -> String {
-    decode_where(s, |c| {
+    crate::percent::decode_where(s, |c| {
         c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')
     })
 }
