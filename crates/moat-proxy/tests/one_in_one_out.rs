@@ -73,6 +73,20 @@ struct UpLog {
     live: Arc<AtomicUsize>,
 }
 
+impl UpLog {
+    /// Once every connection moat opened is closed (the gateway was shut down), waits
+    /// until hyper has parsed all they carried; false after [`IO_TIMEOUT`].
+    async fn all_parsed(&self) -> bool {
+        tokio::time::timeout(IO_TIMEOUT, async {
+            while self.live.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
 async fn hyper_upstream() -> (SocketAddr, UpLog) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -456,14 +470,7 @@ async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
     let wire = req.wire();
     let answer = exchange(addr, &wire).await;
     gw.shutdown(Duration::from_secs(5)).await;
-    // Every connection moat opened is closed: wait for hyper to finish parsing them.
-    let waited = tokio::time::timeout(IO_TIMEOUT, async {
-        while log.live.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
-    prop_assert!(waited.is_ok(), "upstream connections never closed");
+    prop_assert!(log.all_parsed().await, "upstream connections never closed");
 
     let seen = log.seen.lock().unwrap().clone();
     let errors = log.parse_errors.lock().unwrap().clone();
@@ -559,21 +566,31 @@ async fn connection_nominating_content_length_smuggles_nothing() {
     }
 }
 
-#[test]
-fn one_request_in_one_request_out() {
+/// Runs `check` on `cases` values of `strategy`, each on a two-thread runtime.
+fn run_property<S, F, Fut>(cases: u32, strategy: S, check: F)
+where
+    S: Strategy,
+    F: Fn(S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), TestCaseError>>,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let mut runner = TestRunner::new(Config {
-        cases: 160,
+        cases,
         failure_persistence: None,
         ..Config::default()
     });
     runner
-        .run(&request_strategy(), |req| rt.block_on(check_request(req)))
+        .run(&strategy, |v| rt.block_on(check(v)))
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn one_request_in_one_request_out() {
+    run_property(160, request_strategy(), check_request);
 }
 
 // ---------------------------------------------------------------------------------
@@ -808,21 +825,7 @@ async fn check_response(resp: GenResponse) -> Result<(), TestCaseError> {
 
 #[test]
 fn one_response_in_one_response_out() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases: 96,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    runner
-        .run(&response_strategy(), |resp| {
-            rt.block_on(check_response(resp))
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+    run_property(96, response_strategy(), check_response);
 }
 
 // ---------------------------------------------------------------------------------
@@ -946,13 +949,7 @@ async fn h2_requests_are_forwarded_as_exactly_one_request() {
     .await;
     assert!(frames.contains(&0x1), "no HEADERS answer: {frames:?}");
     gw.shutdown(Duration::from_secs(5)).await;
-    tokio::time::timeout(IO_TIMEOUT, async {
-        while log.live.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-    .unwrap();
+    assert!(log.all_parsed().await, "upstream connections never closed");
     let seen = log.seen.lock().unwrap().clone();
     assert!(log.parse_errors.lock().unwrap().is_empty());
     assert_eq!(
