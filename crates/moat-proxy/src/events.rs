@@ -7,7 +7,7 @@
 use http::Method;
 use moat_core::{Connection, HandshakeRecord, RequestCtx, SecurityEvent};
 
-use crate::metrics::Decision;
+use crate::metrics::{Decision, QueueStats};
 
 /// One finished request, borrowed from the request path.
 #[derive(Debug)]
@@ -86,8 +86,8 @@ pub trait EventSink: Send + Sync {
     fn tcp(&self, _info: &TcpAccessInfo<'_>) -> bool {
         true
     }
-    /// Queue depth, capacity and dropped count, for /metrics.
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
+    /// The queue's depth, capacity and dropped count, for /metrics.
+    fn gauge(&self) -> Option<QueueStats> {
         None
     }
 }
@@ -221,11 +221,11 @@ impl EventSink for QueueSink {
             }))
     }
 
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
-        Some((
-            self.queue.depth() as u64,
-            self.queue.capacity() as u64,
-            self.queue.dropped(),
-        ))
+    fn gauge(&self) -> Option<QueueStats> {
+        Some(QueueStats {
+            depth: self.queue.depth() as u64,
+            capacity: self.queue.capacity() as u64,
+            dropped: self.queue.dropped(),
+        })
     }
 }

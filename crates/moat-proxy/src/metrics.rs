@@ -166,8 +166,17 @@ pub struct TcpMetrics {
     pub bytes_out: AtomicU64,
 }
 
-/// Process-wide allocation totals `(allocation calls, bytes requested)` since start.
-pub type AllocationCounter = fn() -> (u64, u64);
+/// Process-wide heap allocation totals since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocTotals {
+    /// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`).
+    pub calls: u64,
+    /// Bytes requested.
+    pub bytes: u64,
+}
+
+/// Reads the process-wide [`AllocTotals`].
+pub type AllocationCounter = fn() -> AllocTotals;
 
 /// Set once by a binary whose global allocator counts (moat's `alloc-stats`
 /// feature). Process-wide rather than per [`Metrics`]: the allocator is global.
@@ -181,8 +190,19 @@ pub fn set_allocation_counter(f: AllocationCounter) -> bool {
     ALLOCATION_COUNTER.set(f).is_ok()
 }
 
-/// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
-pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
+/// The event queue's state as `/metrics` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Records waiting in the queue.
+    pub depth: u64,
+    /// The queue's capacity.
+    pub capacity: u64,
+    /// Records refused because the queue was full, since start.
+    pub dropped: u64,
+}
+
+/// Source of the event queue's [`QueueStats`], set by whoever runs the queue.
+pub type QueueGauge = Arc<dyn Fn() -> Option<QueueStats> + Send + Sync>;
 
 /// All gateway metrics. Survives config reloads: series are keyed by route / cluster name.
 pub struct Metrics {
@@ -340,8 +360,14 @@ impl Metrics {
         // A queue that reports its own drops counts every refused push already;
         // the proxy's counter stands in only for sinks that do not report them.
         let gauge = self.queue.lock().as_ref().and_then(|g| g());
-        let (depth, cap, dropped) =
-            gauge.unwrap_or((0, 0, self.events_dropped.load(Ordering::Relaxed)));
+        let QueueStats {
+            depth,
+            capacity: cap,
+            dropped,
+        } = gauge.unwrap_or(QueueStats {
+            dropped: self.events_dropped.load(Ordering::Relaxed),
+            ..QueueStats::default()
+        });
         let _ = write!(
             out,
             "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
@@ -371,7 +397,10 @@ impl Metrics {
             );
         }
         if let Some(counter) = ALLOCATION_COUNTER.get() {
-            let (allocs, bytes) = counter();
+            let AllocTotals {
+                calls: allocs,
+                bytes,
+            } = counter();
             let _ = write!(
                 out,
                 "# HELP moat_allocations_total Heap allocation calls (alloc, alloc_zeroed, realloc) since start.\n# TYPE moat_allocations_total counter\nmoat_allocations_total {allocs}\n\
@@ -432,7 +461,13 @@ mod tests {
         // A queue that counts its own refusals: the proxy's count of the same
         // refusals is not added again.
         let m = Metrics::default();
-        m.set_queue_gauge(Arc::new(|| Some((3, 64, 7))));
+        m.set_queue_gauge(Arc::new(|| {
+            Some(QueueStats {
+                depth: 3,
+                capacity: 64,
+                dropped: 7,
+            })
+        }));
         m.count_dropped_events(7);
         let text = m.render();
         assert!(

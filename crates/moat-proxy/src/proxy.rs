@@ -96,6 +96,7 @@ pub(crate) async fn handle(
         auth: None,
         events: Vec::new(),
         monitor_only: route.monitor_only,
+        slots: Default::default(),
     };
     let mut state = ReqState {
         user_agent: if shared.events.is_some() {
