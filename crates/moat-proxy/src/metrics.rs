@@ -190,6 +190,11 @@ pub fn set_allocation_counter(f: AllocationCounter) -> bool {
     ALLOCATION_COUNTER.set(f).is_ok()
 }
 
+/// The installed allocation counter's totals, `None` when allocations are not counted.
+pub fn allocation_totals() -> Option<AllocTotals> {
+    ALLOCATION_COUNTER.get().map(|f| f())
+}
+
 /// The event queue's state as `/metrics` shows it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueStats {
