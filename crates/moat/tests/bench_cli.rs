@@ -538,7 +538,13 @@ fn cost_measures_each_engine_of_a_config() {
         .collect();
     assert_eq!(
         names,
-        ["none", "waf", "secrets", "discovery", "waf,secrets,discovery"]
+        [
+            "none",
+            "waf",
+            "secrets",
+            "discovery",
+            "waf,secrets,discovery"
+        ]
     );
     assert!(rows
         .as_array()
