@@ -28,6 +28,7 @@ mod writer;
 
 pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
 pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};
 
