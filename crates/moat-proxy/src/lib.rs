@@ -8,7 +8,8 @@
 //!   engine.
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
 //!   Prometheus counters and histograms, the sink for access, security, TLS and
-//!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
+//!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them);
+//!   `process_metrics` (CPU, memory, file descriptors from `/proc/self`) is rendered by `metrics`.
 //! * `connection`: one downstream connection's shared data, its watchdog, the drain
 //!   signal.
 //! * `downstream_conn`, `upstream_conn`: a connection's I/O and the bodies read from it
@@ -43,6 +44,7 @@ mod h1;
 pub mod jwks_fetch;
 pub mod metrics;
 pub mod pipeline;
+mod process_metrics;
 pub mod proxy;
 pub mod routing;
 mod server;

@@ -362,12 +362,11 @@ async fn upstream_phase(
 
     let t = Instant::now();
     let result = cluster.send(ep, up_req).await;
-    st.shared
-        .metrics
-        .phase(Phase::Upstream)
-        .observe(t.elapsed());
+    let took = t.elapsed();
+    st.shared.metrics.phase(Phase::Upstream).observe(took);
     let e = match result {
         Ok(resp) => {
+            cluster.metrics.latency.observe(took);
             cluster.responded(ep, resp.status());
             return Ok(resp);
         }
@@ -510,6 +509,15 @@ impl ReqState<'_> {
     ) -> Option<Box<AfterBody>> {
         let status = resp.status();
         self.route.metrics.record(decision, status.as_u16());
+        self.route.metrics.duration.observe(self.start.elapsed());
+        for ev in &ctx.events {
+            self.shared.metrics.count_security_event(
+                &ctx.route,
+                ev.engine,
+                &ev.rule,
+                moat_events::record::action_name(ev.action),
+            );
+        }
         let pipeline = &self.snap.pipeline;
         let sink = self.shared.events.as_ref();
         if pipeline.after_response.is_empty() && sink.is_none() {

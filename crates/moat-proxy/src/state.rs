@@ -284,6 +284,7 @@ pub(crate) fn build_snapshot(
         })?;
         let cluster = Arc::new(cluster);
         crate::upstream::spawn_reaper(&cluster);
+        crate::upstream::report_health(&cluster);
         clusters.insert(&c.name.value, cluster);
         meta.insert(
             &c.name.value,

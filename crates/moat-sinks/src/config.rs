@@ -473,7 +473,12 @@ impl SinkConfig {
                 ms(600_000),
             ),
             ("buffer.timeout", b.timeout, ms(10), ms(300_000)),
-            ("buffer.shutdown_timeout", b.shutdown_timeout, ms(0), ms(300_000)),
+            (
+                "buffer.shutdown_timeout",
+                b.shutdown_timeout,
+                ms(0),
+                ms(300_000),
+            ),
         ] {
             if d < lo || d > hi {
                 return Err(at(
@@ -554,10 +559,7 @@ impl SinkConfig {
                 ));
             }
             if s.tls.is_some() && s.transport != SyslogTransport::Tls {
-                return Err(at(
-                    "syslog.tls",
-                    "only with `transport: tls`".into(),
-                ));
+                return Err(at("syslog.tls", "only with `transport: tls`".into()));
             }
         }
         if let Some(h) = &self.http {
@@ -615,20 +617,28 @@ mod tests {
     #[test]
     fn errors_name_file_line_and_field() {
         let e = parse("sinks:\n  - name: a\n    syslog: { address: \"x:1\" }\n  - name: b\n    buffer: { max_records: 0 }\n    http: { url: \"http://h/\" }\n").unwrap_err();
-        assert_eq!((e.line, e.field.as_str()), (4, "telemetry.sinks[1].buffer.max_records"));
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "telemetry.sinks[1].buffer.max_records")
+        );
         let e = parse("sinks:\n  - name: a\n    kafka: { brokers: [\"h:1\"] }\n    syslog: { address: \"x:1\" }\n").unwrap_err();
         assert!(e.message.contains("exactly one"), "{e}");
         let e = parse("sinks:\n  - name: a\n    http: { url: \"ftp://h/\" }\n").unwrap_err();
         assert_eq!(e.field, "telemetry.sinks[0].http.url");
         let e = parse("sinks:\n  - name: a\n    kafka: { brokers: [\"h\"] }\n").unwrap_err();
         assert_eq!(e.field, "telemetry.sinks[0].kafka.brokers");
-        let e = parse("sinks:\n  - name: a\n    kafka: { brokers: [\"h:1\"], topics: { tls: \"a b\" } }\n").unwrap_err();
+        let e = parse(
+            "sinks:\n  - name: a\n    kafka: { brokers: [\"h:1\"], topics: { tls: \"a b\" } }\n",
+        )
+        .unwrap_err();
         assert_eq!(e.field, "telemetry.sinks[0].kafka.topics.tls");
-        let e = parse("sinks:\n  - name: a\n    syslog: { address: \"h:1\", facility: nope }\n").unwrap_err();
+        let e = parse("sinks:\n  - name: a\n    syslog: { address: \"h:1\", facility: nope }\n")
+            .unwrap_err();
         assert_eq!(e.field, "telemetry.sinks[0].syslog.facility");
         let e = parse("sinks:\n  - name: a\n    syslog: { address: \"h:1\" }\n  - name: a\n    syslog: { address: \"h:1\" }\n").unwrap_err();
         assert!(e.message.contains("duplicate"), "{e}");
-        let e = parse("sinks:\n  - name: a\n    syslog: { address: \"h:1\", bogus: 1 }\n").unwrap_err();
+        let e =
+            parse("sinks:\n  - name: a\n    syslog: { address: \"h:1\", bogus: 1 }\n").unwrap_err();
         assert!(e.message.contains("unknown field `bogus`"), "{e}");
         assert_eq!(e.line, 3);
         let e = parse("sinks:\n  - name: a\n    buffer: { retry_backoff: 2s, retry_backoff_max: 1s }\n    syslog: { address: \"h:1\" }\n").unwrap_err();

@@ -59,7 +59,10 @@ pub fn ecs(rec: &Record) -> Value {
     if let Some(m) = v.as_object_mut() {
         m.insert("@timestamp".into(), rfc3339(rec.ts()).into());
         m.insert("ecs".into(), json!({ "version": ECS_VERSION }));
-        m.insert("observer".into(), json!({ "vendor": "moat", "product": "moat", "type": "proxy" }));
+        m.insert(
+            "observer".into(),
+            json!({ "vendor": "moat", "product": "moat", "type": "proxy" }),
+        );
         m.insert("labels".into(), json!({ "moat_type": rec.kind() }));
     }
     prune_nulls(&mut v);
@@ -114,7 +117,9 @@ fn ecs_security(s: &SecurityRecord) -> Value {
 
 fn ecs_tls(t: &TlsRecord) -> Value {
     let h = &t.handshake;
-    let (ip, port) = h.peer_addr.map_or((None, None), |a| (Some(a.ip().to_string()), Some(a.port())));
+    let (ip, port) = h
+        .peer_addr
+        .map_or((None, None), |a| (Some(a.ip().to_string()), Some(a.port())));
     json!({
         "event": { "kind": "event", "category": ["network"], "type": ["connection", "protocol"], "action": "tls_handshake", "duration": h.handshake_us.saturating_mul(1000) },
         "tls": {
@@ -266,7 +271,9 @@ fn ocsf_security(s: &SecurityRecord) -> Value {
 
 fn ocsf_tls(t: &TlsRecord) -> Value {
     let h = &t.handshake;
-    let (ip, port) = h.peer_addr.map_or((None, None), |a| (Some(a.ip().to_string()), Some(a.port())));
+    let (ip, port) = h
+        .peer_addr
+        .map_or((None, None), |a| (Some(a.ip().to_string()), Some(a.port())));
     json!({
         "category_uid": 4, "category_name": "Network Activity",
         "class_uid": 4001, "class_name": "Network Activity",

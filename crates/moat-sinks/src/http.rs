@@ -98,7 +98,10 @@ pub(crate) struct HttpSink {
 
 impl HttpSink {
     /// `cfg` was validated: its URL parses and has a host, its headers are valid.
-    pub(crate) fn new(cfg: &HttpConfig, base_dir: &std::path::Path) -> Result<HttpSink, crate::SinkError> {
+    pub(crate) fn new(
+        cfg: &HttpConfig,
+        base_dir: &std::path::Path,
+    ) -> Result<HttpSink, crate::SinkError> {
         let bad = |m: String| crate::SinkError::Config(format!("http.url: {m}"));
         let uri: Uri = cfg.url.parse().map_err(|e| bad(format!("{e}")))?;
         let https = uri.scheme_str() == Some("https");
@@ -110,12 +113,18 @@ impl HttpSink {
         let address = format!("{}:{port}", authority.host());
         let tls = if https {
             let default = crate::config::ClientTlsConfig::default();
-            Some(crate::net::client_config(cfg.tls.as_ref().unwrap_or(&default), base_dir)?)
+            Some(crate::net::client_config(
+                cfg.tls.as_ref().unwrap_or(&default),
+                base_dir,
+            )?)
         } else {
             None
         };
         let server_name = cfg.tls.as_ref().and_then(|t| t.server_name.as_deref());
-        let host_name = authority.host().trim_start_matches('[').trim_end_matches(']');
+        let host_name = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         let endpoint = Endpoint::new(
             &address,
             tls.map(|c| (c, Some(server_name.unwrap_or(host_name)))),
@@ -128,8 +137,8 @@ impl HttpSink {
                 .map_err(|e| crate::SinkError::Config(format!("http.headers.{k}: {e}")))?;
             headers.push((name, value));
         }
-        let host = HeaderValue::from_str(authority.as_str())
-            .map_err(|e| bad(format!("host: {e}")))?;
+        let host =
+            HeaderValue::from_str(authority.as_str()).map_err(|e| bad(format!("host: {e}")))?;
         Ok(HttpSink {
             layout: cfg.body,
             uri,
@@ -147,7 +156,11 @@ impl HttpSink {
         }
         if self.conn.is_none() {
             let retry = |e: String| SendError::Retry(format!("{}: {e}", self.endpoint.address));
-            let io = self.endpoint.connect().await.map_err(|e| retry(e.to_string()))?;
+            let io = self
+                .endpoint
+                .connect()
+                .await
+                .map_err(|e| retry(e.to_string()))?;
             let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
                 .await
                 .map_err(|e| retry(e.to_string()))?;
@@ -227,7 +240,10 @@ mod tests {
 
     #[test]
     fn body_layouts() {
-        let batch = [m(RecordKind::Access, "{\"a\":1}"), m(RecordKind::Tls, "{\"b\":\"x\"}")];
+        let batch = [
+            m(RecordKind::Access, "{\"a\":1}"),
+            m(RecordKind::Tls, "{\"b\":\"x\"}"),
+        ];
         let mut out = Vec::new();
         write_body(HttpBody::JsonArray, &batch, &mut out);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -148,7 +148,9 @@ impl KafkaSink {
             clients.push(pc);
         }
         if clients.is_empty() {
-            return Err(SendError::Retry(format!("topic `{topic}` has no partition")));
+            return Err(SendError::Retry(format!(
+                "topic `{topic}` has no partition"
+            )));
         }
         self.partitions.insert(topic.to_string(), clients);
         Ok(())
@@ -189,10 +191,8 @@ impl Transport for KafkaSink {
                         key: m.key.as_ref().map(|k| k.as_bytes().to_vec()),
                         value: Some(m.body.clone()),
                         headers: Default::default(),
-                        timestamp: rskafka::chrono::DateTime::from_timestamp_millis(
-                            m.ts_ms as i64,
-                        )
-                        .unwrap_or_default(),
+                        timestamp: rskafka::chrono::DateTime::from_timestamp_millis(m.ts_ms as i64)
+                            .unwrap_or_default(),
                     }
                 })
                 .collect();
@@ -229,7 +229,10 @@ mod tests {
         assert_eq!(murmur2(b"foobar"), -790332482);
         assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
         assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
-        assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+        assert_eq!(
+            murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"),
+            -58897971
+        );
         assert_eq!(murmur2(b"abc"), 479470107);
         assert!(partition_for_key(b"abc", 3) < 3);
     }

@@ -93,13 +93,48 @@ impl SinkMetrics {
         }
         type Get = fn(&SinkStats) -> u64;
         let series: [(&str, &str, &str, Get); 7] = [
-            ("moat_sink_queue_depth", "gauge", "Records buffered in the sink, waiting for delivery.", |s| s.depth.load(Ordering::Relaxed) as u64),
-            ("moat_sink_queue_bytes", "gauge", "Encoded bytes buffered in the sink.", |s| s.bytes.load(Ordering::Relaxed) as u64),
-            ("moat_sink_dropped_total", "counter", "Records dropped because the sink's buffer was full (or at shutdown).", |s| s.dropped.load(Ordering::Relaxed)),
-            ("moat_sink_delivered_total", "counter", "Records delivered by the sink.", |s| s.delivered.load(Ordering::Relaxed)),
-            ("moat_sink_rejected_total", "counter", "Records the destination refused for good.", |s| s.rejected.load(Ordering::Relaxed) + s.encode_errors.load(Ordering::Relaxed)),
-            ("moat_sink_send_errors_total", "counter", "Failed delivery attempts (retried).", |s| s.send_errors.load(Ordering::Relaxed)),
-            ("moat_sink_up", "gauge", "1 unless the sink's last delivery attempt failed.", |s| u64::from(!s.down.load(Ordering::Relaxed))),
+            (
+                "moat_sink_queue_depth",
+                "gauge",
+                "Records buffered in the sink, waiting for delivery.",
+                |s| s.depth.load(Ordering::Relaxed) as u64,
+            ),
+            (
+                "moat_sink_queue_bytes",
+                "gauge",
+                "Encoded bytes buffered in the sink.",
+                |s| s.bytes.load(Ordering::Relaxed) as u64,
+            ),
+            (
+                "moat_sink_dropped_total",
+                "counter",
+                "Records dropped because the sink's buffer was full (or at shutdown).",
+                |s| s.dropped.load(Ordering::Relaxed),
+            ),
+            (
+                "moat_sink_delivered_total",
+                "counter",
+                "Records delivered by the sink.",
+                |s| s.delivered.load(Ordering::Relaxed),
+            ),
+            (
+                "moat_sink_rejected_total",
+                "counter",
+                "Records the destination refused for good.",
+                |s| s.rejected.load(Ordering::Relaxed) + s.encode_errors.load(Ordering::Relaxed),
+            ),
+            (
+                "moat_sink_send_errors_total",
+                "counter",
+                "Failed delivery attempts (retried).",
+                |s| s.send_errors.load(Ordering::Relaxed),
+            ),
+            (
+                "moat_sink_up",
+                "gauge",
+                "1 unless the sink's last delivery attempt failed.",
+                |s| u64::from(!s.down.load(Ordering::Relaxed)),
+            ),
         ];
         for (name, kind, help, get) in series {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -136,11 +171,18 @@ pub fn start(cfg: &TelemetryConfig, base_dir: &Path) -> Result<Started, SinkErro
                 .as_ref()
                 .map(|t| net::client_config(t, base_dir))
                 .transpose()?;
-            spawn(&name, outbox.clone(), s, kafka::KafkaSink::new(k, tls, s.buffer.timeout))?
+            spawn(
+                &name,
+                outbox.clone(),
+                s,
+                kafka::KafkaSink::new(k, tls, s.buffer.timeout),
+            )?
         } else if let Some(sl) = &s.syslog {
             let tls = match sl.transport {
                 config::SyslogTransport::Tls => Some(net::client_config(
-                    sl.tls.as_ref().unwrap_or(&config::ClientTlsConfig::default()),
+                    sl.tls
+                        .as_ref()
+                        .unwrap_or(&config::ClientTlsConfig::default()),
                     base_dir,
                 )?),
                 _ => None,
@@ -149,7 +191,12 @@ pub fn start(cfg: &TelemetryConfig, base_dir: &Path) -> Result<Started, SinkErro
             let endpoint = net::Endpoint::new(&sl.address, tls.map(|c| (c, server_name)))?;
             let facility = config::facility_code(&sl.facility)
                 .ok_or_else(|| SinkError::Config(format!("syslog.facility `{}`", sl.facility)))?;
-            spawn(&name, outbox.clone(), s, syslog::SyslogSink::new(sl, endpoint, facility))?
+            spawn(
+                &name,
+                outbox.clone(),
+                s,
+                syslog::SyslogSink::new(sl, endpoint, facility),
+            )?
         } else if let Some(h) = &s.http {
             spawn(&name, outbox.clone(), s, http::HttpSink::new(h, base_dir)?)?
         } else {

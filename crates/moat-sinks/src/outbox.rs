@@ -247,7 +247,11 @@ pub(crate) async fn deliver<T: Transport>(
                     humantime::format_duration(cfg.timeout)
                 ))),
             };
-            let sent = if res.is_ok() { before } else { before - batch.len() };
+            let sent = if res.is_ok() {
+                before
+            } else {
+                before - batch.len()
+            };
             stats.delivered.fetch_add(sent as u64, Ordering::Relaxed);
             match res {
                 Ok(()) => {
@@ -257,7 +261,9 @@ pub(crate) async fn deliver<T: Transport>(
                     }
                 }
                 Err(SendError::Reject(e)) => {
-                    stats.rejected.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    stats
+                        .rejected
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
                     batch.clear();
                     warner.warn(&format!("records refused: {e}"));
                 }

@@ -27,7 +27,9 @@ fn receiver(status: fn(usize) -> u16) -> Receiver {
         .enable_all()
         .build()
         .unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
@@ -49,7 +51,8 @@ fn receiver(status: fn(usize) -> u16) -> Receiver {
                         let n = count.fetch_add(1, Ordering::SeqCst);
                         let code = status(n);
                         if code == 200 {
-                            b.lock().push((auth, String::from_utf8(body.to_vec()).unwrap()));
+                            b.lock()
+                                .push((auth, String::from_utf8(body.to_vec()).unwrap()));
                         }
                         Ok::<_, std::convert::Infallible>(
                             Response::builder()
@@ -65,7 +68,11 @@ fn receiver(status: fn(usize) -> u16) -> Receiver {
             });
         }
     });
-    Receiver { addr, bodies, _rt: rt }
+    Receiver {
+        addr,
+        bodies,
+        _rt: rt,
+    }
 }
 
 #[test]
@@ -90,7 +97,11 @@ fn batches_are_posted_and_5xx_retried() {
     let bodies = rx.bodies.lock();
     let lines: Vec<serde_json::Value> = bodies
         .iter()
-        .flat_map(|(_, b)| b.lines().map(|l| serde_json::from_str(l).unwrap()).collect::<Vec<_>>())
+        .flat_map(|(_, b)| {
+            b.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert_eq!(lines.len(), 10, "each record once");
     assert_eq!(lines[0]["request_id"], "r0");
@@ -152,11 +163,21 @@ fn a_dead_receiver_never_blocks_and_drops_are_counted() {
     let mut text = String::new();
     metrics.render(&mut text);
     assert!(text.contains("moat_sink_up{sink=\"dead\"} 0"), "{text}");
-    assert!(text.contains("moat_sink_queue_depth{sink=\"dead\"}"), "{text}");
+    assert!(
+        text.contains("moat_sink_queue_depth{sink=\"dead\"}"),
+        "{text}"
+    );
     // Shutdown gives up after `shutdown_timeout` and counts what it could not deliver.
     let t = std::time::Instant::now();
     writer.shutdown();
-    assert!(t.elapsed() < Duration::from_secs(8), "shutdown took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
     assert_eq!(stats.depth.load(Ordering::Relaxed), 0);
-    assert_eq!(stats.dropped.load(Ordering::Relaxed) + stats.delivered.load(Ordering::Relaxed), 500);
+    assert_eq!(
+        stats.dropped.load(Ordering::Relaxed) + stats.delivered.load(Ordering::Relaxed),
+        500
+    );
 }

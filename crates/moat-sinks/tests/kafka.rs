@@ -51,7 +51,12 @@ impl Broker {
             dir.join("data").display()
         );
         std::fs::write(dir.join("server.properties"), props).unwrap();
-        let b = Broker { java, libs, dir: dir.to_path_buf(), port };
+        let b = Broker {
+            java,
+            libs,
+            dir: dir.to_path_buf(),
+            port,
+        };
         let status = b
             .java_cmd("kafka.tools.StorageTool")
             .args(["format", "-t", "bW9hdC1zaW5rcy10ZXN0", "-c"])
@@ -66,9 +71,14 @@ impl Broker {
     fn java_cmd(&self, class: &str) -> Command {
         let mut c = Command::new(&self.java);
         // A small heap and the quick JIT tier: the broker starts in seconds and stays small.
-        c.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp"])
-            .arg(format!("{}/*", self.libs.display()))
-            .arg(class);
+        c.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+        ])
+        .arg(format!("{}/*", self.libs.display()))
+        .arg(class);
         c
     }
 
@@ -96,8 +106,15 @@ impl Broker {
 }
 
 /// Every record of `topic` (all partitions): (partition, key, value).
-async fn consume(broker: &str, topic: &str, partitions: i32) -> Vec<(i32, String, serde_json::Value)> {
-    let client = ClientBuilder::new(vec![broker.to_string()]).build().await.unwrap();
+async fn consume(
+    broker: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<(i32, String, serde_json::Value)> {
+    let client = ClientBuilder::new(vec![broker.to_string()])
+        .build()
+        .await
+        .unwrap();
     let mut out = Vec::new();
     for p in 0..partitions {
         let pc = client
@@ -126,12 +143,20 @@ async fn consume(broker: &str, topic: &str, partitions: i32) -> Vec<(i32, String
 #[test]
 fn kafka_order_per_key_outage_and_recovery() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(broker) = Broker::setup(dir.path()) else { return };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let Some(broker) = Broker::setup(dir.path()) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut running = Some(broker.start());
     let addr = broker.address();
     rt.block_on(async {
-        let client = ClientBuilder::new(vec![addr.clone()]).build().await.unwrap();
+        let client = ClientBuilder::new(vec![addr.clone()])
+            .build()
+            .await
+            .unwrap();
         let ctl = client.controller_client().unwrap();
         for topic in ["moat-access", "moat-security", "moat-tls", "moat-tcp"] {
             ctl.create_topic(topic, 3, 1, 10_000).await.unwrap();
@@ -146,7 +171,10 @@ fn kafka_order_per_key_outage_and_recovery() {
 
     // 1. In order per key: five clients, interleaved.
     for i in 0..300 {
-        assert!(queue.push(common::access(&format!("p1-{i:04}"), &format!("10.0.0.{}", i % 5))));
+        assert!(queue.push(common::access(
+            &format!("p1-{i:04}"),
+            &format!("10.0.0.{}", i % 5)
+        )));
     }
     queue.push(common::security("p1-sec", "10.0.0.9"));
     queue.push(common::tls());
@@ -159,9 +187,15 @@ fn kafka_order_per_key_outage_and_recovery() {
     let mut per_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (p, key, v) in &got {
         // The Java client's partitioner would put this key on the same partition.
-        assert_eq!(*p as usize, moat_sinks::kafka::partition_for_key(key.as_bytes(), 3));
+        assert_eq!(
+            *p as usize,
+            moat_sinks::kafka::partition_for_key(key.as_bytes(), 3)
+        );
         assert_eq!(v["client_ip"], key.as_str());
-        per_key.entry(key.clone()).or_default().push(v["request_id"].as_str().unwrap().to_string());
+        per_key
+            .entry(key.clone())
+            .or_default()
+            .push(v["request_id"].as_str().unwrap().to_string());
     }
     assert_eq!(per_key.len(), 5);
     for ids in per_key.values() {
@@ -174,7 +208,10 @@ fn kafka_order_per_key_outage_and_recovery() {
     assert_eq!(sec.len(), 1);
     assert_eq!(sec[0].2["event"]["rule"], "sqli");
     let tls = rt.block_on(consume(&addr, "moat-tls", 3));
-    assert_eq!(tls[0].2["handshake"]["ciphersuite_name"], "TLS13_AES_128_GCM_SHA256");
+    assert_eq!(
+        tls[0].2["handshake"]["ciphersuite_name"],
+        "TLS13_AES_128_GCM_SHA256"
+    );
 
     // 2. The broker dies mid-stream.
     drop(running.take());
@@ -182,7 +219,10 @@ fn kafka_order_per_key_outage_and_recovery() {
     let mut max_depth = 0;
     for i in 0..6000 {
         let t = Instant::now();
-        queue.push(common::access(&format!("p2-{i:05}"), &format!("10.0.1.{}", i % 7)));
+        queue.push(common::access(
+            &format!("p2-{i:05}"),
+            &format!("10.0.1.{}", i % 7),
+        ));
         slowest = slowest.max(t.elapsed());
         if i % 100 == 0 {
             std::thread::sleep(Duration::from_millis(5));
@@ -193,11 +233,18 @@ fn kafka_order_per_key_outage_and_recovery() {
     std::thread::sleep(Duration::from_millis(300));
     max_depth = max_depth.max(stats.depth.load(Ordering::Relaxed));
     let dropped = stats.dropped.load(Ordering::Relaxed);
-    assert!(slowest < Duration::from_millis(50), "a push waited {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(50),
+        "a push waited {slowest:?}"
+    );
     assert!(max_depth <= 2000, "buffer grew to {max_depth}");
     // 6000 pushed, at most 2000 buffered and one batch of 500 in flight: the rest dropped.
     assert!(dropped >= 6000 - 2000 - 500, "dropped {dropped}");
-    assert!(queue.depth() < 1000, "the event writer was held up: {} queued", queue.depth());
+    assert!(
+        queue.depth() < 1000,
+        "the event writer was held up: {} queued",
+        queue.depth()
+    );
     // The failure surfaces once rskafka's own retries give up (half the 4 s timeout).
     common::wait_for(Duration::from_secs(10), || {
         (stats.send_errors.load(Ordering::Relaxed) > 0).then_some(())
@@ -221,7 +268,10 @@ fn kafka_order_per_key_outage_and_recovery() {
     };
     // What the buffer held goes first...
     let backlog = 302 + (6000 - dropped);
-    wait_delivered(backlog, "the backlog was not delivered after the broker returned");
+    wait_delivered(
+        backlog,
+        "the backlog was not delivered after the broker returned",
+    );
     // ...then records pushed from now on flow as before.
     for i in 0..100 {
         queue.push(common::access(&format!("p3-{i:04}"), "10.0.2.1"));
@@ -240,8 +290,19 @@ fn kafka_order_per_key_outage_and_recovery() {
     sorted.sort();
     assert_eq!(p3, sorted);
     // At least once: every buffered outage record is there (a retried request may add copies).
-    let p2 = got.iter().filter(|(_, _, v)| v["request_id"].as_str().is_some_and(|id| id.starts_with("p2-"))).count() as u64;
-    assert!(p2 >= 6000 - dropped, "{p2} of {} outage records", 6000 - dropped);
+    let p2 = got
+        .iter()
+        .filter(|(_, _, v)| {
+            v["request_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("p2-"))
+        })
+        .count() as u64;
+    assert!(
+        p2 >= 6000 - dropped,
+        "{p2} of {} outage records",
+        6000 - dropped
+    );
     assert!(!stats.down.load(Ordering::Relaxed));
     drop(running);
 }

@@ -27,7 +27,11 @@ fn rsyslog(dir: &Path) -> Option<Rsyslog> {
     let (cert, key) = server.write(dir, "server").unwrap();
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let (udp, tcp, tls) = (free_port().unwrap(), free_port().unwrap(), free_port().unwrap());
+    let (udp, tcp, tls) = (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
+    );
     let out = dir.join("out.log");
     let conf = format!(
         r#"global(workDirectory="{d}" defaultNetstreamDriverCAFile="{ca}" defaultNetstreamDriverCertFile="{cert}" defaultNetstreamDriverKeyFile="{key}")
@@ -58,9 +62,21 @@ action(type="omfile" file="{out}" template="t" flushOnTXEnd="on" asyncWriting="o
         .spawn()
         .unwrap();
     let child = ChildGuard(child);
-    assert!(wait_for_port(tcp, Duration::from_secs(10)), "rsyslogd did not listen on tcp");
-    assert!(wait_for_port(tls, Duration::from_secs(10)), "rsyslogd did not listen on tls");
-    Some(Rsyslog { _child: child, out, udp, tcp, tls })
+    assert!(
+        wait_for_port(tcp, Duration::from_secs(10)),
+        "rsyslogd did not listen on tcp"
+    );
+    assert!(
+        wait_for_port(tls, Duration::from_secs(10)),
+        "rsyslogd did not listen on tls"
+    );
+    Some(Rsyslog {
+        _child: child,
+        out,
+        udp,
+        tcp,
+        tls,
+    })
 }
 
 fn lines(out: &Path, n: usize) -> Vec<String> {
@@ -80,7 +96,9 @@ fn lines(out: &Path, n: usize) -> Vec<String> {
 #[test]
 fn rsyslog_receives_udp_tcp_and_tls_in_every_mapping() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(rs) = rsyslog(dir.path()) else { return };
+    let Some(rs) = rsyslog(dir.path()) else {
+        return;
+    };
     let yaml = format!(
         r#"sinks:
   - name: udp
@@ -105,13 +123,16 @@ fn rsyslog_receives_udp_tcp_and_tls_in_every_mapping() {
     let got = lines(&rs.out, 6);
     writer.shutdown();
     let by_app = |app: &str| -> Vec<&String> {
-        got.iter().filter(|l| l.starts_with(&format!("{app}|"))).collect()
+        got.iter()
+            .filter(|l| l.starts_with(&format!("{app}|")))
+            .collect()
     };
     let udp = by_app("moat-udp");
     assert_eq!(udp.len(), 1, "{got:?}");
     // local0 (16) * 8 + warning (4) = 132: a block is a warning.
     assert!(udp[0].starts_with("moat-udp|security|132|"), "{}", udp[0]);
-    let msg: serde_json::Value = serde_json::from_str(udp[0].splitn(4, '|').nth(3).unwrap()).unwrap();
+    let msg: serde_json::Value =
+        serde_json::from_str(udp[0].splitn(4, '|').nth(3).unwrap()).unwrap();
     assert_eq!(msg["event"]["rule"], "sqli");
     assert_eq!(msg["request_id"], "r1");
 
@@ -120,7 +141,8 @@ fn rsyslog_receives_udp_tcp_and_tls_in_every_mapping() {
     // authpriv (10) * 8 + info (6) = 86 for the access record.
     let access = tcp.iter().find(|l| l.contains("|access|")).unwrap();
     assert!(access.starts_with("moat-tcp|access|86|"), "{access}");
-    let ecs: serde_json::Value = serde_json::from_str(access.splitn(4, '|').nth(3).unwrap()).unwrap();
+    let ecs: serde_json::Value =
+        serde_json::from_str(access.splitn(4, '|').nth(3).unwrap()).unwrap();
     assert_eq!(ecs["http"]["response"]["status_code"], 200);
     assert_eq!(ecs["source"]["ip"], "10.0.0.1");
     assert_eq!(ecs["ecs"]["version"], moat_sinks::format::ECS_VERSION);
@@ -135,21 +157,35 @@ fn rsyslog_receives_udp_tcp_and_tls_in_every_mapping() {
     assert_eq!(ocsf["unmapped"]["tls"]["protocol_version"], 0x0304);
     assert_eq!(ocsf["unmapped"]["tls"]["key_exchange_group"], "X25519");
     let finding = tls.iter().find(|l| l.contains("|security|")).unwrap();
-    let ocsf: serde_json::Value = serde_json::from_str(finding.splitn(4, '|').nth(3).unwrap()).unwrap();
+    let ocsf: serde_json::Value =
+        serde_json::from_str(finding.splitn(4, '|').nth(3).unwrap()).unwrap();
     assert_eq!(ocsf["class_uid"], 2004);
     assert_eq!(ocsf["finding_info"]["analytic"]["uid"], "sqli");
 
     for sink in ["udp", "tcp", "tls"] {
         let s = metrics.get(sink).unwrap();
-        assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 0, "{sink}");
+        assert_eq!(
+            s.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "{sink}"
+        );
     }
-    assert_eq!(metrics.get("tls").unwrap().delivered.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(
+        metrics
+            .get("tls")
+            .unwrap()
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
 }
 
 #[test]
 fn tcp_sink_reconnects_after_the_receiver_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(rs) = rsyslog(dir.path()) else { return };
+    let Some(rs) = rsyslog(dir.path()) else {
+        return;
+    };
     let yaml = format!(
         "sinks:\n  - name: tcp\n    buffer: {{ retry_backoff: 20ms, retry_backoff_max: 200ms }}\n    syslog: {{ address: \"127.0.0.1:{}\" }}\n",
         rs.tcp
@@ -172,7 +208,10 @@ fn tcp_sink_reconnects_after_the_receiver_restarts() {
     writer.shutdown();
     let text = got.join("\n");
     for id in ["before", "down-0", "down-4", "after"] {
-        assert!(text.contains(&format!("\"request_id\":\"{id}\"")), "{id} missing: {text}");
+        assert!(
+            text.contains(&format!("\"request_id\":\"{id}\"")),
+            "{id} missing: {text}"
+        );
     }
     let s = metrics.get("tcp").unwrap();
     assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 0);
@@ -194,5 +233,11 @@ fn restart(dir: &Path, udp: u16, tcp: u16, tls: u16, out: std::path::PathBuf) ->
         .unwrap();
     let child = ChildGuard(child);
     assert!(wait_for_port(tcp, Duration::from_secs(10)));
-    Some(Rsyslog { _child: child, out, udp, tcp, tls })
+    Some(Rsyslog {
+        _child: child,
+        out,
+        udp,
+        tcp,
+        tls,
+    })
 }

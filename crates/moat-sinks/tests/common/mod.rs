@@ -5,7 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use moat_core::{EventAction, HandshakeRecord, SecurityEvent};
-use moat_events::{AccessRecord, EventQueue, EventWriter, EventsConfig, Record, SecurityRecord, TlsRecord};
+use moat_events::{
+    AccessRecord, EventQueue, EventWriter, EventsConfig, Record, SecurityRecord, TlsRecord,
+};
 
 /// An access record of request `id` from `ip`.
 pub fn access(id: &str, ip: &str) -> Record {
@@ -32,7 +34,8 @@ pub fn security(id: &str, ip: &str) -> Record {
         client_ip: ip.into(),
         method: "POST".into(),
         path: "/login".into(),
-        event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection").at("query:id"),
+        event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection")
+            .at("query:id"),
     })
 }
 

@@ -198,8 +198,15 @@ async fn serve(
         tracing::info!(address = %demo, "demo app listening");
     }
     let drain = cfg.runtime.shutdown_timeout;
-    let events = moat_proxy::events::QueueSink::start_if_enabled(&cfg.events, &src.base_dir)
-        .map_err(|e| anyhow::anyhow!("events: {e}"))?;
+    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir)
+        .map_err(|e| anyhow::anyhow!("telemetry: {e}"))?;
+    let sink_metrics = sinks.metrics.clone();
+    let events = moat_proxy::events::QueueSink::start_with_sinks(
+        &cfg.events,
+        &src.base_dir,
+        sinks.record_sinks,
+    )
+    .map_err(|e| anyhow::anyhow!("events: {e}"))?;
     let (sink, writer) = match events {
         Some((s, w)) => (Some(s as Arc<dyn moat_proxy::EventSink>), Some(w)),
         None => (None, None),
@@ -214,6 +221,9 @@ async fn serve(
         ..GatewayOptions::default()
     };
     let gw = Gateway::new(cfg, src, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    gw.shared()
+        .metrics
+        .add_renderer(Arc::new(move |out: &mut String| sink_metrics.render(out)));
     let running = gw.start().await?;
     running.spawn_reload_triggers();
     tracing::info!(threads, "moat started");
