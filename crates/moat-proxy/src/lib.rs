@@ -19,6 +19,7 @@
 //! * [`routing`], [`state`], [`tls_audit`]: routes, the configuration snapshot and the
 //!   state shared by listeners, the admin API and the request path; TLS audit as a
 //!   connection phase.
+//! * `otel`: the OpenTelemetry spans of a sampled request (W3C `traceparent`).
 //! * [`proxy`]: the request path, one function per phase group.
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
 //! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
@@ -43,6 +44,7 @@ pub mod gateway;
 mod h1;
 pub mod jwks_fetch;
 pub mod metrics;
+mod otel;
 pub mod pipeline;
 mod process_metrics;
 pub mod proxy;

@@ -29,6 +29,13 @@ pub enum Phase {
     AfterResponse = 5,
 }
 
+impl Phase {
+    /// The phase's label value (`request_headers`, `upstream`, ...).
+    pub fn name(self) -> &'static str {
+        PHASE_NAMES[self as usize]
+    }
+}
+
 const PHASE_NAMES: [&str; 6] = [
     "connection",
     "request_headers",
@@ -99,6 +106,13 @@ pub enum Decision {
 }
 
 const DECISIONS: [&str; 4] = ["allow", "block", "limit", "error"];
+
+impl Decision {
+    /// The decision's label value (`allow`, `block`, `limit`, `error`).
+    pub fn name(self) -> &'static str {
+        DECISIONS[self as usize]
+    }
+}
 const STATUS_MIN: u16 = 100;
 const STATUS_SLOTS: usize = 500;
 

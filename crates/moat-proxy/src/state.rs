@@ -98,6 +98,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Event sink, if any.
     pub events: Option<Arc<dyn EventSink>>,
+    /// The span exporter, when tracing is on.
+    pub tracer: Option<Arc<moat_sinks::Tracer>>,
     pub(crate) pipeline_factory: PipelineFactory,
     pub(crate) ready: std::sync::atomic::AtomicBool,
     pub(crate) draining: std::sync::atomic::AtomicBool,

@@ -34,6 +34,8 @@ pub const MAX_SINKS: usize = 16;
 pub struct TelemetryConfig {
     /// Distributed event sinks; each receives every record the event writer drains.
     pub sinks: Vec<SinkConfig>,
+    /// OpenTelemetry traces (off by default).
+    pub tracing: crate::trace::TracingConfig,
 }
 
 /// Which mapping a sink writes.
@@ -390,6 +392,9 @@ impl TelemetryConfig {
                 format!("at most {MAX_SINKS} sinks, got {}", self.sinks.len()),
             ));
         }
+        self.tracing.validate(&|field, msg| {
+            ConfigError::semantic(file, 0, 0, format!("telemetry.tracing.{field}"), msg)
+        })?;
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.sinks.iter().enumerate() {
             let at = |field: &str, msg: String| {
@@ -416,6 +421,12 @@ impl TelemetryConfig {
 impl SinkConfig {
     fn validate_one(&self, at: &dyn Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
         let name = &self.name.value;
+        if name == "tracing" {
+            return Err(at(
+                "name",
+                "`tracing` is the span exporter's name in metrics".into(),
+            ));
+        }
         if name.is_empty()
             || name.len() > 64
             || !name
@@ -441,57 +452,8 @@ impl SinkConfig {
         if self.records.is_empty() {
             return Err(at("records", "names no record kind".into()));
         }
-        let b = &self.buffer;
-        if b.max_records == 0 || b.max_records > MAX_BUFFER_RECORDS {
-            return Err(at(
-                "buffer.max_records",
-                format!(
-                    "must be between 1 and {MAX_BUFFER_RECORDS}, got {}",
-                    b.max_records
-                ),
-            ));
-        }
-        if b.max_bytes < 4096 || b.max_bytes > MAX_BUFFER_BYTES {
-            return Err(at(
-                "buffer.max_bytes",
-                format!("must be between 4KiB and 1GiB, got {}", b.max_bytes),
-            ));
-        }
-        if b.batch_max == 0 || b.batch_max > MAX_BATCH {
-            return Err(at(
-                "buffer.batch_max",
-                format!("must be between 1 and {MAX_BATCH}, got {}", b.batch_max),
-            ));
-        }
-        let ms = Duration::from_millis;
-        for (field, d, lo, hi) in [
-            ("buffer.retry_backoff", b.retry_backoff, ms(1), ms(60_000)),
-            (
-                "buffer.retry_backoff_max",
-                b.retry_backoff_max,
-                b.retry_backoff,
-                ms(600_000),
-            ),
-            ("buffer.timeout", b.timeout, ms(10), ms(300_000)),
-            (
-                "buffer.shutdown_timeout",
-                b.shutdown_timeout,
-                ms(0),
-                ms(300_000),
-            ),
-        ] {
-            if d < lo || d > hi {
-                return Err(at(
-                    field,
-                    format!(
-                        "must be between {} and {}, got {}",
-                        humantime::format_duration(lo),
-                        humantime::format_duration(hi),
-                        humantime::format_duration(d)
-                    ),
-                ));
-            }
-        }
+        self.buffer
+            .validate(&|f, m| at(&format!("buffer.{f}"), m))?;
         if let Some(k) = &self.kafka {
             if k.brokers.is_empty() {
                 return Err(at("kafka.brokers", "names no broker".into()));
@@ -563,29 +525,91 @@ impl SinkConfig {
             }
         }
         if let Some(h) = &self.http {
-            let uri: Result<hyper::Uri, _> = h.url.parse();
-            let ok = uri.as_ref().is_ok_and(|u| {
-                matches!(u.scheme_str(), Some("http") | Some("https")) && u.host().is_some()
-            });
-            if !ok {
+            validate_http(h, &|f, m| at(&format!("http.{f}"), m))?;
+        }
+        Ok(())
+    }
+}
+
+impl BufferConfig {
+    /// Checks every limit; `at(field, message)` locates an error.
+    pub fn validate(&self, at: &dyn Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
+        let b = self;
+        if b.max_records == 0 || b.max_records > MAX_BUFFER_RECORDS {
+            return Err(at(
+                "max_records",
+                format!(
+                    "must be between 1 and {MAX_BUFFER_RECORDS}, got {}",
+                    b.max_records
+                ),
+            ));
+        }
+        if b.max_bytes < 4096 || b.max_bytes > MAX_BUFFER_BYTES {
+            return Err(at(
+                "max_bytes",
+                format!("must be between 4KiB and 1GiB, got {}", b.max_bytes),
+            ));
+        }
+        if b.batch_max == 0 || b.batch_max > MAX_BATCH {
+            return Err(at(
+                "batch_max",
+                format!("must be between 1 and {MAX_BATCH}, got {}", b.batch_max),
+            ));
+        }
+        let ms = Duration::from_millis;
+        for (field, d, lo, hi) in [
+            ("retry_backoff", b.retry_backoff, ms(1), ms(60_000)),
+            (
+                "retry_backoff_max",
+                b.retry_backoff_max,
+                b.retry_backoff,
+                ms(600_000),
+            ),
+            ("timeout", b.timeout, ms(10), ms(300_000)),
+            ("shutdown_timeout", b.shutdown_timeout, ms(0), ms(300_000)),
+        ] {
+            if d < lo || d > hi {
                 return Err(at(
-                    "http.url",
-                    format!("`{}` is not an http:// or https:// URL", h.url),
+                    field,
+                    format!(
+                        "must be between {} and {}, got {}",
+                        humantime::format_duration(lo),
+                        humantime::format_duration(hi),
+                        humantime::format_duration(d)
+                    ),
                 ));
-            }
-            for (k, v) in &h.headers {
-                if hyper::header::HeaderName::from_bytes(k.as_bytes()).is_err()
-                    || hyper::header::HeaderValue::from_str(v).is_err()
-                {
-                    return Err(at(
-                        &format!("http.headers.{k}"),
-                        "not a valid header name and value".into(),
-                    ));
-                }
             }
         }
         Ok(())
     }
+}
+
+/// Checks an HTTP destination; `at(field, message)` locates an error.
+pub(crate) fn validate_http(
+    h: &HttpConfig,
+    at: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let uri: Result<hyper::Uri, _> = h.url.parse();
+    let ok = uri.as_ref().is_ok_and(|u| {
+        matches!(u.scheme_str(), Some("http") | Some("https")) && u.host().is_some()
+    });
+    if !ok {
+        return Err(at(
+            "url",
+            format!("`{}` is not an http:// or https:// URL", h.url),
+        ));
+    }
+    for (k, v) in &h.headers {
+        if hyper::header::HeaderName::from_bytes(k.as_bytes()).is_err()
+            || hyper::header::HeaderValue::from_str(v).is_err()
+        {
+            return Err(at(
+                &format!("headers.{k}"),
+                "not a valid header name and value".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -94,6 +94,8 @@ pub(crate) struct HttpSink {
     endpoint: Endpoint,
     conn: Option<SendRequest<Full<Bytes>>>,
     buf: Vec<u8>,
+    /// Set for the trace exporter: batches are OTLP requests of this service.
+    otlp_service: Option<String>,
 }
 
 impl HttpSink {
@@ -147,7 +149,14 @@ impl HttpSink {
             endpoint,
             conn: None,
             buf: Vec::new(),
+            otlp_service: None,
         })
+    }
+
+    /// Posts batches of encoded spans as OTLP/HTTP JSON requests of `service`.
+    pub(crate) fn with_otlp(mut self, service: String) -> Self {
+        self.otlp_service = Some(service);
+        self
     }
 
     async fn connection(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, SendError> {
@@ -180,11 +189,20 @@ impl HttpSink {
 impl Transport for HttpSink {
     async fn send(&mut self, batch: &mut Vec<Message>) -> Result<(), SendError> {
         self.buf.clear();
-        write_body(self.layout, batch, &mut self.buf);
+        let content_type = match &self.otlp_service {
+            Some(service) => {
+                crate::trace::write_request(service, batch, &mut self.buf);
+                "application/json"
+            }
+            None => {
+                write_body(self.layout, batch, &mut self.buf);
+                content_type(self.layout)
+            }
+        };
         let body = Bytes::from(std::mem::take(&mut self.buf));
         let mut req = Request::post(self.uri.clone())
             .header(HOST, self.host.clone())
-            .header(CONTENT_TYPE, content_type(self.layout))
+            .header(CONTENT_TYPE, content_type)
             .body(Full::new(body))
             .map_err(|e| SendError::Reject(e.to_string()))?;
         for (k, v) in &self.headers {

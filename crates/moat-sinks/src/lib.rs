@@ -27,6 +27,7 @@ pub mod kafka;
 mod net;
 pub mod outbox;
 pub mod syslog;
+pub mod trace;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -36,6 +37,7 @@ use std::thread::JoinHandle;
 
 pub use config::{Format, RecordKind, SinkConfig, TelemetryConfig};
 pub use outbox::SinkStats;
+pub use trace::{Tracer, TracingConfig};
 
 use outbox::{Encoder, Outbox, Transport, Warner};
 
@@ -83,6 +85,13 @@ impl SinkMetrics {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, s)| &**s)
+    }
+
+    /// These counters and `stats` under `name` (the span exporter's, as `tracing`).
+    pub fn with(&self, name: &str, stats: Arc<SinkStats>) -> SinkMetrics {
+        let mut v = (*self.sinks).clone();
+        v.push((name.to_string(), stats));
+        SinkMetrics { sinks: Arc::new(v) }
     }
 
     /// Renders the sinks' series in the Prometheus text format (nothing without sinks).
@@ -174,7 +183,7 @@ pub fn start(cfg: &TelemetryConfig, base_dir: &Path) -> Result<Started, SinkErro
             spawn(
                 &name,
                 outbox.clone(),
-                s,
+                &s.buffer,
                 kafka::KafkaSink::new(k, tls, s.buffer.timeout),
             )?
         } else if let Some(sl) = &s.syslog {
@@ -194,11 +203,16 @@ pub fn start(cfg: &TelemetryConfig, base_dir: &Path) -> Result<Started, SinkErro
             spawn(
                 &name,
                 outbox.clone(),
-                s,
+                &s.buffer,
                 syslog::SyslogSink::new(sl, endpoint, facility),
             )?
         } else if let Some(h) = &s.http {
-            spawn(&name, outbox.clone(), s, http::HttpSink::new(h, base_dir)?)?
+            spawn(
+                &name,
+                outbox.clone(),
+                &s.buffer,
+                http::HttpSink::new(h, base_dir)?,
+            )?
         } else {
             return Err(SinkError::Config(format!(
                 "sink `{name}` has no destination"
@@ -220,17 +234,17 @@ pub fn start(cfg: &TelemetryConfig, base_dir: &Path) -> Result<Started, SinkErro
 }
 
 /// Starts the sink's thread: a current-thread tokio runtime running its delivery loop.
-fn spawn<T: Transport>(
+pub(crate) fn spawn<T: Transport>(
     name: &str,
     outbox: Arc<Outbox>,
-    cfg: &SinkConfig,
+    buffer: &config::BufferConfig,
     transport: T,
 ) -> Result<JoinHandle<()>, SinkError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(SinkError::Thread)?;
-    let buffer = cfg.buffer.clone();
+    let buffer = buffer.clone();
     let task_name = name.to_string();
     std::thread::Builder::new()
         .name(format!("moat-sink-{name}"))
