@@ -194,6 +194,23 @@ async fn a_waf_block_reaches_the_sink_and_the_metrics() {
     assert!(metric(&text, "process_resident_memory_bytes").unwrap() > 1e6);
     assert!(metric(&text, "process_open_fds").unwrap() > 3.0);
     assert!(text.contains("moat_build_info{version=\""));
+    // Every metric the Grafana dashboard queries exists.
+    let dashboard = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/moat.json"),
+    )
+    .unwrap();
+    let names: std::collections::BTreeSet<&str> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|t| t.starts_with("moat_") || t.starts_with("process_"))
+        .collect();
+    assert!(names.len() > 15, "{names:?}");
+    for name in names {
+        let family = name.strip_suffix("_bucket").unwrap_or(name);
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "the dashboard queries {name}, which /metrics does not have"
+        );
+    }
     // Tracing is off: no exporter series.
     assert!(!text.contains("sink=\"tracing\""));
     assert!(run.tracer.is_none());

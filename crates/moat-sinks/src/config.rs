@@ -639,6 +639,27 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_config_is_valid() {
+        let doc = include_str!("../../../docs/sinks.md");
+        let block = doc
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .unwrap();
+        // The example reads the HEC token from the environment.
+        std::env::set_var("HEC_TOKEN", "t");
+        let file = Path::new("moat.yaml");
+        #[derive(Deserialize)]
+        struct Top {
+            telemetry: TelemetryConfig,
+        }
+        let top: Top = moat_config::from_str(file, block).unwrap();
+        top.telemetry.validate(file).unwrap();
+        assert_eq!(top.telemetry.sinks.len(), 3);
+        assert!(top.telemetry.tracing.enabled);
+    }
+
+    #[test]
     fn errors_name_file_line_and_field() {
         let e = parse("sinks:\n  - name: a\n    syslog: { address: \"x:1\" }\n  - name: b\n    buffer: { max_records: 0 }\n    http: { url: \"http://h/\" }\n").unwrap_err();
         assert_eq!(
