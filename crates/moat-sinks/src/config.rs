@@ -35,7 +35,7 @@ pub struct TelemetryConfig {
     /// Distributed event sinks; each receives every record the event writer drains.
     pub sinks: Vec<SinkConfig>,
     /// OpenTelemetry traces (off by default).
-    pub tracing: crate::trace::TracingConfig,
+    pub tracing: TracingConfig,
 }
 
 /// Which mapping a sink writes.
@@ -528,6 +528,78 @@ impl SinkConfig {
             validate_http(h, &|f, m| at(&format!("http.{f}"), m))?;
         }
         Ok(())
+    }
+}
+
+/// The `telemetry.tracing:` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Whether spans are recorded and exported (default false).
+    pub enabled: bool,
+    /// OTLP/HTTP traces endpoint (default `http://127.0.0.1:4318/v1/traces`).
+    pub endpoint: String,
+    /// Share of new traces sampled, 0.0..=1.0 (default 0.01). A request whose
+    /// `traceparent` carries a sampling decision follows it.
+    pub sample_ratio: f64,
+    /// `service.name` of the spans (default `moat`).
+    pub service_name: String,
+    /// Extra request headers (an authentication token for the collector).
+    pub headers: BTreeMap<String, String>,
+    /// TLS settings for an `https://` endpoint.
+    pub tls: Option<ClientTlsConfig>,
+    /// In-memory buffer, batching and retries, as for event sinks.
+    pub buffer: BufferConfig,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            enabled: false,
+            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+            sample_ratio: 0.01,
+            service_name: "moat".into(),
+            headers: BTreeMap::new(),
+            tls: None,
+            buffer: BufferConfig {
+                max_records: 20_000,
+                batch_max: 512,
+                ..BufferConfig::default()
+            },
+        }
+    }
+}
+
+impl TracingConfig {
+    /// The HTTP sink settings of the exporter.
+    pub(crate) fn http(&self) -> HttpConfig {
+        HttpConfig {
+            url: self.endpoint.clone(),
+            body: HttpBody::Ndjson,
+            headers: self.headers.clone(),
+            tls: self.tls.clone(),
+        }
+    }
+
+    /// Checks the section; `at(field, message)` locates an error.
+    pub(crate) fn validate(
+        &self,
+        at: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(at(
+                "sample_ratio",
+                format!("must be between 0 and 1, got {}", self.sample_ratio),
+            ));
+        }
+        if self.service_name.is_empty() || self.service_name.len() > 255 {
+            return Err(at("service_name", "1 to 255 characters".into()));
+        }
+        self.buffer
+            .validate(&|f, m| at(&format!("buffer.{f}"), m))?;
+        validate_http(&self.http(), &|f, m| {
+            at(if f == "url" { "endpoint" } else { f }, m)
+        })
     }
 }
 

@@ -18,6 +18,28 @@ use crate::config::{HttpBody, HttpConfig, RecordKind};
 use crate::net::Endpoint;
 use crate::outbox::{Message, SendError, Transport};
 
+/// The OTLP `ExportTraceServiceRequest` around encoded spans.
+pub(crate) fn write_otlp_request(service_name: &str, batch: &[Message], out: &mut Vec<u8>) {
+    out.extend_from_slice(
+        b"{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":",
+    );
+    let _ = serde_json::to_writer(&mut *out, service_name);
+    let _ = std::io::Write::write_fmt(
+        out,
+        format_args!(
+            "}}}}]}},\"scopeSpans\":[{{\"scope\":{{\"name\":\"moat\",\"version\":\"{}\"}},\"spans\":[",
+            env!("CARGO_PKG_VERSION")
+        ),
+    );
+    for (i, m) in batch.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&m.body);
+    }
+    out.extend_from_slice(b"]}]}]}");
+}
+
 /// Appends the request body of a batch in `layout` to `out`.
 pub fn write_body(layout: HttpBody, batch: &[Message], out: &mut Vec<u8>) {
     match layout {
@@ -191,7 +213,7 @@ impl Transport for HttpSink {
         self.buf.clear();
         let content_type = match &self.otlp_service {
             Some(service) => {
-                crate::trace::write_request(service, batch, &mut self.buf);
+                write_otlp_request(service, batch, &mut self.buf);
                 "application/json"
             }
             None => {

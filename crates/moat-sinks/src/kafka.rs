@@ -21,7 +21,7 @@ use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record as KafkaRecord;
 use rskafka::BackoffConfig;
 
-use crate::config::{KafkaCompression, KafkaConfig, KafkaTopics};
+use crate::config::{KafkaCompression, KafkaConfig, KafkaTopics, RecordKind};
 use crate::outbox::{Message, SendError, Transport};
 
 /// Kafka's murmur2 (the Java client's `Utils.murmur2`), seed `0x9747b28c`.
@@ -71,6 +71,8 @@ pub(crate) struct KafkaSink {
     client: Option<Client>,
     /// The partition clients of each topic, by partition number.
     partitions: HashMap<String, Vec<PartitionClient>>,
+    /// Partition count of each kind's topic, by [`RecordKind::index`] (0: not loaded yet).
+    counts: [usize; 4],
     round_robin: usize,
 }
 
@@ -92,6 +94,7 @@ impl KafkaSink {
             deadline: timeout / 2,
             client: None,
             partitions: HashMap::new(),
+            counts: [0; 4],
             round_robin: 0,
         }
     }
@@ -124,11 +127,23 @@ impl KafkaSink {
             .ok_or_else(|| SendError::Retry("no client".into()))
     }
 
-    /// Loads the partition clients of `topic` once.
-    async fn load_topic(&mut self, topic: &str) -> Result<(), SendError> {
-        if self.partitions.contains_key(topic) {
-            return Ok(());
+    /// The partition count of a kind's topic (its partition clients are loaded once).
+    async fn partition_count(&mut self, kind: RecordKind) -> Result<usize, SendError> {
+        let n = self.counts[kind.index()];
+        if n > 0 {
+            return Ok(n);
         }
+        let topic = self.topics.get(kind).to_string();
+        if !self.partitions.contains_key(&topic) {
+            self.load_topic(&topic).await?;
+        }
+        let n = self.partitions.get(&topic).map_or(0, Vec::len);
+        self.counts[kind.index()] = n;
+        Ok(n.max(1))
+    }
+
+    /// Loads the partition clients of `topic`.
+    async fn load_topic(&mut self, topic: &str) -> Result<(), SendError> {
         let client = self.client().await?;
         let list = client
             .list_topics()
@@ -157,14 +172,27 @@ impl KafkaSink {
     }
 }
 
+/// Whether the broker refused the records themselves (retrying cannot help).
+fn refused_for_good(e: &rskafka::client::error::Error) -> bool {
+    use rskafka::client::error::{Error, ProtocolError};
+    matches!(
+        e,
+        Error::ServerError {
+            protocol_error: ProtocolError::MessageTooLarge
+                | ProtocolError::RecordListTooLarge
+                | ProtocolError::InvalidRecord
+                | ProtocolError::CorruptMessage,
+            ..
+        }
+    )
+}
+
 impl Transport for KafkaSink {
     async fn send(&mut self, batch: &mut Vec<Message>) -> Result<(), SendError> {
-        // (topic, partition) -> indices of the batch, in batch order.
-        let mut parts: Vec<(String, usize, Vec<usize>)> = Vec::new();
+        // (record kind, partition) -> indices of the batch, in batch order.
+        let mut parts: Vec<(RecordKind, usize, Vec<usize>)> = Vec::new();
         for (i, m) in batch.iter().enumerate() {
-            let topic = self.topics.get(m.kind).to_string();
-            self.load_topic(&topic).await?;
-            let n = self.partitions.get(&topic).map_or(1, Vec::len);
+            let n = self.partition_count(m.kind).await?;
             let p = match &m.key {
                 Some(k) => partition_for_key(k.as_bytes(), n),
                 None => {
@@ -172,14 +200,17 @@ impl Transport for KafkaSink {
                     self.round_robin % n
                 }
             };
-            match parts.iter_mut().find(|(t, q, _)| *t == topic && *q == p) {
+            match parts.iter_mut().find(|(k, q, _)| *k == m.kind && *q == p) {
                 Some((_, _, idx)) => idx.push(i),
-                None => parts.push((topic, p, vec![i])),
+                None => parts.push((m.kind, p, vec![i])),
             }
         }
-        let mut delivered = vec![false; batch.len()];
+        // Delivered records leave the batch; what is left is retried, or refused.
+        let mut done = vec![false; batch.len()];
         let mut failure = None;
-        for (topic, p, idx) in &parts {
+        let mut refused = None;
+        for (kind, p, idx) in &parts {
+            let topic = self.topics.get(*kind);
             let Some(pc) = self.partitions.get(topic).and_then(|v| v.get(*p)) else {
                 continue;
             };
@@ -197,23 +228,24 @@ impl Transport for KafkaSink {
                 })
                 .collect();
             match pc.produce(records, self.compression).await {
-                Ok(_) => idx.iter().for_each(|&i| delivered[i] = true),
+                Ok(_) => idx.iter().for_each(|&i| done[i] = true),
+                // Left in the batch: the driver counts what is left after a refusal.
+                Err(e) if refused_for_good(&e) => {
+                    refused = Some((idx.len(), format!("{topic}/{p}: {e}")));
+                }
                 Err(e) => failure = Some(format!("produce to {topic}/{p}: {e}")),
             }
         }
-        match failure {
-            None => {
-                batch.clear();
-                Ok(())
-            }
-            Some(e) => {
-                let mut i = 0;
-                batch.retain(|_| {
-                    i += 1;
-                    !delivered[i - 1]
-                });
-                Err(SendError::Retry(e))
-            }
+        let mut i = 0;
+        batch.retain(|_| {
+            i += 1;
+            !done[i - 1]
+        });
+        match (failure, refused) {
+            // Refused records are refused again on the retry, then counted.
+            (Some(e), _) => Err(SendError::Retry(e)),
+            (None, Some((n, e))) => Err(SendError::Reject(format!("{n} records: {e}"))),
+            (None, None) => Ok(()),
         }
     }
 }

@@ -35,9 +35,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use config::{Format, RecordKind, SinkConfig, TelemetryConfig};
+pub use config::{Format, RecordKind, SinkConfig, TelemetryConfig, TracingConfig};
 pub use outbox::SinkStats;
-pub use trace::{Tracer, TracingConfig};
+pub use trace::Tracer;
 
 use outbox::{Encoder, Outbox, Transport, Warner};
 

@@ -122,6 +122,7 @@ impl Outbox {
     /// Appends messages that fit, drops (and counts) the others; returns how many were dropped.
     pub(crate) fn push(&self, msgs: impl Iterator<Item = Message>) -> u64 {
         let mut dropped = 0;
+        let mut pushed = 0;
         let mut q = self.queue.lock();
         let mut bytes = self.stats.bytes.load(Ordering::Relaxed);
         for m in msgs {
@@ -132,6 +133,7 @@ impl Outbox {
             }
             bytes += cost;
             q.push_back(m);
+            pushed += 1;
         }
         self.stats.depth.store(q.len(), Ordering::Relaxed);
         self.stats.bytes.store(bytes, Ordering::Relaxed);
@@ -139,7 +141,9 @@ impl Outbox {
         if dropped > 0 {
             self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
         }
-        self.notify.notify_one();
+        if pushed > 0 {
+            self.notify.notify_one();
+        }
         dropped
     }
 

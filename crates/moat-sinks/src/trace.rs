@@ -5,6 +5,8 @@
 //! thread posts to the collector (`/v1/traces`), with the same batching, retries
 //! and drop counting as the event sinks ([`crate::outbox`]).
 //!
+//! Configuration: [`TracingConfig`](crate::config::TracingConfig).
+//!
 //! Why not the `opentelemetry` + `opentelemetry-otlp` crates: moat's spans have
 //! one fixed shape built from timestamps the proxy already takes, so what those
 //! crates would add is their SDK (span processors, a global provider, context
@@ -15,89 +17,15 @@
 //!
 //! Off by default. When off the proxy holds no tracer and does no per-request work.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
-use crate::config::{BufferConfig, ClientTlsConfig, HttpBody, HttpConfig, RecordKind};
+use crate::config::{RecordKind, TracingConfig};
 use crate::outbox::{Message, Outbox, Severity, SinkStats};
 use crate::SinkError;
-
-/// The `telemetry.tracing:` section.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TracingConfig {
-    /// Whether spans are recorded and exported (default false).
-    pub enabled: bool,
-    /// OTLP/HTTP traces endpoint (default `http://127.0.0.1:4318/v1/traces`).
-    pub endpoint: String,
-    /// Share of new traces sampled, 0.0..=1.0 (default 0.01). A request whose
-    /// `traceparent` carries a sampling decision follows it.
-    pub sample_ratio: f64,
-    /// `service.name` of the spans (default `moat`).
-    pub service_name: String,
-    /// Extra request headers (an authentication token for the collector).
-    pub headers: BTreeMap<String, String>,
-    /// TLS settings for an `https://` endpoint.
-    pub tls: Option<ClientTlsConfig>,
-    /// In-memory buffer, batching and retries, as for event sinks.
-    pub buffer: BufferConfig,
-}
-
-impl Default for TracingConfig {
-    fn default() -> Self {
-        TracingConfig {
-            enabled: false,
-            endpoint: "http://127.0.0.1:4318/v1/traces".into(),
-            sample_ratio: 0.01,
-            service_name: "moat".into(),
-            headers: BTreeMap::new(),
-            tls: None,
-            buffer: BufferConfig {
-                max_records: 20_000,
-                batch_max: 512,
-                ..BufferConfig::default()
-            },
-        }
-    }
-}
-
-impl TracingConfig {
-    /// The HTTP sink settings of the exporter.
-    fn http(&self) -> HttpConfig {
-        HttpConfig {
-            url: self.endpoint.clone(),
-            body: HttpBody::Ndjson,
-            headers: self.headers.clone(),
-            tls: self.tls.clone(),
-        }
-    }
-
-    /// Checks the section; `at(field, message)` locates an error.
-    pub(crate) fn validate(
-        &self,
-        at: &dyn Fn(&str, String) -> moat_config::ConfigError,
-    ) -> Result<(), moat_config::ConfigError> {
-        if !(0.0..=1.0).contains(&self.sample_ratio) {
-            return Err(at(
-                "sample_ratio",
-                format!("must be between 0 and 1, got {}", self.sample_ratio),
-            ));
-        }
-        if self.service_name.is_empty() || self.service_name.len() > 255 {
-            return Err(at("service_name", "1 to 255 characters".into()));
-        }
-        self.buffer
-            .validate(&|f, m| at(&format!("buffer.{f}"), m))?;
-        crate::config::validate_http(&self.http(), &|f, m| {
-            at(if f == "url" { "endpoint" } else { f }, m)
-        })
-    }
-}
 
 /// A parsed W3C `traceparent` (version 00).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,28 +246,6 @@ pub fn encode_span(span: &Span, out: &mut Vec<u8>) {
     out.push(b'}');
 }
 
-/// The OTLP `ExportTraceServiceRequest` around encoded spans.
-pub(crate) fn write_request(service_name: &str, batch: &[Message], out: &mut Vec<u8>) {
-    out.extend_from_slice(
-        b"{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":",
-    );
-    json_str(out, service_name);
-    let _ = std::io::Write::write_fmt(
-        out,
-        format_args!(
-            "}}}}]}},\"scopeSpans\":[{{\"scope\":{{\"name\":\"moat\",\"version\":\"{}\"}},\"spans\":[",
-            env!("CARGO_PKG_VERSION")
-        ),
-    );
-    for (i, m) in batch.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(&m.body);
-    }
-    out.extend_from_slice(b"]}]}]}");
-}
-
 /// The span exporter: samples, and sends spans to the collector off the request path.
 pub struct Tracer {
     outbox: Arc<Outbox>,
@@ -512,7 +418,7 @@ mod tests {
             body: out,
         };
         let mut req = Vec::new();
-        write_request("moat", &[m.clone(), m], &mut req);
+        crate::http::write_otlp_request("moat", &[m.clone(), m], &mut req);
         let v: serde_json::Value = serde_json::from_slice(&req).unwrap();
         assert_eq!(
             v["resourceSpans"][0]["scopeSpans"][0]["spans"]
