@@ -9,6 +9,8 @@
 //!                          |                  |
 //!                JSON lines sink        SQLite store (WAL, one
 //!              (stdout / rotating file)  transaction per batch)
+//!                          |
+//!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
 //!
 //! Memory is bounded under any load: at most `queue_capacity` records wait in

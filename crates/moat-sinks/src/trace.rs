@@ -5,7 +5,7 @@
 //! thread posts to the collector (`/v1/traces`), with the same batching, retries
 //! and drop counting as the event sinks ([`crate::outbox`]).
 //!
-//! Configuration: [`TracingConfig`](crate::config::TracingConfig).
+//! Configuration: [`TracingConfig`].
 //!
 //! Why not the `opentelemetry` + `opentelemetry-otlp` crates: moat's spans have
 //! one fixed shape built from timestamps the proxy already takes, so what those

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -57,14 +57,17 @@ impl Broker {
             dir: dir.to_path_buf(),
             port,
         };
-        let status = b
+        let out = b
             .java_cmd("kafka.tools.StorageTool")
             .args(["format", "-t", "bW9hdC1zaW5rcy10ZXN0", "-c"])
             .arg(dir.join("server.properties"))
-            .stdout(Stdio::null())
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "kafka storage format failed");
+        assert!(
+            out.status.success(),
+            "kafka storage format failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Some(b)
     }
 
