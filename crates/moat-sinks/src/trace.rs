@@ -378,6 +378,25 @@ mod tests {
     }
 
     #[test]
+    fn sampling_follows_the_parent_else_the_ratio() {
+        let cfg = TracingConfig {
+            enabled: true,
+            sample_ratio: 0.25,
+            ..TracingConfig::default()
+        };
+        let t = Tracer::start(&cfg, Path::new(".")).unwrap().unwrap();
+        let n = (0..20_000).filter(|_| t.sample(None).is_some()).count();
+        assert!((4_400..5_600).contains(&n), "{n} of 20000 sampled at 25%");
+        let mut p =
+            parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(t.sample(Some(&p)), Some((p.trace_id, Some(p.parent_id))));
+        p.sampled = false;
+        assert_eq!(t.sample(Some(&p)), None);
+        let off = TracingConfig::default();
+        assert!(Tracer::start(&off, Path::new(".")).unwrap().is_none());
+    }
+
+    #[test]
     fn span_encodes_as_otlp_json() {
         let s = Span {
             trace_id: [1; 16],

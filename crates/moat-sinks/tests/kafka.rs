@@ -241,6 +241,9 @@ fn kafka_order_per_key_outage_and_recovery() {
         "a push waited {slowest:?}"
     );
     assert!(max_depth <= 2000, "buffer grew to {max_depth}");
+    // Memory: the buffer's encoded bytes stay within what 2000 records take.
+    let bytes = stats.bytes.load(Ordering::Relaxed);
+    assert!(bytes <= 2000 * 1024, "buffer holds {bytes} bytes");
     // 6000 pushed, at most 2000 buffered and one batch of 500 in flight: the rest dropped.
     assert!(dropped >= 6000 - 2000 - 500, "dropped {dropped}");
     assert!(
