@@ -95,6 +95,9 @@ pub(crate) trait Transport: Send + 'static {
     /// Delivers `batch`. On error, the transport may have delivered and removed
     /// a part of it already (Kafka, per partition); what is left is retried.
     async fn send(&mut self, batch: &mut Vec<Message>) -> Result<(), SendError>;
+
+    /// The sink is stopping: ends its connection cleanly (a TLS `close_notify`).
+    async fn close(&mut self) {}
 }
 
 /// The state shared by the producer side and the sink thread.
@@ -235,6 +238,7 @@ pub(crate) async fn deliver<T: Transport>(
         outbox.take(&mut batch, cfg.batch_max);
         if batch.is_empty() {
             if deadline.is_some() {
+                transport.close().await;
                 return;
             }
             // A notify_one without a waiter leaves a permit: no wake-up is lost.

@@ -171,6 +171,12 @@ impl Transport for SyslogSink {
             SyslogTransport::Tcp | SyslogTransport::Tls => self.send_stream(batch).await,
         }
     }
+
+    async fn close(&mut self) {
+        if let Some(mut c) = self.conn.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), c.shutdown()).await;
+        }
+    }
 }
 
 #[cfg(test)]
