@@ -154,8 +154,17 @@ impl RouteMetrics {
     }
 }
 
-/// Reports a cluster's endpoints as `(healthy, ejected)`; `None` once the cluster is gone.
-pub type HealthSource = Arc<dyn Fn() -> Option<(u64, u64)> + Send + Sync>;
+/// A cluster's endpoints by state, as `moat_upstream_endpoints` shows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointHealth {
+    /// Endpoints in rotation.
+    pub healthy: u64,
+    /// Endpoints skipped by passive health checking.
+    pub ejected: u64,
+}
+
+/// Reports a cluster's [`EndpointHealth`]; `None` once the cluster is gone.
+pub type HealthSource = Arc<dyn Fn() -> Option<EndpointHealth> + Send + Sync>;
 
 /// Upstream counters of one cluster.
 #[derive(Default)]
@@ -475,7 +484,7 @@ impl Metrics {
         out.push_str("# HELP moat_upstream_endpoints Endpoints of each cluster by state (ejected: skipped by passive health checking).\n# TYPE moat_upstream_endpoints gauge\n");
         for (name, c) in clusters.iter() {
             let health = c.health.lock().clone();
-            if let Some((healthy, ejected)) = health.and_then(|h| h()) {
+            if let Some(EndpointHealth { healthy, ejected }) = health.and_then(|h| h()) {
                 let name = escape(name);
                 let _ = writeln!(
                     out,

@@ -522,7 +522,10 @@ pub fn report_health(cluster: &Arc<Cluster>) {
     cluster.metrics.set_health(Arc::new(move || {
         let c = weak.upgrade()?;
         let ejected = (0..c.endpoints.len()).filter(|&i| c.is_ejected(i)).count() as u64;
-        Some((c.endpoints.len() as u64 - ejected, ejected))
+        Some(crate::metrics::EndpointHealth {
+            healthy: c.endpoints.len() as u64 - ejected,
+            ejected,
+        })
     }));
 }
 
