@@ -723,3 +723,72 @@ fn reports_and_options_match_the_gitleaks_binary() {
         assert_eq!(sorted(&m), sorted(&g), "{args:?}");
     }
 }
+
+/// The hooks of `.pre-commit-hooks.yaml`, run by the real pre-commit (`pre-commit
+/// try-repo` on this checkout, `moat` on PATH): a staged secret fails `moat-scan`
+/// and is reported redacted; staged changes without one pass; `moat-scan-dir`
+/// scans the files pre-commit hands it.
+#[test]
+fn pre_commit_hooks_run_under_pre_commit() {
+    let Some(pc) = moat_testkit::real_part("pre-commit", "scripts/ensure-apt pre-commit") else {
+        return;
+    };
+    if !have_git() {
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_moat")).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    git(r, &["init", "-q"]);
+    git(r, &["config", "user.name", "Ann Example"]);
+    git(r, &["config", "user.email", "ann@example.org"]);
+    let hook = |args: &[&str]| {
+        Command::new(&pc)
+            .current_dir(r)
+            .arg("try-repo")
+            .arg(moat_testkit::workspace_root())
+            .args(args)
+            .env("PATH", &path)
+            .env("PRE_COMMIT_HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    write(r, "app.cfg", &format!("name = demo\ntoken = \"{GH}\"\n"));
+    git(r, &["add", "app.cfg"]);
+    let out = hook(&["moat-scan"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a staged secret fails the hook: {text}"
+    );
+    assert!(
+        text.contains("app.cfg:2:") && text.contains("github-token"),
+        "{text}"
+    );
+    assert!(!text.contains(GH), "the secret is redacted: {text}");
+    let files = hook(&["moat-scan-dir", "--files", "app.cfg"]);
+    assert!(
+        !files.status.success(),
+        "{}",
+        String::from_utf8_lossy(&files.stdout)
+    );
+
+    write(r, "app.cfg", "name = demo\ntoken = \"${TOKEN}\"\n");
+    git(r, &["add", "app.cfg"]);
+    let clean = hook(&["moat-scan"]);
+    assert!(
+        clean.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&clean.stdout),
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(hook(&["moat-scan-dir", "--files", "app.cfg"])
+        .status
+        .success());
+}
