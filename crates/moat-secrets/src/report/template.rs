@@ -3,8 +3,9 @@
 //! minus `env`, `expandenv` and `getHostByName`), over the findings.
 //!
 //! An interpreter of the part of the language report templates use, written here
-//! rather than taken from a crate: the Rust ports of text/template found are
-//! unmaintained and have neither sprig's functions nor Go's `printf`, and a report
+//! rather than taken from a crate: the Rust implementations of text/template
+//! (`gtmpl`, last released in 2021; `gotmpl`) have none of sprig's functions, which
+//! gitleaks' own templates call (`quote`, `sub`, `now`, `date`), and a report
 //! template needs few of the language's corners. Supported:
 //!
 //! * text, `{{/* comments */}}`, `{{-` and `-}}` whitespace trimming;
