@@ -109,6 +109,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
         eprintln!("moat serve: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) = moat_core::event::check_os_random() {
+        eprintln!("moat serve: {e}");
+        return ExitCode::from(1);
+    }
     let threads = args
         .threads
         .filter(|&t| t > 0)
