@@ -86,8 +86,8 @@ pub trait EventSink: Send + Sync {
     fn tcp(&self, _info: &TcpAccessInfo<'_>) -> bool {
         true
     }
-    /// Queue depth, capacity and dropped count, for /metrics.
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
+    /// Queue and flood-control counters, for /metrics.
+    fn gauge(&self) -> Option<moat_events::QueueStats> {
         None
     }
 }
@@ -221,11 +221,7 @@ impl EventSink for QueueSink {
             }))
     }
 
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
-        Some((
-            self.queue.depth() as u64,
-            self.queue.capacity() as u64,
-            self.queue.dropped(),
-        ))
+    fn gauge(&self) -> Option<moat_events::QueueStats> {
+        Some(self.queue.stats())
     }
 }

@@ -181,8 +181,8 @@ pub fn set_allocation_counter(f: AllocationCounter) -> bool {
     ALLOCATION_COUNTER.set(f).is_ok()
 }
 
-/// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
-pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
+/// Source of event queue gauges, set by whoever runs the queue.
+pub type QueueGauge = Arc<dyn Fn() -> Option<moat_events::QueueStats> + Send + Sync>;
 
 /// All gateway metrics. Survives config reloads: series are keyed by route / cluster name.
 pub struct Metrics {
@@ -340,13 +340,18 @@ impl Metrics {
         // A queue that reports its own drops counts every refused push already;
         // the proxy's counter stands in only for sinks that do not report them.
         let gauge = self.queue.lock().as_ref().and_then(|g| g());
-        let (depth, cap, dropped) =
-            gauge.unwrap_or((0, 0, self.events_dropped.load(Ordering::Relaxed)));
+        let q = gauge.unwrap_or(moat_events::QueueStats {
+            dropped: self.events_dropped.load(Ordering::Relaxed),
+            ..Default::default()
+        });
         let _ = write!(
             out,
-            "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
-             # HELP moat_event_queue_capacity Capacity of the event queue.\n# TYPE moat_event_queue_capacity gauge\nmoat_event_queue_capacity {cap}\n\
-             # HELP moat_event_queue_dropped_total Records dropped because the queue was full.\n# TYPE moat_event_queue_dropped_total counter\nmoat_event_queue_dropped_total {dropped}\n"
+            "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {}\n\
+             # HELP moat_event_queue_capacity Capacity of the event queue.\n# TYPE moat_event_queue_capacity gauge\nmoat_event_queue_capacity {}\n\
+             # HELP moat_event_queue_dropped_total Records dropped because the queue was full.\n# TYPE moat_event_queue_dropped_total counter\nmoat_event_queue_dropped_total {}\n\
+             # HELP moat_events_aggregated_total Repeated events counted into an aggregate record instead of queued.\n# TYPE moat_events_aggregated_total counter\nmoat_events_aggregated_total {}\n\
+             # HELP moat_events_client_capped_total Events over their client's cap, counted in one record instead of queued.\n# TYPE moat_events_client_capped_total counter\nmoat_events_client_capped_total {}\n",
+            q.depth, q.capacity, q.dropped, q.aggregated, q.capped
         );
         let _ = write!(
             out,
@@ -432,7 +437,15 @@ mod tests {
         // A queue that counts its own refusals: the proxy's count of the same
         // refusals is not added again.
         let m = Metrics::default();
-        m.set_queue_gauge(Arc::new(|| Some((3, 64, 7))));
+        m.set_queue_gauge(Arc::new(|| {
+            Some(moat_events::QueueStats {
+                depth: 3,
+                capacity: 64,
+                dropped: 7,
+                aggregated: 11,
+                capped: 5,
+            })
+        }));
         m.count_dropped_events(7);
         let text = m.render();
         assert!(
@@ -440,6 +453,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("moat_event_queue_depth 3\n"), "{text}");
+        assert!(text.contains("moat_events_aggregated_total 11\n"), "{text}");
+        assert!(
+            text.contains("moat_events_client_capped_total 5\n"),
+            "{text}"
+        );
         // A sink without a queue of its own: the proxy's count is the figure.
         let m = Metrics::default();
         m.set_queue_gauge(Arc::new(|| None));
