@@ -59,6 +59,7 @@ fn file_cfg(path: &Path, max_bytes: u64, max_files: u32) -> EventsConfig {
             max_files,
         },
         store: None,
+        ..EventsConfig::default()
     }
 }
 
@@ -90,6 +91,7 @@ fn shutdown_flushes_sink_and_store() {
             batch_interval: Duration::from_secs(10),
             ..StoreConfig::default()
         }),
+        ..EventsConfig::default()
     };
     let (queue, writer) = EventWriter::start(&cfg, dir.path()).unwrap();
     for i in 0..5000 {
