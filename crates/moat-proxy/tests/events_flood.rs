@@ -135,6 +135,28 @@ async fn an_attack_flood_is_stored_aggregated_with_exact_counts() {
     assert!(metric("moat_events_client_capped_total ") > 0, "{text}");
     assert_eq!(metric("moat_event_queue_dropped_total "), 0);
 
+    // The admin API shows the counts: the flood's aggregate arrives once its
+    // window (1 s) has closed.
+    let url = format!("http://{}/v1/events?type=waf&limit=50", gw.admin_addr());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _, body) = get(&client(), &url).await;
+        assert_eq!(status, 200);
+        let v = json(&body);
+        let events = v["events"].as_array().unwrap();
+        if events
+            .iter()
+            .any(|e| count(e) > 1 && e["last_ts"].as_u64().is_some())
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no aggregate in /v1/events: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // Shutting the writer down writes the aggregates still open.
     gw.shutdown(Duration::from_secs(5)).await;
     writer.shutdown();
