@@ -11,6 +11,8 @@
 //!                          |                  |
 //!                JSON lines sink        SQLite store (WAL, one
 //!              (stdout / rotating file)  transaction per batch)
+//!                          |
+//!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
 //!
 //! Before the queue, [`aggregate`] turns floods of identical security events into
@@ -37,8 +39,9 @@ pub use config::{
     AggregateConfig, EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX,
 };
 pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
-pub use writer::{EventQueue, EventWriter, QueueStats};
+pub use writer::{EventQueue, EventWriter};
 
 use std::path::PathBuf;
 

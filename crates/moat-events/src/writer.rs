@@ -26,7 +26,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvErr
 use crate::aggregate::{Admit, Aggregator, Counted};
 use crate::config::EventsConfig;
 use crate::record::{now_ms, Record};
-use crate::sink::{Lines, Sink};
+use crate::sink::{Lines, RecordSink, Sink};
 use crate::store::EventStore;
 use crate::EventsError;
 
@@ -50,21 +50,6 @@ struct Stats {
     dropped: AtomicU64,
     written: AtomicU64,
     failed: AtomicU64,
-}
-
-/// Counters of the queue and its flood control, for `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Records waiting now.
-    pub depth: u64,
-    /// Maximum number of waiting records.
-    pub capacity: u64,
-    /// Records refused because the queue was full, since start.
-    pub dropped: u64,
-    /// Records counted into an aggregate instead of queued, since start.
-    pub aggregated: u64,
-    /// Records over a client's cap, counted instead of queued, since start.
-    pub capped: u64,
 }
 
 /// The producer side: cheap to clone, never blocks.
@@ -158,16 +143,14 @@ impl EventQueue {
         self.stats.failed.load(Ordering::Relaxed)
     }
 
-    /// Every counter at once.
-    pub fn stats(&self) -> QueueStats {
-        let agg = self.aggregator.as_deref();
-        QueueStats {
-            depth: self.depth() as u64,
-            capacity: self.capacity as u64,
-            dropped: self.dropped(),
-            aggregated: agg.map_or(0, Aggregator::aggregated),
-            capped: agg.map_or(0, Aggregator::capped),
-        }
+    /// Repeats counted into an aggregate instead of queued, since start.
+    pub fn aggregated(&self) -> u64 {
+        self.aggregator.as_deref().map_or(0, Aggregator::aggregated)
+    }
+
+    /// Records over their client's cap, counted instead of queued, since start.
+    pub fn capped(&self) -> u64 {
+        self.aggregator.as_deref().map_or(0, Aggregator::capped)
     }
 }
 
@@ -198,6 +181,8 @@ struct Worker {
     counted: Vec<Counted>,
     sink: Sink,
     store: Option<EventStore>,
+    /// Further destinations (moat-sinks' Kafka, syslog, HTTP), offered every batch.
+    extra: Vec<Box<dyn RecordSink>>,
     store_access: bool,
     retention_age: Duration,
     retention_max_bytes: u64,
@@ -215,6 +200,16 @@ impl EventWriter {
     pub fn start(
         cfg: &EventsConfig,
         base_dir: &Path,
+    ) -> Result<(EventQueue, EventWriter), EventsError> {
+        Self::start_with(cfg, base_dir, Vec::new())
+    }
+
+    /// [`start`](Self::start), also offering every batch to `extra` sinks
+    /// (after the JSON-lines sink and the store, on the writer thread).
+    pub fn start_with(
+        cfg: &EventsConfig,
+        base_dir: &Path,
+        extra: Vec<Box<dyn RecordSink>>,
     ) -> Result<(EventQueue, EventWriter), EventsError> {
         cfg.validate()?;
         let sink = Sink::open(&cfg.sink, base_dir)?;
@@ -249,6 +244,7 @@ impl EventWriter {
             counted: Vec::new(),
             sink,
             store,
+            extra,
             store_access: cfg.store.as_ref().map(|s| s.access).unwrap_or(true),
             retention_age: cfg
                 .store
@@ -384,6 +380,9 @@ impl Worker {
                     self.write(&mut batch);
                 }
                 self.apply_retention();
+                for s in &mut self.extra {
+                    s.close();
+                }
                 return;
             }
             if drain {
@@ -481,6 +480,9 @@ impl Worker {
             }
         }
         drop(rows);
+        for s in &mut self.extra {
+            s.offer(batch);
+        }
         batch.clear();
         self.counted.clear();
         self.stats.failed.fetch_add(failed, Ordering::Relaxed);
