@@ -3,7 +3,9 @@
 //! rotating file) and, optionally, a persistent SQLite store.
 //!
 //! ```text
-//! request threads --push()--> EventQueue (bounded, drop when full)
+//! request threads --push()--> Aggregator (repeats counted, per-client cap)
+//!                                   |
+//!                              EventQueue (bounded, drop when full)
 //!                                   |
 //!                        writer thread (batches)
 //!                          |                  |
@@ -13,6 +15,9 @@
 //!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
 //!
+//! Before the queue, [`aggregate`] turns floods of identical security events into
+//! one record with a count per window and caps the records one client can cause.
+//!
 //! Memory is bounded under any load: at most `queue_capacity` records wait in
 //! the queue and at most [`StoreConfig::batch_max`] (or [`DEFAULT_BATCH_MAX`]
 //! without a store) are held by the writer while it writes a batch. A push on a
@@ -20,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregate;
 pub mod config;
 pub mod http_api;
 pub mod record;
@@ -28,7 +34,10 @@ pub mod store;
 pub mod text;
 mod writer;
 
-pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
+pub use aggregate::Counted;
+pub use config::{
+    AggregateConfig, EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX,
+};
 pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
 pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};

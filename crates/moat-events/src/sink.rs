@@ -59,6 +59,12 @@ impl Lines {
         self.ends.clear();
     }
 
+    /// Empties the buffer and frees its memory (the writer is idle).
+    pub fn release(&mut self) {
+        self.buf = Vec::new();
+        self.ends = Vec::new();
+    }
+
     /// Serializes `value` as one line and returns its index. On error nothing is added.
     pub fn push<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<usize, serde_json::Error> {
         let start = self.buf.len();

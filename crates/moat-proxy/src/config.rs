@@ -225,7 +225,8 @@ fn default_max_idle() -> usize {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EjectionConfig {
-    /// Consecutive connect failures or timeouts that eject an endpoint; 0 disables ejection.
+    /// Consecutive failed exchanges (connect failure, timeout, reset or malformed
+    /// response before the head) that eject an endpoint; 0 disables ejection.
     #[serde(default = "default_consecutive")]
     pub consecutive_failures: u32,
     /// Consecutive 5xx responses that eject an endpoint; 0 (the default) disables it,

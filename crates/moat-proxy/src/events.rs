@@ -86,7 +86,7 @@ pub trait EventSink: Send + Sync {
     fn tcp(&self, _info: &TcpAccessInfo<'_>) -> bool {
         true
     }
-    /// The queue's depth, capacity and dropped count, for /metrics.
+    /// The queue's and its flood control's counters, for /metrics.
     fn gauge(&self) -> Option<QueueStats> {
         None
     }
@@ -241,6 +241,8 @@ impl EventSink for QueueSink {
             depth: self.queue.depth() as u64,
             capacity: self.queue.capacity() as u64,
             dropped: self.queue.dropped(),
+            aggregated: self.queue.aggregated(),
+            capped: self.queue.capped(),
         })
     }
 }

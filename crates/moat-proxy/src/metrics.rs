@@ -254,6 +254,10 @@ pub struct QueueStats {
     pub capacity: u64,
     /// Records refused because the queue was full, since start.
     pub dropped: u64,
+    /// Repeated events counted into an aggregate instead of queued, since start.
+    pub aggregated: u64,
+    /// Events over their client's cap, counted instead of queued, since start.
+    pub capped: u64,
 }
 
 /// Source of the event queue's [`QueueStats`], set by whoever runs the queue.
@@ -496,19 +500,18 @@ impl Metrics {
         // A queue that reports its own drops counts every refused push already;
         // the proxy's counter stands in only for sinks that do not report them.
         let gauge = self.queue.lock().as_ref().and_then(|g| g());
-        let QueueStats {
-            depth,
-            capacity: cap,
-            dropped,
-        } = gauge.unwrap_or(QueueStats {
+        let q = gauge.unwrap_or(QueueStats {
             dropped: self.events_dropped.load(Ordering::Relaxed),
             ..QueueStats::default()
         });
         let _ = write!(
             out,
-            "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
-             # HELP moat_event_queue_capacity Capacity of the event queue.\n# TYPE moat_event_queue_capacity gauge\nmoat_event_queue_capacity {cap}\n\
-             # HELP moat_event_queue_dropped_total Records dropped because the queue was full.\n# TYPE moat_event_queue_dropped_total counter\nmoat_event_queue_dropped_total {dropped}\n"
+            "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {}\n\
+             # HELP moat_event_queue_capacity Capacity of the event queue.\n# TYPE moat_event_queue_capacity gauge\nmoat_event_queue_capacity {}\n\
+             # HELP moat_event_queue_dropped_total Records dropped because the queue was full.\n# TYPE moat_event_queue_dropped_total counter\nmoat_event_queue_dropped_total {}\n\
+             # HELP moat_events_aggregated_total Repeated events counted into an aggregate record instead of queued.\n# TYPE moat_events_aggregated_total counter\nmoat_events_aggregated_total {}\n\
+             # HELP moat_events_client_capped_total Events over their client's cap, counted in one record instead of queued.\n# TYPE moat_events_client_capped_total counter\nmoat_events_client_capped_total {}\n",
+            q.depth, q.capacity, q.dropped, q.aggregated, q.capped
         );
         let _ = write!(
             out,
@@ -633,6 +636,8 @@ mod tests {
                 depth: 3,
                 capacity: 64,
                 dropped: 7,
+                aggregated: 11,
+                capped: 5,
             })
         }));
         m.count_dropped_events(7);
@@ -642,6 +647,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("moat_event_queue_depth 3\n"), "{text}");
+        assert!(text.contains("moat_events_aggregated_total 11\n"), "{text}");
+        assert!(
+            text.contains("moat_events_client_capped_total 5\n"),
+            "{text}"
+        );
         // A sink without a queue of its own: the proxy's count is the figure.
         let m = Metrics::default();
         m.set_queue_gauge(Arc::new(|| None));

@@ -421,6 +421,9 @@ async fn upstream_phase(
             (StatusCode::BAD_REQUEST, "request body could not be read")
         }
         UpstreamError::Io(_) | UpstreamError::Protocol(_) => {
+            // A reset or an answer moat refuses is a failed exchange like a timeout
+            // (Envoy's "gateway failure"): a hostile or broken endpoint is ejected too.
+            cluster.failure(ep);
             cluster.metrics.other_errors.fetch_add(1, Ordering::Relaxed);
             (StatusCode::BAD_GATEWAY, "upstream error")
         }

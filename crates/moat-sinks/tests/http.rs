@@ -125,7 +125,9 @@ fn a_4xx_refuses_the_batch_for_good() {
         (stats.rejected.load(Ordering::Relaxed) == 1).then_some(())
     })
     .expect("the 400 was not counted as a refusal");
-    queue.push(common::security("good", "10.1.1.2"));
+    // Another client: the same event from 10.1.1.2 within the aggregation window
+    // would be counted into the first one (events.md, "Flood control").
+    queue.push(common::security("good", "10.1.1.4"));
     common::wait_for(Duration::from_secs(10), || {
         (stats.delivered.load(Ordering::Relaxed) == 1).then_some(())
     })

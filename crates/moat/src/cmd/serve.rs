@@ -125,11 +125,13 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let rt = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .on_thread_park(crate::memory::on_park)
             .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .enable_all()
+            .on_thread_park(crate::memory::on_park)
             .build()
     };
     let rt = match rt {
