@@ -15,9 +15,9 @@
 //!   (request bodies from clients; upstream response bodies and the keep-alive pool).
 //! * [`body`]: the bodies moat forwards, limits and pace.
 //! * [`upstream`]: clusters, round-robin, passive ejection, the exchange.
-//! * [`routing`], [`state`], [`tls_audit`]: routes, the configuration snapshot and the
-//!   state shared by listeners, the admin API and the request path; TLS audit as a
-//!   connection phase.
+//! * [`routing`], [`reloads`], [`state`], [`tls_audit`]: routes, the reload history,
+//!   the configuration snapshot and the state shared by listeners, the admin API and the
+//!   request path; TLS audit as a connection phase.
 //! * [`proxy`]: the request path, one function per phase group.
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
 //! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
@@ -44,6 +44,7 @@ pub mod jwks_fetch;
 pub mod metrics;
 pub mod pipeline;
 pub mod proxy;
+pub mod reloads;
 pub mod routing;
 mod server;
 pub mod state;
