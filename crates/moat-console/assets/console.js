@@ -12,7 +12,8 @@
 
   function draw(svg, values) {
     const max = Math.max(1, ...values);
-    const step = 400 / (POINTS - 1);
+    // The samples so far span the whole width (the window fills up, then slides).
+    const step = 400 / Math.max(1, values.length - 1);
     const pts = values.map((v, i) =>
       (i * step).toFixed(1) + "," + (95 - (v / max) * 80).toFixed(1));
     svg.querySelector("polyline").setAttribute("points", pts.join(" "));

@@ -123,9 +123,7 @@ fn handle(console: &Console, req: AdminRequest) -> AdminResponse {
     let path = req.parts.uri.path();
     match path {
         "/console/assets/console.css" => return web::asset("text/css; charset=utf-8", CSS),
-        "/console/assets/console.js" => {
-            return web::asset("text/javascript; charset=utf-8", JS)
-        }
+        "/console/assets/console.js" => return web::asset("text/javascript; charset=utf-8", JS),
         _ => {}
     }
     let post = req.parts.method == Method::POST;

@@ -76,7 +76,11 @@ pub fn download(content_type: &'static str, filename: &'static str, body: String
 
 /// A static asset embedded in the binary.
 pub fn asset(content_type: &'static str, body: &'static str) -> AdminResponse {
-    let mut r = respond(StatusCode::OK, content_type, Bytes::from_static(body.as_bytes()));
+    let mut r = respond(
+        StatusCode::OK,
+        content_type,
+        Bytes::from_static(body.as_bytes()),
+    );
     // Assets change only with the binary; a session's pages reuse them.
     r.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -198,7 +202,10 @@ mod tests {
         assert!(host_is_local_name(&headers(&[("host", "127.0.0.1:9901")])));
         assert!(host_is_local_name(&headers(&[("host", "[::1]:9901")])));
         assert!(host_is_local_name(&headers(&[("host", "localhost:1")])));
-        assert!(!host_is_local_name(&headers(&[("host", "evil.example:9901")])));
+        assert!(!host_is_local_name(&headers(&[(
+            "host",
+            "evil.example:9901"
+        )])));
         assert!(!host_is_local_name(&headers(&[])));
         let h = headers(&[("host", "127.0.0.1:9"), ("origin", "http://127.0.0.1:9")]);
         assert!(same_origin(&h));

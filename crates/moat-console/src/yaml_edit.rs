@@ -67,7 +67,10 @@ pub fn insert_exclusion(text: &str, e: &WafExclusion) -> Result<String, String> 
     let (at, item) = match key {
         None => {
             // Insert after the section's last content line.
-            let last = (waf..end).rev().find(|&i| is_content(lines[i])).unwrap_or(waf);
+            let last = (waf..end)
+                .rev()
+                .find(|&i| is_content(lines[i]))
+                .unwrap_or(waf);
             let block = format!(
                 "{}exclusions:\n{}",
                 " ".repeat(child),

@@ -103,6 +103,15 @@ fn security_record(ts: u64, path: &str, fragment: &str) -> Record {
             .with_details(serde_json::json!({
                 "detector": "sqli", "location": "query:q", "field": "q", "fragment": fragment,
             })),
+        request: Some(moat_events::RequestSummary::redacted(
+            &format!("{path}?q=1&api_key=AKIA0000"),
+            [
+                ("user-agent", &b"<b>curl</b>"[..]),
+                ("authorization", &b"Bearer xyz"[..]),
+            ]
+            .into_iter(),
+            false,
+        )),
     })
 }
 
@@ -151,7 +160,12 @@ async fn console_security() {
     let shared = gw.shared().clone();
     tokio::task::spawn_blocking(move || {
         // No session: every page sends to the login page.
-        for p in ["/console", "/console/events", "/console/config", "/console/event?id=1"] {
+        for p in [
+            "/console",
+            "/console/events",
+            "/console/config",
+            "/console/event?id=1",
+        ] {
             let r = send(admin, "GET", p, &[], "");
             assert_eq!(r.status, 303, "{p}");
             assert_eq!(r.header("location").as_deref(), Some("/console/login"));
@@ -169,7 +183,13 @@ async fn console_security() {
 
         // Wrong token; a login from another site.
         let origin: &'static str = format!("http://{admin}").leak();
-        let r = send(admin, "POST", "/console/login", &[("origin", origin)], "token=nope");
+        let r = send(
+            admin,
+            "POST",
+            "/console/login",
+            &[("origin", origin)],
+            "token=nope",
+        );
         assert_eq!(r.status, 401);
         assert!(r.header("set-cookie").is_none());
         let r = send(
@@ -182,7 +202,13 @@ async fn console_security() {
         assert_eq!(r.status, 403);
 
         // Login: an HttpOnly, SameSite=Strict cookie scoped to the console.
-        let r = send(admin, "POST", "/console/login", &[("origin", origin)], &format!("token={TOKEN}"));
+        let r = send(
+            admin,
+            "POST",
+            "/console/login",
+            &[("origin", origin)],
+            &format!("token={TOKEN}"),
+        );
         let set = r.header("set-cookie").unwrap();
         assert!(set.contains("HttpOnly"), "{set}");
         assert!(set.contains("SameSite=Strict"), "{set}");
@@ -196,47 +222,136 @@ async fn console_security() {
         let with = |extra: &[(&'static str, &'static str)]| with(&cookie, extra);
 
         // Pages render; no inline script anywhere; the token never appears.
-        for p in ["/console", "/console/events", "/console/event?id=1", "/console/apis",
-                  "/console/policy", "/console/tls", "/console/config", "/console/exclude?id=1"] {
+        for p in [
+            "/console",
+            "/console/events",
+            "/console/event?id=1",
+            "/console/apis",
+            "/console/policy",
+            "/console/tls",
+            "/console/config",
+            "/console/exclude?id=1",
+        ] {
             let r = send(admin, "GET", p, &with(&[]), "");
             assert!(r.status == 200, "{p}: {} {}", r.status, r.body);
             assert!(!r.body.contains(TOKEN), "{p} shows the admin token");
             for tag in r.body.match_indices("<script").map(|(i, _)| &r.body[i..]) {
-                assert!(tag.starts_with("<script src=\"/console/assets/"), "{p}: inline script");
+                assert!(
+                    tag.starts_with("<script src=\"/console/assets/"),
+                    "{p}: inline script"
+                );
             }
             assert!(!r.body.contains(" style=\""), "{p}: inline style");
         }
-        assert!(send(admin, "GET", "/console/config", &with(&[]), "").body.contains("&lt;redacted&gt;"));
+        assert!(send(admin, "GET", "/console/config", &with(&[]), "")
+            .body
+            .contains("&lt;redacted&gt;"));
+        // First load of the overview (the page, its stylesheet and script): no other
+        // resource exists, nothing comes from elsewhere.
+        let page = send(admin, "GET", "/console", &with(&[]), "").body;
+        assert!(
+            !page.contains("http://") && !page.contains("https://"),
+            "external resource"
+        );
+        let weight = page.len()
+            + send(admin, "GET", "/console/assets/console.css", &[], "")
+                .body
+                .len()
+            + send(admin, "GET", "/console/assets/console.js", &[], "")
+                .body
+                .len();
+        eprintln!("first load of the overview: {weight} bytes");
+        assert!(weight <= 300 << 10, "first load {weight} bytes > 300 KB");
 
         // Attacker-controlled fields are escaped.
         let r = send(admin, "GET", "/console/event?id=1", &with(&[]), "");
         assert!(!r.body.contains("<script>alert(1)"), "{}", r.body);
         assert!(r.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(!r.body.contains("<img src=x"));
+        // The request line keeps the query, credentials redacted; so do the headers.
+        assert!(r.body.contains("api_key=&lt;redacted&gt;"), "{}", r.body);
+        assert!(!r.body.contains("AKIA0000") && !r.body.contains("Bearer xyz"));
+        assert!(r.body.contains("&lt;b&gt;curl&lt;/b&gt;"));
         // Bad ids and hostile filters: clear errors, no panic.
-        assert_eq!(send(admin, "GET", "/console/event?id=zz", &with(&[]), "").status, 400);
-        assert_eq!(send(admin, "GET", "/console/event?id=999", &with(&[]), "").status, 404);
-        let r = send(admin, "GET", "/console/events?since=yesterday&before=x", &with(&[]), "");
-        assert!(r.body.contains("since:") && r.body.contains("before:"), "{}", r.body);
+        assert_eq!(
+            send(admin, "GET", "/console/event?id=zz", &with(&[]), "").status,
+            400
+        );
+        assert_eq!(
+            send(admin, "GET", "/console/event?id=999", &with(&[]), "").status,
+            404
+        );
+        let r = send(
+            admin,
+            "GET",
+            "/console/events?since=yesterday&before=x",
+            &with(&[]),
+            "",
+        );
+        assert!(
+            r.body.contains("since:") && r.body.contains("before:"),
+            "{}",
+            r.body
+        );
         let many = "a=1&".repeat(100);
-        assert_eq!(send(admin, "GET", &format!("/console/events?{many}"), &with(&[]), "").status, 400);
+        assert_eq!(
+            send(
+                admin,
+                "GET",
+                &format!("/console/events?{many}"),
+                &with(&[]),
+                ""
+            )
+            .status,
+            400
+        );
 
         // CSRF: state changes need the session's token and a same-origin Origin.
         let exclude = send(admin, "GET", "/console/exclude?id=1", &with(&[]), "");
         let base = hidden(&exclude.body, "base");
         let form = format!("id=1&scope=narrow&base={base}");
-        let r = send(admin, "POST", "/console/exclude", &with(&[("origin", origin)]), &form);
+        let r = send(
+            admin,
+            "POST",
+            "/console/exclude",
+            &with(&[("origin", origin)]),
+            &form,
+        );
         assert_eq!(r.status, 403, "no CSRF token");
-        let r = send(admin, "POST", "/console/exclude", &with(&[("origin", origin)]), &format!("{form}&csrf=wrong"));
+        let r = send(
+            admin,
+            "POST",
+            "/console/exclude",
+            &with(&[("origin", origin)]),
+            &format!("{form}&csrf=wrong"),
+        );
         assert_eq!(r.status, 403, "wrong CSRF token");
-        let r = send(admin, "POST", "/console/exclude", &with(&[("origin", "http://evil.example")]), &format!("{form}&csrf={csrf}"));
+        let r = send(
+            admin,
+            "POST",
+            "/console/exclude",
+            &with(&[("origin", "http://evil.example")]),
+            &format!("{form}&csrf={csrf}"),
+        );
         assert_eq!(r.status, 403, "cross-origin");
-        let r = send(admin, "POST", "/console/exclude", &with(&[]), &format!("id=1&scope=narrow&base=stale&csrf={csrf}"));
+        let r = send(
+            admin,
+            "POST",
+            "/console/exclude",
+            &with(&[]),
+            &format!("id=1&scope=narrow&base=stale&csrf={csrf}"),
+        );
         assert_eq!(r.status, 409, "a stale preview is refused");
         assert!(shared.snapshot().config.waf.exclusions.is_empty());
 
         // The in-memory path (a config not from a file): applied and recorded.
-        let r = send(admin, "POST", "/console/exclude", &with(&[("origin", origin)]), &format!("{form}&csrf={csrf}"));
+        let r = send(
+            admin,
+            "POST",
+            "/console/exclude",
+            &with(&[("origin", origin)]),
+            &format!("{form}&csrf={csrf}"),
+        );
         assert_eq!(r.status, 303, "{}", r.body);
         let ex = &shared.snapshot().config.waf.exclusions;
         assert_eq!(ex.len(), 1);
@@ -247,19 +362,36 @@ async fn console_security() {
         assert!(h[0].diff.as_deref().unwrap().contains("+- route: \"api\""));
 
         // DNS rebinding: another name in Host is refused.
-        let r = send(admin, "GET", "/console", &with(&[("host", "evil.example")]), "");
+        let r = send(
+            admin,
+            "GET",
+            "/console",
+            &with(&[("host", "evil.example")]),
+            "",
+        );
         assert_eq!(r.status, 421);
 
         // Logout ends the session (POST with CSRF only).
-        assert_eq!(send(admin, "GET", "/console/logout", &with(&[]), "").status, 405);
-        let r = send(admin, "POST", "/console/logout", &with(&[]), &format!("csrf={csrf}"));
+        assert_eq!(
+            send(admin, "GET", "/console/logout", &with(&[]), "").status,
+            405
+        );
+        let r = send(
+            admin,
+            "POST",
+            "/console/logout",
+            &with(&[]),
+            &format!("csrf={csrf}"),
+        );
         assert_eq!(r.status, 303);
         assert_eq!(send(admin, "GET", "/console", &with(&[]), "").status, 303);
 
         // A new admin token ends the sessions opened with the old one.
         let (cookie, _) = login(admin);
         let src = source(Path::new("."));
-        shared.apply(config::parse(&src, &yaml("another-token")).unwrap(), src).unwrap();
+        shared
+            .apply(config::parse(&src, &yaml("another-token")).unwrap(), src)
+            .unwrap();
         let r = send(admin, "GET", "/console", &[("cookie", &cookie)], "");
         assert_eq!(r.status, 303);
     })
@@ -284,7 +416,10 @@ async fn remote_peers_are_refused() {
     };
     let dir = tempfile::tempdir().unwrap();
     let src = source(dir.path());
-    let text = yaml(TOKEN).replace("admin:\n  address: 127.0.0.1:0", "admin:\n  address: 0.0.0.0:0");
+    let text = yaml(TOKEN).replace(
+        "admin:\n  address: 127.0.0.1:0",
+        "admin:\n  address: 0.0.0.0:0",
+    );
     let cfg = config::parse(&src, &text).unwrap();
     let opts = GatewayOptions {
         admin: moat_console::console_routes(AdminRouter::new(), None),
@@ -299,7 +434,9 @@ async fn remote_peers_are_refused() {
         // Allowed by configuration.
         let src = source(Path::new("."));
         let allowed = text.replace("  token:", "  console: { allow_remote: true }\n  token:");
-        shared.apply(config::parse(&src, &allowed).unwrap(), src).unwrap();
+        shared
+            .apply(config::parse(&src, &allowed).unwrap(), src)
+            .unwrap();
         assert_eq!(send(remote, "GET", "/console/login", &[], "").status, 200);
     })
     .await
@@ -335,7 +472,14 @@ async fn events_pages_over_100k() {
         let h = [("cookie", cookie.as_str())];
         let ids = |body: &str| -> Vec<i64> {
             body.match_indices("/console/event?id=")
-                .map(|(i, m)| body[i + m.len()..].split('"').next().unwrap().parse().unwrap())
+                .map(|(i, m)| {
+                    body[i + m.len()..]
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                })
                 .collect()
         };
         let t = std::time::Instant::now();
@@ -349,7 +493,13 @@ async fn events_pages_over_100k() {
         assert_eq!(b.len(), 50);
         assert!(a.iter().all(|x| !b.contains(x)), "pages overlap");
         assert_eq!(a.last().unwrap() - 1, b[0], "pages leave a gap");
-        let r = send(admin, "GET", "/console/events?since=1h&client_ip=203.0.113.9", &h, "");
+        let r = send(
+            admin,
+            "GET",
+            "/console/events?since=1h&client_ip=203.0.113.9",
+            &h,
+            "",
+        );
         assert_eq!(ids(&r.body).len(), 1);
         // Wall-clock on a shared machine: printed for information, not asserted.
         eprintln!("events page over 100,001 events: first page {first:?}");

@@ -27,7 +27,9 @@ pub mod text;
 mod writer;
 
 pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
-pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use record::{
+    now_ms, AccessRecord, Record, RequestSummary, SecurityRecord, TcpRecord, TlsRecord,
+};
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};
 

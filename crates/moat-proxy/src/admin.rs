@@ -226,9 +226,8 @@ async fn dispatch(
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let found = router.find(&path);
-    let open = path == "/healthz"
-        || path == "/readyz"
-        || found.is_some_and(|(_, a)| a == Auth::Handler);
+    let open =
+        path == "/healthz" || path == "/readyz" || found.is_some_and(|(_, a)| a == Auth::Handler);
     if !open && !authorized(&shared, &parts) {
         let mut r = text(StatusCode::UNAUTHORIZED, "admin token required\n");
         r.headers_mut()

@@ -24,7 +24,10 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16,
     let ct = if body.is_empty() {
         String::new()
     } else {
-        format!("content-type: application/json\r\ncontent-length: {}\r\n", body.len())
+        format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        )
     };
     write!(
         s,
@@ -200,7 +203,10 @@ impl Driver {
     }
 
     fn source(&self) -> String {
-        self.cmd("GET", "/source", None).as_str().unwrap().to_string()
+        self.cmd("GET", "/source", None)
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     fn screenshot(&self, dir: &Path, name: &str) {
@@ -245,9 +251,10 @@ fn console_in_a_real_browser() {
     else {
         return;
     };
-    let Some(chromedriver) =
-        real_part("chromedriver", "scripts/ensure-apt chromium chromium-driver")
-    else {
+    let Some(chromedriver) = real_part(
+        "chromedriver",
+        "scripts/ensure-apt chromium chromium-driver",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -291,7 +298,13 @@ fn console_in_a_real_browser() {
     // Real traffic: two API calls, a denied path, a SQL injection.
     assert_eq!(http(gw, "GET", "/api/users/42", None).0, 200);
     assert_eq!(
-        http(gw, "POST", "/api/orders", Some(r#"{"item":"book","qty":2}"#)).0,
+        http(
+            gw,
+            "POST",
+            "/api/orders",
+            Some(r#"{"item":"book","qty":2}"#)
+        )
+        .0,
         200
     );
     assert_eq!(http(gw, "GET", "/admin/panel", None).0, 403);
@@ -334,13 +347,30 @@ fn console_in_a_real_browser() {
         .expect("session cookie");
     assert_eq!(c["httpOnly"], true);
     assert_eq!(c["sameSite"], "Strict");
-    // The live chart is drawn by console.js (a file: the CSP forbids inline scripts).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.text("#rps") == "…" {
-        assert!(Instant::now() < deadline, "console.js did not run");
-        std::thread::sleep(Duration::from_millis(200));
+    // The live chart is drawn by console.js (a file: the CSP forbids inline scripts)
+    // from the request counters, while traffic flows.
+    let traffic = std::thread::spawn(move || {
+        for i in 0..60 {
+            http(gw, "GET", &format!("/api/users/{i}"), None);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let line = d.find("#rps-chart polyline");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let points = d.cmd("GET", &format!("/element/{line}/attribute/points"), None);
+        if points.as_str().unwrap_or("").split(' ').count() >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "console.js drew no line: {points}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
     }
+    assert_ne!(d.text("#rps"), "0.0", "requests/s while traffic flows");
     d.screenshot(&shots, "overview");
+    traffic.join().unwrap();
 
     // Find the SQL injection by filter, open it.
     d.goto(&format!("{base}/console/events"));
@@ -357,7 +387,8 @@ fn console_in_a_real_browser() {
     d.click("a.event");
     let detail = d.text("#detail");
     assert!(detail.contains("sqli"), "{detail}");
-    assert!(d.text("#request-line").contains("GET /search"));
+    assert!(d.text("#request-line").contains("GET /search?q=1%27%20OR"));
+    assert!(d.text("#headers").contains("host"));
     d.screenshot(&shots, "event");
 
     // Exclude: the snippet and the diff, then apply.

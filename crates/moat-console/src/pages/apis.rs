@@ -21,7 +21,10 @@ fn endpoints(req: &Req) -> Option<Vec<Endpoint>> {
 /// `GET /console/apis`.
 pub fn page(_c: &Console, req: &Req) -> AdminResponse {
     let body = match endpoints(req) {
-        None => layout::notice("muted", "API discovery is off (set discovery.enabled: true)."),
+        None => layout::notice(
+            "muted",
+            "API discovery is off (set discovery.enabled: true).",
+        ),
         Some(eps) => html! {
             p { (eps.len()) " endpoints. " a #openapi href="/console/openapi.json" { "Download the OpenAPI document" } }
             table #apis {

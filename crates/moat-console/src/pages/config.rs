@@ -39,5 +39,8 @@ pub fn page(_c: &Console, req: &Req) -> AdminResponse {
         h2 { "Running configuration" }
         pre #running { (running) }
     };
-    web::html(StatusCode::OK, layout::page("Config", "/console/config", &req.csrf, body))
+    web::html(
+        StatusCode::OK,
+        layout::page("Config", "/console/config", &req.csrf, body),
+    )
 }

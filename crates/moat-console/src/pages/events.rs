@@ -167,7 +167,10 @@ pub fn detail(c: &Console, req: &Req) -> AdminResponse {
     let rec = match c.with_events(|s| s.get(id)) {
         Ok(Some(r)) => r,
         Ok(None) => {
-            let body = layout::notice("error", "No such event (it may have been deleted by retention).");
+            let body = layout::notice(
+                "error",
+                "No such event (it may have been deleted by retention).",
+            );
             return web::html(
                 StatusCode::NOT_FOUND,
                 layout::page("Event", "/console/events", &req.csrf, body),
@@ -191,11 +194,18 @@ pub fn detail(c: &Console, req: &Req) -> AdminResponse {
         ("type", s(&rec, &["type"]).into()),
         ("engine", s(ev, &["engine"]).into()),
         ("rule", s(ev, &["rule"]).into()),
-        ("decision", {
-            let a = s(ev, &["action"]);
-            if a.is_empty() { s(&rec, &["decision"]) } else { a }
-        }
-        .into()),
+        (
+            "decision",
+            {
+                let a = s(ev, &["action"]);
+                if a.is_empty() {
+                    s(&rec, &["decision"])
+                } else {
+                    a
+                }
+            }
+            .into(),
+        ),
         ("location", s(ev, &["location"]).into()),
         ("matched fragment", s(ev, &["details", "fragment"]).into()),
         ("message", s(ev, &["message"]).into()),
@@ -207,7 +217,20 @@ pub fn detail(c: &Console, req: &Req) -> AdminResponse {
     .into_iter()
     .filter(|(_, v)| !v.is_empty())
     .collect();
-    let request_line = format!("{} {}", s(&rec, &["method"]), s(&rec, &["path"]));
+    // The redacted target when the record has it (the query too), else the path.
+    let target = match s(&rec, &["request", "target"]) {
+        "" => s(&rec, &["path"]),
+        t => t,
+    };
+    let request_line = format!("{} {}", s(&rec, &["method"]), target);
+    let headers: Vec<(&str, &str)> = rec["request"]["headers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|h| (h[0].as_str().unwrap_or(""), h[1].as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut raw = rec.clone();
     moat_proxy::admin::redact(&mut raw);
     let raw = serde_json::to_string_pretty(&raw).unwrap_or_default();
@@ -218,7 +241,13 @@ pub fn detail(c: &Console, req: &Req) -> AdminResponse {
                 tr { th { "request line" } td.mono #request-line { (request_line) } }
             }
         } }
-        p.note { "The query string and request headers are not stored with events (they may hold credentials): the request line shows the method and path." }
+        @if !headers.is_empty() {
+            h2 { "Request headers" }
+            table #headers { tbody {
+                @for (k, v) in &headers { tr { th.mono { (k) } td.mono { (v) } } }
+            } }
+        }
+        p.note { "Values that may be credentials (by header or parameter name, and every value of a leaked-secret event) were replaced by <redacted> before the event was stored." }
         p.links {
             @if !s(&rec, &["client_ip"]).is_empty() { a href=(filter_link("client_ip", s(&rec, &["client_ip"]))) { "Same client IP" } " · " }
             @if !s(ev, &["rule"]).is_empty() { a href=(filter_link("rule", s(ev, &["rule"]))) { "Same rule" } " · " }

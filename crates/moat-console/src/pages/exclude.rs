@@ -152,7 +152,12 @@ pub fn preview(c: &Console, req: &Req) -> AdminResponse {
     };
     web::html(
         StatusCode::OK,
-        layout::page("Exclude a false positive", "/console/events", &req.csrf, body),
+        layout::page(
+            "Exclude a false positive",
+            "/console/events",
+            &req.csrf,
+            body,
+        ),
     )
 }
 

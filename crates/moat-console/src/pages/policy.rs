@@ -31,10 +31,17 @@ fn render(req: &Req, result: Option<Markup>) -> AdminResponse {
     let snap = req.admin.gateway.snapshot();
     let Some(engine) = snap.pipeline.engines.authz.clone() else {
         let body = layout::notice("muted", "Access control is off (set authz.enabled: true).");
-        return web::html(StatusCode::OK, layout::page("Access control", "/console/policy", &req.csrf, body));
+        return web::html(
+            StatusCode::OK,
+            layout::page("Access control", "/console/policy", &req.csrf, body),
+        );
     };
     let wl = workloads(req);
-    let f = |k: &str, d: &'static str| req.f(k).map(str::to_string).unwrap_or_else(|| d.to_string());
+    let f = |k: &str, d: &'static str| {
+        req.f(k)
+            .map(str::to_string)
+            .unwrap_or_else(|| d.to_string())
+    };
     let body = html! {
         h2 { "Would this request be allowed?" }
         form.policy method="post" action="/console/policy" {
@@ -65,7 +72,10 @@ fn render(req: &Req, result: Option<Markup>) -> AdminResponse {
             }
         }
     };
-    web::html(StatusCode::OK, layout::page("Access control", "/console/policy", &req.csrf, body))
+    web::html(
+        StatusCode::OK,
+        layout::page("Access control", "/console/policy", &req.csrf, body),
+    )
 }
 
 /// `GET /console/policy`.
@@ -98,7 +108,9 @@ pub fn check(_c: &Console, req: &Req) -> AdminResponse {
                     .map(str::to_string)
                     .collect(),
                 source_ip: req.f("source_ip").map(str::to_string),
-                namespace: chosen.map(|w| w.1.clone()).unwrap_or_else(|| "default".into()),
+                namespace: chosen
+                    .map(|w| w.1.clone())
+                    .unwrap_or_else(|| "default".into()),
                 labels: chosen.map(|w| w.2.clone()).unwrap_or_default(),
                 root_namespace: authz.root_namespace.clone(),
                 trusted_proxies: authz.trusted_proxies.unwrap_or(0),

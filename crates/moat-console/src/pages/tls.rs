@@ -27,21 +27,28 @@ fn version_name(v: u64) -> String {
     }
 }
 
-/// One listener certificate: listener, file, subject, not-after (unix s) or an error.
-fn certificates(req: &Req) -> Vec<(String, String, Result<(String, i64), String>)> {
+/// A certificate's subject and not-after time (unix seconds), or why it was not read.
+type Expiry = Result<(String, i64), String>;
+
+/// One entry per listener certificate: listener, file, expiry.
+fn certificates(req: &Req) -> Vec<(String, String, Expiry)> {
     let snap = req.admin.gateway.snapshot();
     let mut out = Vec::new();
     for l in &snap.config.listeners {
         let Some(tls) = &l.tls else { continue };
         for c in &tls.certificates {
             let path = snap.source.base_dir.join(&c.cert);
-            out.push((l.name.value.clone(), c.cert.display().to_string(), leaf_expiry(&path)));
+            out.push((
+                l.name.value.clone(),
+                c.cert.display().to_string(),
+                leaf_expiry(&path),
+            ));
         }
     }
     out
 }
 
-fn leaf_expiry(path: &std::path::Path) -> Result<(String, i64), String> {
+fn leaf_expiry(path: &std::path::Path) -> Expiry {
     let pem = std::fs::read(path).map_err(|e| e.to_string())?;
     let der = rustls_pemfile::certs(&mut pem.as_slice())
         .next()
@@ -70,8 +77,13 @@ fn mix(rows: &[serde_json::Value]) -> (Counts, Counts, Counts) {
             .or_default() += 1;
         *cs.entry(h["ciphersuite_name"].as_str().unwrap_or("?").to_string())
             .or_default() += 1;
-        *g.entry(h["key_exchange_group"].as_str().unwrap_or("none").to_string())
-            .or_default() += 1;
+        *g.entry(
+            h["key_exchange_group"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string(),
+        )
+        .or_default() += 1;
     }
     (v, cs, g)
 }
@@ -119,5 +131,8 @@ pub fn page(c: &Console, req: &Req) -> AdminResponse {
             }
         }
     };
-    web::html(StatusCode::OK, layout::page("TLS", "/console/tls", &req.csrf, body))
+    web::html(
+        StatusCode::OK,
+        layout::page("TLS", "/console/tls", &req.csrf, body),
+    )
 }
