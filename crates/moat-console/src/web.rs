@@ -64,12 +64,17 @@ pub fn json(v: &serde_json::Value) -> AdminResponse {
     )
 }
 
-/// A download (`Content-Disposition: attachment`).
-pub fn download(content_type: &'static str, filename: &'static str, body: String) -> AdminResponse {
+/// A download: `disposition` is the `Content-Disposition` value
+/// (`attachment; filename="..."`).
+pub fn download(
+    content_type: &'static str,
+    disposition: &'static str,
+    body: String,
+) -> AdminResponse {
     let mut r = respond(StatusCode::OK, content_type, Bytes::from(body));
     r.headers_mut().insert(
         header::CONTENT_DISPOSITION,
-        HeaderValue::from_static(filename),
+        HeaderValue::from_static(disposition),
     );
     r
 }

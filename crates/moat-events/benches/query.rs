@@ -35,14 +35,26 @@ fn main() {
     let store = EventStore::open(&dir.path().join("events.db")).unwrap();
     let now = now_ms();
     let rows: Vec<Record> = (0..N)
-        .map(|i| record(now - N + i, if i == N / 2 { "203.0.113.9" } else { "10.0.0.1" }))
+        .map(|i| {
+            record(
+                now - N + i,
+                if i == N / 2 {
+                    "203.0.113.9"
+                } else {
+                    "10.0.0.1"
+                },
+            )
+        })
         .collect();
     for chunk in rows.chunks(10_000) {
         store.insert(chunk).unwrap();
     }
     let q = |qs: &str| EventQuery::from_query_string(qs, now).unwrap();
     let first = q("since=1h&type=security&limit=50");
-    let deep = q(&format!("since=1h&type=security&limit=50&before={}", N - 90_000));
+    let deep = q(&format!(
+        "since=1h&type=security&limit=50&before={}",
+        N - 90_000
+    ));
     let ip = q("since=1h&type=security&limit=50&client_ip=203.0.113.9");
     assert_eq!(store.query(&first).unwrap().len(), 50);
     assert_eq!(store.query(&deep).unwrap().len(), 50);

@@ -18,6 +18,17 @@ const TOKEN: &str = "console-test-token-1234";
 
 /// A blocking HTTP/1.1 exchange (`Connection: close`): status and body.
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_with(addr, method, path, body, "")
+}
+
+/// [`http`] with extra header lines (`name: value\r\n` each).
+fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    extra: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let body = body.unwrap_or("");
@@ -31,7 +42,7 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16,
     };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{ct}connection: close\r\n\r\n{body}"
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{extra}{ct}connection: close\r\n\r\n{body}"
     )
     .unwrap();
     // Read the head, then Content-Length bytes (chromedriver keeps connections open
@@ -347,6 +358,7 @@ fn console_in_a_real_browser() {
         .expect("session cookie");
     assert_eq!(c["httpOnly"], true);
     assert_eq!(c["sameSite"], "Strict");
+    let session = format!("cookie: moat_console={}\r\n", c["value"].as_str().unwrap());
     // The live chart is drawn by console.js (a file: the CSP forbids inline scripts)
     // from the request counters, while traffic flows.
     let traffic = std::thread::spawn(move || {
@@ -430,6 +442,12 @@ fn console_in_a_real_browser() {
     let admin_addr: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
     let (status, _) = http(admin_addr, "GET", "/console/openapi.json", None);
     assert_eq!(status, 303, "no session: redirected to the login page");
+    let (status, doc) = http_with(admin_addr, "GET", "/console/openapi.json", None, &session);
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.keys().any(|p| p == "/api/orders"), "{paths:?}");
 
     // The policy form answers as `moat policy check` does.
     d.goto(&format!("{base}/console/policy"));
