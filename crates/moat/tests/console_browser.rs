@@ -154,7 +154,7 @@ impl Driver {
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1280,1000", format!("--user-data-dir={}", profile.display())],
+                         "--window-size=1280,1000", "--ignore-certificate-errors", format!("--user-data-dir={}", profile.display())],
             },
         } } });
         let v = Self::call(addr, "POST", "/session", Some(caps));
@@ -184,6 +184,18 @@ impl Driver {
             .and_then(|v| v.as_str())
             .unwrap()
             .to_string()
+    }
+
+    /// Waits (up to 20 s) until an element matches `css`: a click that submits a form
+    /// may return before the next page is there.
+    fn wait_for(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let path = format!("/session/{}/element", self.session);
+        let body = json!({ "using": "css selector", "value": css }).to_string();
+        while http(self.addr, "POST", &path, Some(&body)).0 != 200 {
+            assert!(Instant::now() < deadline, "no {css} on {}", self.url());
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn click(&self, css: &str) {
@@ -272,13 +284,23 @@ fn console_in_a_real_browser() {
     let shots = screenshot_dir();
     let up = upstream();
     let (listen, admin) = (free_port().unwrap(), free_port().unwrap());
+    let tls_port = free_port().unwrap();
     std::fs::write(dir.path().join("policies.yaml"), POLICIES).unwrap();
+    let moat = env!("CARGO_BIN_EXE_moat");
+    let certs = Command::new(moat)
+        .args(["certs", "--out"])
+        .arg(dir.path().join("certs"))
+        .output()
+        .unwrap();
+    assert!(certs.status.success(), "{certs:?}");
     let cfg = dir.path().join("moat.yaml");
     std::fs::write(
         &cfg,
         format!(
-            "# console test\nlisteners:\n  - name: main\n    address: 127.0.0.1:{listen}\n\
+            "# console test\nlisteners:\n  - name: main\n    address: 127.0.0.1:{listen}\n  - name: tls\n\
+             \x20   address: 127.0.0.1:{tls_port}\n    tls: {{ certificates: [{{ cert: certs/server.crt, key: certs/server.key }}] }}\n\
              admin:\n  address: 127.0.0.1:{admin}\n  token: {TOKEN}\n\
+             tls_audit: {{ enabled: true }}\n\
              clusters:\n  - name: shop\n    endpoints: [\"{up}\"]\n    labels: {{ app: shop }}\n    namespace: default\n\
              routes:\n  - name: api\n    cluster: shop\n\
              events:\n  store: {{ path: events.db }}\n  sink: {{ type: none }}\n\
@@ -288,7 +310,6 @@ fn console_in_a_real_browser() {
         ),
     )
     .unwrap();
-    let moat = env!("CARGO_BIN_EXE_moat");
     let _gw = ChildGuard(
         Command::new(moat)
             .args(["serve", "--log-format", "text", "--config"])
@@ -344,10 +365,12 @@ fn console_in_a_real_browser() {
     d.screenshot(&shots, "login");
     d.type_into("input[name=token]", "wrong");
     d.click("#login");
+    d.wait_for("p.error");
     let page = d.source();
     assert!(page.contains("Wrong admin token"), "{page}");
     d.type_into("input[name=token]", TOKEN);
     d.click("#login");
+    d.wait_for("#rps");
     assert!(d.url().ends_with("/console"), "{}", d.url());
     let cookies = d.cmd("GET", "/cookie", None);
     let c = cookies
@@ -388,6 +411,11 @@ fn console_in_a_real_browser() {
     d.goto(&format!("{base}/console/events"));
     d.type_into("#f-rule", "sqli");
     d.click("#filter");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !d.url().contains("rule=sqli") {
+        assert!(Instant::now() < deadline, "the filter was not submitted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     while !d.source().contains("a class=\"event\"") {
         // The event writer commits in batches: poll.
@@ -397,6 +425,7 @@ fn console_in_a_real_browser() {
     }
     d.screenshot(&shots, "events");
     d.click("a.event");
+    d.wait_for("#detail");
     let detail = d.text("#detail");
     assert!(detail.contains("sqli"), "{detail}");
     assert!(d.text("#request-line").contains("GET /search?q=1%27%20OR"));
@@ -405,6 +434,7 @@ fn console_in_a_real_browser() {
 
     // Exclude: the snippet and the diff, then apply.
     d.click("#exclude");
+    d.wait_for("#snippet");
     let snippet = d.text("#snippet");
     assert!(snippet.contains("detector: \"sqli\""), "{snippet}");
     assert!(snippet.contains("path_prefix: \"/search\""), "{snippet}");
@@ -412,7 +442,9 @@ fn console_in_a_real_browser() {
     assert!(diff.contains("+    - route: \"api\""), "{diff}");
     d.screenshot(&shots, "exclude");
     d.click("#apply");
-    assert!(d.source().contains("id=\"applied\""));
+    d.wait_for("#applied");
+    let page = d.source();
+    assert!(page.contains("id=\"applied\""), "{page}");
     assert!(d.text("#reloads").contains("console: WAF exclusion"));
     d.screenshot(&shots, "config");
     let on_disk = std::fs::read_to_string(&cfg).unwrap();
@@ -453,6 +485,7 @@ fn console_in_a_real_browser() {
     d.goto(&format!("{base}/console/policy"));
     d.type_into("#p-url", "http://shop.local/admin/users");
     d.click("#p-check");
+    d.wait_for("#p-text");
     let console_answer = d.text("#p-text");
     d.screenshot(&shots, "policy");
     let cli = Command::new(moat)
@@ -472,7 +505,19 @@ fn console_in_a_real_browser() {
     assert_eq!(console_answer.trim(), cli_answer.trim());
     assert!(cli_answer.starts_with("403 DENY"), "{cli_answer}");
 
-    d.goto(&format!("{base}/console/tls"));
+    // A real TLS handshake from Chromium (the certificate is moat's own test CA's),
+    // audited: the TLS page counts it.
+    d.goto(&format!("https://127.0.0.1:{tls_port}/api/users/7"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        d.goto(&format!("{base}/console/tls"));
+        if d.text("#tls-versions").contains("TLS 1.3") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no audited handshake");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(d.text("#certs").contains("days"), "certificate expiry");
     d.screenshot(&shots, "tls");
     eprintln!("screenshots in {}", shots.display());
 }

@@ -63,7 +63,7 @@ fn render(req: &Req, result: Option<Markup>) -> AdminResponse {
         h2 { "Policies per workload" }
         @for (name, ns, labels) in &wl {
             @let args = CheckArgs { namespace: ns.clone(), labels: labels.clone(), ..CheckArgs::default() };
-            details {
+            details open {
                 summary { (name) " (" (ns) ")" }
                 @match check::parse_labels(&args) {
                     Ok(l) => pre { (moat_authz::explain::to_text(&moat_authz::explain::explain(&engine, ns, &l))) }
