@@ -9,17 +9,21 @@ pub fn bars(id: &str, rows: &[(String, u64)]) -> Markup {
     let max = rows.iter().map(|(_, v)| *v).max().unwrap_or(0).max(1);
     let row_h = 22u64;
     let h = (rows.len() as u64 * row_h).max(row_h);
+    // The label column fits the longest label (about 7 px a character at 11 px).
+    let longest = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
+    let lw = (longest as u64 * 7 + 10).clamp(110, 320);
+    let w = lw + 300;
     html! {
-        svg.chart id=(id) viewBox={"0 0 400 " (h)} width="400" height=(h) role="img" {
+        svg.chart id=(id) viewBox={"0 0 " (w) " " (h)} width=(w) height=(h) role="img" {
             @if rows.is_empty() {
                 text x="0" y="15" class="muted" { "nothing yet" }
             }
             @for (i, (label, v)) in rows.iter().enumerate() {
                 @let y = i as u64 * row_h;
-                @let w = 1 + v * 240 / max;
+                @let bw = 1 + v * 240 / max;
                 text x="0" y=(y + 15) { (label) }
-                rect x="110" y=(y + 4) width=(w) height="14" class="bar" {}
-                text x=(115 + w) y=(y + 15) { (v) }
+                rect x=(lw) y=(y + 4) width=(bw) height="14" class="bar" {}
+                text x=(lw + 5 + bw) y=(y + 15) { (v) }
             }
         }
     }
