@@ -10,7 +10,11 @@ pub fn bars(id: &str, rows: &[(String, u64)]) -> Markup {
     let row_h = 22u64;
     let h = (rows.len() as u64 * row_h).max(row_h);
     // The label column fits the longest label (about 7 px a character at 11 px).
-    let longest = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
+    let longest = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0);
     let lw = (longest as u64 * 7 + 10).clamp(110, 320);
     let w = lw + 300;
     html! {
