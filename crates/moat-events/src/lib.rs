@@ -9,6 +9,8 @@
 //!                          |                  |
 //!                JSON lines sink        SQLite store (WAL, one
 //!              (stdout / rotating file)  transaction per batch)
+//!                          |
+//!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
 //!
 //! Memory is bounded under any load: at most `queue_capacity` records wait in
@@ -30,6 +32,7 @@ pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_
 pub use record::{
     now_ms, AccessRecord, Record, RequestSummary, SecurityRecord, TcpRecord, TlsRecord,
 };
+pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};
 

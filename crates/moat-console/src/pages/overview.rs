@@ -99,10 +99,10 @@ pub fn page(c: &Console, req: &Req) -> AdminResponse {
             div.card {
                 h2 { "Event queue" }
                 @match queue {
-                    Some((depth, cap, dropped)) => {
+                    Some(q) => {
                         table { tbody {
-                            tr { th { "depth" } td { (depth) " / " (cap) } }
-                            tr { th { "dropped" } td id="queue-dropped" { (dropped + dropped_by_proxy) } }
+                            tr { th { "depth" } td { (q.depth) " / " (q.capacity) } }
+                            tr { th { "dropped" } td id="queue-dropped" { (q.dropped + dropped_by_proxy) } }
                         } }
                     }
                     None => p.muted { "no event pipeline configured" }
