@@ -37,6 +37,7 @@ fn record(i: u64) -> Record {
             )
             .at("query:id")
             .with_details(serde_json::json!({"fragment": "1 OR 1=1", "score": 5})),
+            request: None,
         })
     } else {
         Record::Access(AccessRecord {

@@ -298,6 +298,7 @@ impl Aggregator {
                 client_ip: w.client_ip.clone(),
                 method: String::new(),
                 path: String::new(),
+                request: None,
                 event,
             }),
             count: w.overflow,
@@ -402,6 +403,7 @@ mod tests {
             client_ip: client.into(),
             method: "GET".into(),
             path: "/s".into(),
+            request: None,
             event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection")
                 .at(location),
         })

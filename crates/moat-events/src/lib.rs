@@ -38,7 +38,9 @@ pub use aggregate::Counted;
 pub use config::{
     AggregateConfig, EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX,
 };
-pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use record::{
+    now_ms, AccessRecord, Record, RequestSummary, SecurityRecord, TcpRecord, TlsRecord,
+};
 pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};

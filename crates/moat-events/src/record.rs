@@ -72,6 +72,93 @@ pub struct SecurityRecord {
     pub path: String,
     /// What the engine found and did.
     pub event: SecurityEvent,
+    /// The request target and headers, secrets redacted (absent in records written
+    /// before it existed, and from sinks that do not see the request head).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestSummary>,
+}
+
+/// Most headers kept in a [`RequestSummary`].
+pub const MAX_SUMMARY_HEADERS: usize = 64;
+/// Longest header value or request target kept (longer ones are cut, marked `…`).
+pub const MAX_SUMMARY_VALUE: usize = 512;
+
+/// The request line and headers of a security record, for triage: values that may be
+/// credentials are replaced by `<redacted>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RequestSummary {
+    /// Path and query, sensitive query values redacted.
+    pub target: String,
+    /// Headers in order, sensitive values redacted.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Names (of headers and query parameters) whose values are credentials by convention.
+const SENSITIVE_NAME_PARTS: &[&str] = &[
+    "auth",
+    "cookie",
+    "token",
+    "secret",
+    "key",
+    "pass",
+    "session",
+    "csrf",
+    "signature",
+    "credential",
+];
+
+fn sensitive(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    SENSITIVE_NAME_PARTS.iter().any(|p| n.contains(p))
+}
+
+fn cut(s: &str) -> String {
+    if s.len() <= MAX_SUMMARY_VALUE {
+        return s.to_string();
+    }
+    let mut end = MAX_SUMMARY_VALUE;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+const REDACTED: &str = "<redacted>";
+
+impl RequestSummary {
+    /// Summarizes a request head. With `all_values` (an event about a leaked secret,
+    /// which may sit in any header or parameter) every header and query value is redacted.
+    pub fn redacted<'a>(
+        target: &str,
+        headers: impl Iterator<Item = (&'a str, &'a [u8])>,
+        all_values: bool,
+    ) -> RequestSummary {
+        let target = match target.split_once('?') {
+            None => cut(target),
+            Some((path, query)) => {
+                let q: Vec<String> = query
+                    .split('&')
+                    .map(|pair| match pair.split_once('=') {
+                        Some((k, _)) if all_values || sensitive(k) => format!("{k}={REDACTED}"),
+                        _ => pair.to_string(),
+                    })
+                    .collect();
+                cut(&format!("{path}?{}", q.join("&")))
+            }
+        };
+        let headers = headers
+            .take(MAX_SUMMARY_HEADERS)
+            .map(|(name, value)| {
+                let v = if all_values || sensitive(name) {
+                    REDACTED.to_string()
+                } else {
+                    cut(&String::from_utf8_lossy(value))
+                };
+                (name.to_string(), v)
+            })
+            .collect();
+        RequestSummary { target, headers }
+    }
 }
 
 /// A TLS handshake record (crypto-auditing vocabulary).
@@ -197,6 +284,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn summaries_redact_credentials_and_stay_bounded() {
+        let long = "v".repeat(MAX_SUMMARY_VALUE * 2);
+        let many: Vec<(String, Vec<u8>)> = (0..MAX_SUMMARY_HEADERS + 10)
+            .map(|i| (format!("x-h{i}"), b"1".to_vec()))
+            .collect();
+        let mut headers: Vec<(&str, &[u8])> = vec![
+            ("authorization", b"Bearer abc"),
+            ("cookie", b"sid=1"),
+            ("x-api-key", b"k"),
+            ("user-agent", long.as_bytes()),
+            ("x-bad", b"\xff\xfe"),
+        ];
+        headers.extend(many.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+        let s = RequestSummary::redacted(
+            "/search?q=1%27&api_key=AKIA&token=t",
+            headers.into_iter(),
+            false,
+        );
+        assert_eq!(
+            s.target,
+            "/search?q=1%27&api_key=<redacted>&token=<redacted>"
+        );
+        assert_eq!(s.headers.len(), MAX_SUMMARY_HEADERS);
+        assert_eq!(s.headers[0].1, "<redacted>");
+        assert_eq!(s.headers[1].1, "<redacted>");
+        assert_eq!(s.headers[2].1, "<redacted>");
+        assert!(s.headers[3].1.len() <= MAX_SUMMARY_VALUE + 3);
+        assert_eq!(s.headers[4].1, "\u{fffd}\u{fffd}");
+        let all = RequestSummary::redacted("/u?q=x", [("x-h", &b"AKIA"[..])].into_iter(), true);
+        assert_eq!(all.target, "/u?q=<redacted>");
+        assert_eq!(all.headers[0].1, "<redacted>");
+    }
+
+    #[test]
     fn serializes_with_type_tag() {
         let r = Record::Security(SecurityRecord {
             ts: 5,
@@ -207,6 +328,7 @@ mod tests {
             path: "/x".into(),
             event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection")
                 .at("query:id"),
+            request: None,
         });
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["type"], "security");

@@ -66,6 +66,17 @@ pub struct EventQuery {
     pub route: Option<String>,
     /// Decision or action: `allow`, `block`, `monitor`, `error`, `redact`, `bypass`.
     pub action: Option<String>,
+    /// Rule, detector or policy of a security event (`sqli`, `ns/policy[rule 0]`), or
+    /// the deciding policy of a tcp record.
+    pub rule: Option<String>,
+    /// Client IP, as recorded.
+    pub client_ip: Option<String>,
+    /// Request id.
+    pub request_id: Option<String>,
+    /// Only events after the one with this store id in the listing order (newest
+    /// first): the next page of a listing (keyset pagination: each page costs the same
+    /// however deep it is).
+    pub before_id: Option<i64>,
     /// Maximum number of events returned (1..=10000, default 100).
     pub limit: usize,
 }
@@ -78,6 +89,10 @@ impl Default for EventQuery {
             kind: None,
             route: None,
             action: None,
+            rule: None,
+            client_ip: None,
+            request_id: None,
+            before_id: None,
             limit: DEFAULT_QUERY_LIMIT,
         }
     }
@@ -107,7 +122,8 @@ impl EventQuery {
         Ok(q)
     }
 
-    /// Sets one parameter by name (`since`, `until`, `type`, `route`, `action`, `limit`).
+    /// Sets one parameter by name (`since`, `until`, `type`, `route`, `action`, `rule`,
+    /// `client_ip`, `request_id`, `before`, `limit`).
     pub fn set(&mut self, key: &str, value: &str, now_ms: u64) -> Result<(), QueryError> {
         let bad = |m: String| QueryError {
             param: key.to_string(),
@@ -128,6 +144,15 @@ impl EventQuery {
             "type" | "engine" => self.kind = Some(nonempty(value)?),
             "route" => self.route = Some(nonempty(value)?),
             "action" | "decision" => self.action = Some(nonempty(value)?),
+            "rule" => self.rule = Some(nonempty(value)?),
+            "client_ip" | "ip" => self.client_ip = Some(nonempty(value)?),
+            "request_id" => self.request_id = Some(nonempty(value)?),
+            "before" => {
+                let n: i64 = value
+                    .parse()
+                    .map_err(|_| bad(format!("`{value}` is not an event id")))?;
+                self.before_id = Some(n);
+            }
             "limit" => {
                 let n: usize = value
                     .parse()
@@ -140,9 +165,9 @@ impl EventQuery {
             other => {
                 return Err(QueryError {
                     param: other.to_string(),
-                    message:
-                        "unknown parameter (expected since, until, type, route, action, limit)"
-                            .into(),
+                    message: "unknown parameter (expected since, until, type, route, action, \
+                              rule, client_ip, request_id, before, limit)"
+                        .into(),
                 })
             }
         }
@@ -372,29 +397,7 @@ impl EventStore {
 
     /// Returns matching records, newest first, each as its JSON object plus its store `id`.
     pub fn query(&self, q: &EventQuery) -> Result<Vec<serde_json::Value>, EventsError> {
-        let mut sql = String::from("SELECT id, data FROM events WHERE 1=1");
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        if let Some(s) = q.since {
-            sql.push_str(" AND ts >= ?");
-            args.push((s.min(i64::MAX as u64) as i64).into());
-        }
-        if let Some(u) = q.until {
-            sql.push_str(" AND ts < ?");
-            args.push((u.min(i64::MAX as u64) as i64).into());
-        }
-        if let Some(k) = &q.kind {
-            sql.push_str(" AND (kind = ? OR engine = ?)");
-            args.push(k.clone().into());
-            args.push(k.clone().into());
-        }
-        if let Some(r) = &q.route {
-            sql.push_str(" AND route = ?");
-            args.push(r.clone().into());
-        }
-        if let Some(a) = &q.action {
-            sql.push_str(" AND action = ?");
-            args.push(a.clone().into());
-        }
+        let (mut sql, mut args) = q.where_clause("SELECT id, data FROM events");
         sql.push_str(" ORDER BY ts DESC, id DESC LIMIT ?");
         args.push((q.limit.clamp(1, MAX_QUERY_LIMIT) as i64).into());
 
@@ -409,15 +412,156 @@ impl EventStore {
         let mut out = Vec::new();
         for row in rows {
             let (id, data) = row.map_err(err)?;
-            let mut v: serde_json::Value =
-                serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert("id".into(), id.into());
-            }
-            out.push(v);
+            out.push(with_id(id, data));
         }
         Ok(out)
     }
+
+    /// The record with this store id, if it is still stored.
+    pub fn get(&self, id: i64) -> Result<Option<serde_json::Value>, EventsError> {
+        let err = store_err(&self.path);
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached("SELECT data FROM events WHERE id = ?1")
+            .map_err(err)?;
+        let mut rows = stmt.query([id]).map_err(err)?;
+        match rows.next().map_err(err)? {
+            Some(r) => Ok(Some(with_id(id, r.get::<_, String>(0).map_err(err)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Counts the records matching `q` (its limit and `before` ignored) in `buckets`
+    /// equal time slices of `[since, until)`: the timeline of a listing. One indexed
+    /// range scan, whatever the number of buckets.
+    pub fn histogram(
+        &self,
+        q: &EventQuery,
+        since: u64,
+        until: u64,
+        buckets: usize,
+    ) -> Result<Vec<u64>, EventsError> {
+        let buckets = buckets.clamp(1, MAX_HISTOGRAM_BUCKETS);
+        let width = (until.saturating_sub(since) / buckets as u64).max(1);
+        let q = EventQuery {
+            since: Some(since),
+            until: Some(until),
+            before_id: None,
+            ..q.clone()
+        };
+        let (mut sql, mut args) = q.where_clause("SELECT (ts - ?) / ?, count(*) FROM events");
+        args.insert(0, (width.min(i64::MAX as u64) as i64).into());
+        args.insert(0, (since.min(i64::MAX as u64) as i64).into());
+        sql.push_str(" GROUP BY 1");
+        let err = store_err(&self.path);
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+        let rows = stmt
+            .query_map(params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(err)?;
+        let mut out = vec![0u64; buckets];
+        for row in rows {
+            let (b, n) = row.map_err(err)?;
+            // The last slice also holds the remainder of an uneven division.
+            let i = (b.max(0) as usize).min(buckets - 1);
+            out[i] += n.max(0) as u64;
+        }
+        Ok(out)
+    }
+
+    /// Security records at or after `since` (unix ms), counted by `(engine, action)`.
+    pub fn count_security(&self, since: u64) -> Result<Vec<(String, String, u64)>, EventsError> {
+        let err = store_err(&self.path);
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT engine, action, count(*) FROM events
+                 WHERE ts >= ?1 AND kind = 'security' GROUP BY engine, action",
+            )
+            .map_err(err)?;
+        let rows = stmt
+            .query_map([since.min(i64::MAX as u64) as i64], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get::<_, i64>(2)?.max(0) as u64,
+                ))
+            })
+            .map_err(err)?;
+        rows.collect::<Result<_, _>>().map_err(err)
+    }
+}
+
+/// Largest number of slices of [`EventStore::histogram`].
+pub const MAX_HISTOGRAM_BUCKETS: usize = 1_000;
+
+impl EventQuery {
+    /// `base` followed by the WHERE clause of the filters, and its arguments.
+    fn where_clause(&self, base: &str) -> (String, Vec<rusqlite::types::Value>) {
+        let mut sql = format!("{base} WHERE 1=1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let ms = |v: u64| rusqlite::types::Value::from(v.min(i64::MAX as u64) as i64);
+        if let Some(s) = self.since {
+            sql.push_str(" AND ts >= ?");
+            args.push(ms(s));
+        }
+        if let Some(u) = self.until {
+            sql.push_str(" AND ts < ?");
+            args.push(ms(u));
+        }
+        if let Some(k) = &self.kind {
+            sql.push_str(" AND (kind = ? OR engine = ?)");
+            args.push(k.clone().into());
+            args.push(k.clone().into());
+        }
+        if let Some(r) = &self.route {
+            sql.push_str(" AND route = ?");
+            args.push(r.clone().into());
+        }
+        if let Some(a) = &self.action {
+            sql.push_str(" AND action = ?");
+            args.push(a.clone().into());
+        }
+        if let Some(r) = &self.request_id {
+            sql.push_str(" AND request_id = ?");
+            args.push(r.clone().into());
+        }
+        // Rule and client IP live in the JSON only (no column, no migration of existing
+        // stores): the other filters and the time index narrow the rows first.
+        if let Some(r) = &self.rule {
+            sql.push_str(
+                " AND coalesce(json_extract(data, '$.event.rule'), json_extract(data, '$.rule')) = ?",
+            );
+            args.push(r.clone().into());
+        }
+        if let Some(ip) = &self.client_ip {
+            sql.push_str(" AND json_extract(data, '$.client_ip') = ?");
+            args.push(ip.clone().into());
+        }
+        if let Some(b) = self.before_id {
+            // After record `b` in the listing order (ts, id descending); the plain `ts`
+            // bound lets the time index skip the newer rows.
+            sql.push_str(
+                " AND ts <= (SELECT ts FROM events WHERE id = ?) \
+                 AND (ts, id) < (SELECT ts, id FROM events WHERE id = ?)",
+            );
+            args.push(b.into());
+            args.push(b.into());
+        }
+        (sql, args)
+    }
+}
+
+/// A stored JSON line as a value, with its store `id` added.
+fn with_id(id: i64, data: String) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("id".into(), id.into());
+    }
+    v
 }
 
 fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {

@@ -46,6 +46,7 @@ fn security(i: u64, ts: u64, engine: &'static str, route: &str) -> Record {
         path: "/login".into(),
         event: SecurityEvent::new(engine, "sqli", EventAction::Block, "SQL injection in query")
             .at("query:id"),
+        request: None,
     })
 }
 

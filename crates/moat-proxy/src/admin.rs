@@ -5,6 +5,7 @@
 //! before the gateway starts (see [`crate::GatewayOptions::admin`]).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ pub struct AdminRequest {
     pub body: Bytes,
     /// The gateway (current config, metrics, reload).
     pub gateway: Arc<Shared>,
+    /// The TCP peer of the admin connection (the console serves loopback peers only
+    /// unless configured otherwise).
+    pub peer: SocketAddr,
 }
 
 /// The response of an admin endpoint.
@@ -41,10 +45,19 @@ pub type AdminFuture = Pin<Box<dyn Future<Output = AdminResponse> + Send>>;
 /// An admin endpoint.
 pub type AdminHandler = Arc<dyn Fn(AdminRequest) -> AdminFuture + Send + Sync>;
 
+/// Who checks the credentials of a route's requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Auth {
+    /// The router: `Authorization: Bearer <admin.token>`.
+    Bearer,
+    /// The handler itself (the web console's login and session cookie).
+    Handler,
+}
+
 /// Admin routes: exact path match (query ignored); later registrations of the same path win.
 #[derive(Clone, Default)]
 pub struct AdminRouter {
-    routes: Vec<(String, AdminHandler)>,
+    routes: Vec<(String, AdminHandler, Auth)>,
 }
 
 impl AdminRouter {
@@ -54,9 +67,20 @@ impl AdminRouter {
     }
 
     /// Adds (or replaces) the handler of `path`.
-    pub fn route(mut self, path: &str, handler: AdminHandler) -> Self {
-        self.routes.retain(|(p, _)| p != path);
-        self.routes.push((path.to_string(), handler));
+    pub fn route(self, path: &str, handler: AdminHandler) -> Self {
+        self.insert(path, handler, Auth::Bearer)
+    }
+
+    /// Adds (or replaces) the handler of `path`, which checks credentials itself: the
+    /// router does not ask for the bearer token (the web console logs in with the token
+    /// once and then carries a session cookie).
+    pub fn route_self_authenticated(self, path: &str, handler: AdminHandler) -> Self {
+        self.insert(path, handler, Auth::Handler)
+    }
+
+    fn insert(mut self, path: &str, handler: AdminHandler, auth: Auth) -> Self {
+        self.routes.retain(|(p, _, _)| p != path);
+        self.routes.push((path.to_string(), handler, auth));
         self
     }
 
@@ -71,11 +95,14 @@ impl AdminRouter {
 
     /// Paths served.
     pub fn paths(&self) -> impl Iterator<Item = &str> {
-        self.routes.iter().map(|(p, _)| p.as_str())
+        self.routes.iter().map(|(p, _, _)| p.as_str())
     }
 
-    fn find(&self, path: &str) -> Option<&AdminHandler> {
-        self.routes.iter().find(|(p, _)| p == path).map(|(_, h)| h)
+    fn find(&self, path: &str) -> Option<(&AdminHandler, Auth)> {
+        self.routes
+            .iter()
+            .find(|(p, _, _)| p == path)
+            .map(|(_, h, a)| (h, *a))
     }
 
     /// This router plus the built-in endpoints (user routes with the same path win).
@@ -103,8 +130,8 @@ impl AdminRouter {
                 redact(&mut v);
                 json(StatusCode::OK, &v)
             });
-        for (p, h) in self.routes {
-            r = r.route(&p, h);
+        for (p, h, a) in self.routes {
+            r = r.insert(&p, h, a);
         }
         r
     }
@@ -176,8 +203,13 @@ fn authorized(shared: &Shared, parts: &http::request::Parts) -> bool {
     else {
         return false;
     };
-    // Constant-time comparison.
-    let (a, b) = (got.trim().as_bytes(), token.as_bytes());
+    token_matches(got.trim(), token)
+}
+
+/// Compares a presented admin token with the configured one in constant time (the
+/// time does not tell how many leading bytes matched).
+pub fn token_matches(got: &str, token: &str) -> bool {
+    let (a, b) = (got.as_bytes(), token.as_bytes());
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
         diff |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
@@ -188,18 +220,21 @@ fn authorized(shared: &Shared, parts: &http::request::Parts) -> bool {
 async fn dispatch(
     shared: Arc<Shared>,
     router: Arc<AdminRouter>,
+    peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<AdminResponse, std::convert::Infallible> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
-    let open = path == "/healthz" || path == "/readyz";
+    let found = router.find(&path);
+    let open =
+        path == "/healthz" || path == "/readyz" || found.is_some_and(|(_, a)| a == Auth::Handler);
     if !open && !authorized(&shared, &parts) {
         let mut r = text(StatusCode::UNAUTHORIZED, "admin token required\n");
         r.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return Ok(r);
     }
-    let Some(handler) = router.find(&path).cloned() else {
+    let Some(handler) = found.map(|(h, _)| h.clone()) else {
         return Ok(text(StatusCode::NOT_FOUND, "not found\n"));
     };
     let body = if parts.method == Method::GET || parts.method == Method::HEAD {
@@ -214,6 +249,7 @@ async fn dispatch(
         parts,
         body,
         gateway: shared,
+        peer,
     })
     .await)
 }
@@ -225,17 +261,17 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             _ = stop.changed() => break,
             r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
+                Ok(x) => x,
                 Err(_) => continue,
             },
         };
         let shared = shared.clone();
         let router = router.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| dispatch(shared.clone(), router.clone(), req));
+            let svc = service_fn(move |req| dispatch(shared.clone(), router.clone(), peer, req));
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tcp), svc)
                 .await;

@@ -156,6 +156,42 @@ pub struct AdminConfig {
     /// Optional bearer token required on every admin path except /healthz and /readyz.
     #[serde(default)]
     pub token: Option<String>,
+    /// The web console served under `/console` (docs/console.md).
+    #[serde(default)]
+    pub console: ConsoleConfig,
+}
+
+/// `admin.console:`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console (default true).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Answer console requests from non-loopback peers (default false: even on an admin
+    /// address reachable from the network, the console answers only local browsers).
+    #[serde(default)]
+    pub allow_remote: bool,
+    /// How long a login lasts (default 8h, at most 7d).
+    #[serde(default = "default_session_ttl", with = "duration")]
+    pub session_ttl: Duration,
+}
+
+fn default_session_ttl() -> Duration {
+    Duration::from_secs(8 * 3600)
+}
+
+/// Longest `admin.console.session_ttl`.
+pub const MAX_CONSOLE_SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            allow_remote: false,
+            session_ttl: default_session_ttl(),
+        }
+    }
 }
 
 fn default_admin_addr() -> Spanned<String> {
@@ -167,6 +203,7 @@ impl Default for AdminConfig {
         AdminConfig {
             address: default_admin_addr(),
             token: None,
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -526,6 +563,17 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
             &cfg.admin.address,
             "admin.address".into(),
             format!("`{}` is not an ip:port address", cfg.admin.address.value),
+        ));
+    }
+    let ttl = cfg.admin.console.session_ttl;
+    if ttl.is_zero() || ttl > MAX_CONSOLE_SESSION_TTL {
+        // The section's own position is not recorded: the admin address's line is the
+        // nearest one that is.
+        return Err(err_at(
+            src,
+            &cfg.admin.address,
+            "admin.console.session_ttl".into(),
+            format!("{ttl:?} is out of range (1s..=7d)"),
         ));
     }
     let mut clusters = HashSet::new();

@@ -80,6 +80,17 @@ pub trait EventSink: Send + Sync {
         method: &Method,
         path: &str,
     ) -> bool;
+    /// One record per security event, with the request head (for the target and
+    /// headers a record may keep, secrets redacted). The default drops the head.
+    fn security_with_head(
+        &self,
+        ctx: &RequestCtx,
+        event: &SecurityEvent,
+        head: &http::request::Parts,
+    ) -> bool {
+        let target = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        self.security(ctx, event, &head.method, target)
+    }
     /// One record per downstream TLS handshake (when `tls_audit.enabled`).
     fn tls(&self, conn: &Connection, handshake: &HandshakeRecord) -> bool;
     /// One record per closed tcp-listener connection. The default ignores it.
@@ -147,6 +158,29 @@ impl QueueSink {
     }
 }
 
+impl QueueSink {
+    fn push_security(
+        &self,
+        ctx: &RequestCtx,
+        event: &SecurityEvent,
+        method: &Method,
+        path: &str,
+        request: Option<moat_events::RequestSummary>,
+    ) -> bool {
+        self.queue
+            .push(moat_events::Record::Security(moat_events::SecurityRecord {
+                ts: moat_events::now_ms(),
+                request_id: ctx.request_id.clone(),
+                route: ctx.route.to_string(),
+                client_ip: ctx.client_ip.to_string(),
+                method: method.as_str().to_string(),
+                path: path.split('?').next().unwrap_or("/").to_string(),
+                event: event.clone(),
+                request,
+            }))
+    }
+}
+
 fn decision_name(info: &AccessInfo<'_>) -> &'static str {
     match info.decision {
         Decision::Allow => {
@@ -193,16 +227,23 @@ impl EventSink for QueueSink {
         method: &Method,
         path: &str,
     ) -> bool {
-        self.queue
-            .push(moat_events::Record::Security(moat_events::SecurityRecord {
-                ts: moat_events::now_ms(),
-                request_id: ctx.request_id.clone(),
-                route: ctx.route.to_string(),
-                client_ip: ctx.client_ip.to_string(),
-                method: method.as_str().to_string(),
-                path: path.split('?').next().unwrap_or("/").to_string(),
-                event: event.clone(),
-            }))
+        self.push_security(ctx, event, method, path, None)
+    }
+
+    fn security_with_head(
+        &self,
+        ctx: &RequestCtx,
+        event: &SecurityEvent,
+        head: &http::request::Parts,
+    ) -> bool {
+        let target = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        // A leaked secret may sit in any header or parameter: keep names only.
+        let request = moat_events::RequestSummary::redacted(
+            target,
+            head.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+            event.engine == "secrets",
+        );
+        self.push_security(ctx, event, &head.method, target, Some(request))
     }
 
     fn tls(&self, _conn: &Connection, handshake: &HandshakeRecord) -> bool {

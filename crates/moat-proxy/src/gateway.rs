@@ -81,6 +81,7 @@ impl Gateway {
             ready: false.into(),
             draining: false.into(),
             generation: AtomicU64::new(0),
+            reloads: Default::default(),
         });
         Ok(Gateway {
             shared,

@@ -16,9 +16,9 @@
 //!   (request bodies from clients; upstream response bodies and the keep-alive pool).
 //! * [`body`]: the bodies moat forwards, limits and pace.
 //! * [`upstream`]: clusters, round-robin, passive ejection, the exchange.
-//! * [`routing`], [`state`], [`tls_audit`]: routes, the configuration snapshot and the
-//!   state shared by listeners, the admin API and the request path; TLS audit as a
-//!   connection phase.
+//! * [`routing`], [`reloads`], [`state`], [`tls_audit`]: routes, the reload history,
+//!   the configuration snapshot and the state shared by listeners, the admin API and the
+//!   request path; TLS audit as a connection phase.
 //! * `otel`: the OpenTelemetry spans of a sampled request (W3C `traceparent`).
 //! * [`proxy`]: the request path, one function per phase group.
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
@@ -48,6 +48,7 @@ mod otel;
 pub mod pipeline;
 mod process_metrics;
 pub mod proxy;
+pub mod reloads;
 pub mod routing;
 mod server;
 pub mod state;

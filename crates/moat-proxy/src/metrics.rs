@@ -29,6 +29,16 @@ pub enum Phase {
     AfterResponse = 5,
 }
 
+/// The phases in [`Phase`] order.
+pub const PHASES: [Phase; 6] = [
+    Phase::Connection,
+    Phase::RequestHeaders,
+    Phase::RequestBody,
+    Phase::Upstream,
+    Phase::ResponseBody,
+    Phase::AfterResponse,
+];
+
 impl Phase {
     /// The phase's label value (`request_headers`, `upstream`, ...).
     pub fn name(self) -> &'static str {
@@ -75,6 +85,25 @@ impl Histogram {
     /// Number of observations.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (0..=1) of the observations,
+    /// as Prometheus' `histogram_quantile` would bound it; `None` before any
+    /// observation. Past the last bucket, the last bound.
+    pub fn quantile_upper_bound(&self, q: f64) -> Option<Duration> {
+        let count = self.count();
+        if count == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * count as f64).ceil() as u64).max(1);
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            if cumulative >= rank {
+                return Some(Duration::from_micros(*b));
+            }
+        }
+        BUCKETS_US.last().map(|b| Duration::from_micros(*b))
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
@@ -142,6 +171,14 @@ impl RouteMetrics {
         if let Some(c) = self.counts.get(decision as usize * STATUS_SLOTS + s) {
             c.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Requests counted with this decision, all statuses.
+    pub fn total(&self, decision: Decision) -> u64 {
+        let start = decision as usize * STATUS_SLOTS;
+        self.counts
+            .get(start..start + STATUS_SLOTS)
+            .map_or(0, |c| c.iter().map(|c| c.load(Ordering::Relaxed)).sum())
     }
 
     /// Requests counted with this decision and status.

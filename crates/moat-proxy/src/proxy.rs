@@ -553,11 +553,10 @@ impl ReqState<'_> {
         }
         let t = Instant::now();
         if let Some(sink) = sink {
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             let dropped = ctx
                 .events
                 .iter()
-                .filter(|ev| !sink.security(&ctx, ev, &parts.method, path))
+                .filter(|ev| !sink.security_with_head(&ctx, ev, parts))
                 .count();
             self.shared.metrics.count_dropped_events(dropped as u64);
         }

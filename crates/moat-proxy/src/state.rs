@@ -15,6 +15,7 @@ use crate::config::{self, ConfigSource, GatewayConfig};
 use crate::events::EventSink;
 use crate::metrics::{Metrics, RouteMetrics, TcpMetrics};
 use crate::pipeline::{Pipeline, PipelineFactory};
+use crate::reloads::{ReloadHistory, ReloadRecord};
 use crate::routing::{HostMatch, Route};
 use crate::tls_audit::TlsAudit;
 use crate::upstream::Cluster;
@@ -105,6 +106,8 @@ pub struct Shared {
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Incremented after each new snapshot is installed (see [`CachedSnapshot`]).
     pub(crate) generation: AtomicU64,
+    /// The last reloads, applied or refused.
+    pub reloads: ReloadHistory,
 }
 
 /// A connection's reference to the current snapshot, refreshed when a reload has
@@ -154,6 +157,34 @@ impl Shared {
     /// Validates and installs a new configuration. Listener addresses are not
     /// changed by a reload (a restart is needed); everything else is.
     pub fn apply(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<(), ConfigError> {
+        self.apply_recorded(cfg, src, "api", None)
+    }
+
+    /// [`apply`](Self::apply), recorded in [`reloads`](Self::reloads) with its origin
+    /// and, when the caller computed it, the change as a diff.
+    pub fn apply_recorded(
+        &self,
+        cfg: GatewayConfig,
+        src: ConfigSource,
+        origin: &str,
+        diff: Option<String>,
+    ) -> Result<(), ConfigError> {
+        let result = self.install(cfg, src);
+        self.record(origin, diff, &result);
+        result
+    }
+
+    fn record(&self, origin: &str, diff: Option<String>, result: &Result<(), ConfigError>) {
+        self.reloads.push(ReloadRecord {
+            at_ms: crate::reloads::now_ms(),
+            origin: origin.to_string(),
+            ok: result.is_ok(),
+            error: result.as_ref().err().map(|e| e.to_string()),
+            diff,
+        });
+    }
+
+    fn install(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<(), ConfigError> {
         let result = config::validate(&src, &cfg).and_then(|_| self.build(cfg, src));
         match result {
             Ok(snap) => {
@@ -197,15 +228,27 @@ impl Shared {
 
     /// Re-reads the configuration file and applies it (see [`apply`](Self::apply)).
     pub fn reload_from_file(&self) -> Result<(), ConfigError> {
+        self.reload_from_file_recorded("file", None)
+    }
+
+    /// [`reload_from_file`](Self::reload_from_file), recorded in
+    /// [`reloads`](Self::reloads) with its origin and diff.
+    pub fn reload_from_file_recorded(
+        &self,
+        origin: &str,
+        diff: Option<String>,
+    ) -> Result<(), ConfigError> {
         let file = self.snapshot.load().source.file.clone();
-        match config::load_file(&file) {
-            Ok((cfg, src)) => self.apply(cfg, src),
+        let result = match config::load_file(&file) {
+            Ok((cfg, src)) => self.install(cfg, src),
             Err(e) => {
                 self.metrics.reloads_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "configuration refused; the previous one keeps serving");
                 Err(e)
             }
-        }
+        };
+        self.record(origin, diff, &result);
+        result
     }
 
     /// True once listeners are bound and until shutdown starts.

@@ -102,10 +102,19 @@ pub fn render_snippet(e: &WafExclusion, comment: Option<&str>) -> String {
         }
     }
     out.push_str("waf:\n  exclusions:\n");
+    out.push_str(&render_item(e, 4));
+    out
+}
+
+/// Renders an exclusion as one block-style YAML list item (`- key: "value"` lines),
+/// its dash `indent` spaces in: what goes under `exclusions:` in a config file.
+pub fn render_item(e: &WafExclusion, indent: usize) -> String {
+    let mut out = String::new();
     let mut first = true;
     let mut key = |k: &str, v: &Option<String>| {
         if let Some(v) = v {
-            out.push_str(if first { "    - " } else { "      " });
+            out.extend(std::iter::repeat_n(' ', indent));
+            out.push_str(if first { "- " } else { "  " });
             first = false;
             out.push_str(k);
             out.push_str(": ");
@@ -120,7 +129,8 @@ pub fn render_snippet(e: &WafExclusion, comment: Option<&str>) -> String {
     key("detector", &e.detector);
     key("rule", &e.rule);
     if first {
-        out.push_str("    - {}\n");
+        out.extend(std::iter::repeat_n(' ', indent));
+        out.push_str("- {}\n");
     }
     out
 }

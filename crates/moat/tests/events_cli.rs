@@ -50,6 +50,7 @@ fn events_query_table_and_json() {
             method: "GET".into(),
             path: "/search".into(),
             event: SecurityEvent::new(engine, "xss", EventAction::Block, "cross-site scripting"),
+            request: None,
         })));
     }
     assert!(queue.push(Record::Access(AccessRecord {

@@ -162,6 +162,7 @@ fn waf_exclude_round_trip_through_the_event_store() {
             method: "GET".into(),
             path: "/cms/articles/7/save".into(),
             event: ev,
+            request: None,
         });
         store.insert(&[rec]).expect("insert");
     }

@@ -36,6 +36,7 @@ pub fn security(id: &str, ip: &str) -> Record {
         path: "/login".into(),
         event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection")
             .at("query:id"),
+        request: None,
     })
 }
 
