@@ -3,7 +3,8 @@
 //!
 //! * limits: paths over `MAX_PATH_LEN` and paths with `%00` are refused;
 //! * the result never grows, drops the query and fragment, and (but for `none`) has no
-//!   `\`, no `.` or `..` segment, and for the merging modes no `//`;
+//!   `\`, and for a path starting with `/` no `.` or `..` segment, and for the merging
+//!   modes no `//`;
 //! * without `%` in the path (no decoding), normalising twice changes nothing: what the
 //!   policy matched is what a second normaliser behind moat would see;
 //! * RFC 3986 dot-segment removal agrees with the `url` crate's (WHATWG) on paths of
@@ -42,6 +43,11 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         assert!(!out.contains('\\'), "{mode:?}: {out:?}");
+        // Request paths start with `/` (origin form); a relative one is taken as is
+        // when it needs nothing else.
+        if !path.starts_with('/') {
+            continue;
+        }
         assert!(!has_dot_segment(&out), "{mode:?}: {raw:?} -> {out:?}");
         if mode != PathNormalization::Base {
             assert!(!out.contains("//"), "{mode:?}: {raw:?} -> {out:?}");

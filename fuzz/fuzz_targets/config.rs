@@ -19,7 +19,8 @@ use serde_json::Value;
 /// The error points into `text`: its file, a line of it, a column of that line.
 fn located(e: &ConfigError, file: &Path, text: &str) {
     assert_eq!(e.file, file, "{e}");
-    let lines: Vec<&str> = text.split('\n').collect();
+    // YAML line breaks: CR LF, LF, and a bare CR.
+    let lines: Vec<&str> = text.split("\r\n").flat_map(|l| l.split(['\r', '\n'])).collect();
     assert!(e.line as usize <= lines.len(), "{e}: {} lines", lines.len());
     if e.line > 0 {
         let line = lines[e.line as usize - 1];

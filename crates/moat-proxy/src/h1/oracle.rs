@@ -26,7 +26,7 @@ macro_rules! ensure {
     };
     ($cond:expr, $($fmt:tt)+) => {
         if !$cond {
-            return Err(format!("assertion failed: {}: {}", stringify!($cond), format!($($fmt)+)));
+            return Err(format!("assertion failed: {}: {}", stringify!($cond), format_args!($($fmt)+)));
         }
     };
 }
@@ -40,7 +40,7 @@ macro_rules! ensure_eq {
     };
     ($a:expr, $b:expr, $($fmt:tt)+) => {
         if $a != $b {
-            return Err(format!("{} != {}: {:?} != {:?}: {}", stringify!($a), stringify!($b), $a, $b, format!($($fmt)+)));
+            return Err(format!("{} != {}: {:?} != {:?}: {}", stringify!($a), stringify!($b), $a, $b, format_args!($($fmt)+)));
         }
     };
 }
@@ -388,13 +388,13 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
     );
     let fields = &*resp.headers;
     let is = |f: &httparse::Header<'_>, n: &str| f.name.eq_ignore_ascii_case(n);
-    let values = |n: &str| -> Vec<&[u8]> {
+    let values = |n: &str| {
         fields
             .iter()
             .filter(|f| is(f, n))
             .flat_map(|f| list(f.value))
             .filter(|t| !t.is_empty())
-            .collect()
+            .collect::<Vec<&[u8]>>()
     };
     let switching = h.status == StatusCode::SWITCHING_PROTOCOLS;
     let codings = values("transfer-encoding");

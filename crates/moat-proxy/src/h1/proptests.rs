@@ -19,16 +19,15 @@
 //!   moat's own client parser ([`parse_response_head`]), [`encode_request_head`] by
 //!   moat's own server parser.
 
-use bytes::BytesMut;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::{Method, StatusCode};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::client::{encode_request_head, parse_response_head, RequestFraming, UpstreamHead};
 use super::server::{
-    encode_response_head, parse_request_head, request_head_end, RequestHead, ResponseFraming,
+    encode_response_head, parse_request_head, request_head_end, ResponseFraming,
     MAX_HEADER_SLOTS,
 };
 use super::oracle::{
