@@ -20,7 +20,10 @@ use serde_json::Value;
 fn located(e: &ConfigError, file: &Path, text: &str) {
     assert_eq!(e.file, file, "{e}");
     // YAML line breaks: CR LF, LF, and a bare CR.
-    let lines: Vec<&str> = text.split("\r\n").flat_map(|l| l.split(['\r', '\n'])).collect();
+    let lines: Vec<&str> = text
+        .split("\r\n")
+        .flat_map(|l| l.split(['\r', '\n']))
+        .collect();
     assert!(e.line as usize <= lines.len(), "{e}: {} lines", lines.len());
     if e.line > 0 {
         let line = lines[e.line as usize - 1];

@@ -83,7 +83,11 @@ fuzz_target!(|data: &[u8]| {
     for &(kind, s, e) in &ours {
         let v = &data[s..e];
         match kind {
-            0 => assert_eq!(codec::decode_percent(v), percent_reference(v), "percent {v:?}"),
+            0 => assert_eq!(
+                codec::decode_percent(v),
+                percent_reference(v),
+                "percent {v:?}"
+            ),
             1 => {
                 let d = codec::decode_unicode(v);
                 assert!(std::str::from_utf8(&d).is_ok(), "unicode {v:?} -> {d:?}");

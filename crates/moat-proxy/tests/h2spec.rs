@@ -66,14 +66,23 @@ fn attr<'a>(tag: &'a str, attr: &str) -> Option<&'a str> {
 fn parse_report(xml: &str) -> Vec<Case> {
     let mut cases = Vec::new();
     for suite in xml.split("<testsuite ").skip(1) {
-        let package = attr(&format!(" {suite}"), "package").unwrap_or("?").to_string();
-        let section = package.strip_prefix("http2/").unwrap_or(&package).to_string();
+        let package = attr(&format!(" {suite}"), "package")
+            .unwrap_or("?")
+            .to_string();
+        let section = package
+            .strip_prefix("http2/")
+            .unwrap_or(&package)
+            .to_string();
         for (i, case) in suite.split("<testcase ").skip(1).enumerate() {
             let head = &case[..case.find('>').unwrap_or(case.len())];
             let body = case.split("</testcase>").next().unwrap_or("");
-            let title = attr(&format!(" {head}"), "classname").unwrap_or("?").to_string();
+            let title = attr(&format!(" {head}"), "classname")
+                .unwrap_or("?")
+                .to_string();
             let failed = !head.ends_with('/')
-                && (body.contains("<failure") || body.contains("<error") || body.contains("<skipped"));
+                && (body.contains("<failure")
+                    || body.contains("<error")
+                    || body.contains("<skipped"));
             cases.push(Case {
                 id: format!("{section}/{}", i + 1),
                 title,

@@ -464,7 +464,12 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
     // Reuse: never after a close, a body delimited by the close, or both framings.
     if h.keep_alive {
         ensure!(!connection.iter().any(|t| t.eq_ignore_ascii_case(b"close")));
-        ensure!(h.version == Version::HTTP_11 || connection.iter().any(|t| t.eq_ignore_ascii_case(b"keep-alive")));
+        ensure!(
+            h.version == Version::HTTP_11
+                || connection
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(b"keep-alive"))
+        );
         ensure!(h.decoder != Decoder::UntilClose);
         ensure!(bodyless || codings.is_empty() || lengths.is_empty());
     }

@@ -26,14 +26,16 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::client::{encode_request_head, parse_response_head, RequestFraming, UpstreamHead};
-use super::server::{
-    encode_response_head, parse_request_head, request_head_end, ResponseFraming,
-    MAX_HEADER_SLOTS,
-};
 use super::oracle::{
     check_chunked, check_chunked_round_trip, check_request_head, check_response_head, run,
 };
-use super::{encode_chunk, encode_chunked_end, head_end, BodyError, Chunked, Decoder, MAX_CHUNK_LINE, MAX_TRAILERS};
+use super::server::{
+    encode_response_head, parse_request_head, request_head_end, ResponseFraming, MAX_HEADER_SLOTS,
+};
+use super::{
+    encode_chunk, encode_chunked_end, head_end, BodyError, Chunked, Decoder, MAX_CHUNK_LINE,
+    MAX_TRAILERS,
+};
 
 /// A failed shared check (`oracle`) as a proptest failure.
 fn ok<T>(r: Result<T, String>) -> Result<T, TestCaseError> {
@@ -396,19 +398,6 @@ const TRAILERS: [(&str, &str); 5] = [
     ("x-sum", "8"),
     ("server-timing", "db;dur=53"),
 ];
-
-/// Splits `data` at the given chunk sizes (the remainder is the last chunk).
-fn chunks<'a>(data: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for &s in sizes {
-        let end = (at + s).min(data.len());
-        out.push(&data[at..end]);
-        at = end;
-    }
-    out.push(&data[at..]);
-    out
-}
 
 /// Chunked-looking bytes: size lines, delimiters, data, trailers, garbage.
 fn chunked_soup() -> impl Strategy<Value = Vec<u8>> {
