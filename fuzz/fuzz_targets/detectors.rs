@@ -6,7 +6,13 @@ use moat_waf::detect::{self, Scope};
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);
-    for scope in [Scope::Value, Scope::Body, Scope::Header, Scope::Path, Scope::Name] {
+    for scope in [
+        Scope::Value,
+        Scope::Body,
+        Scope::Header,
+        Scope::Path,
+        Scope::Name,
+    ] {
         detect::run_all(&s, scope, &mut |h| {
             assert!(h.fragment.len() <= detect::MAX_FRAGMENT);
             assert!(h.confidence <= 100);

@@ -27,7 +27,9 @@ fuzz_target!(|data: &[u8]| {
             max_output: 1 << 20,
             max_ratio: 100,
         };
-        let body = req.decoded_body(limits).unwrap_or_else(|_| req.body.clone());
+        let body = req
+            .decoded_body(limits)
+            .unwrap_or_else(|_| req.body.clone());
         assert!(body.len() <= (1 << 20).max(req.body.len()));
         let run = || {
             engine().inspect(

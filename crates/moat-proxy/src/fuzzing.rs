@@ -1,12 +1,14 @@
 //! Entry points for the fuzz targets in `fuzz/` (not a stable API): moat's HTTP/1.1
 //! wire path without sockets, so that a fuzzer can hold it against a parser that is not
-//! moat's own.
+//! moat's own, and the properties of its parsers (the checks the property tests run,
+//! one copy in `h1::oracle`). Each check returns `Err` naming what broke.
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
 
 use crate::body::ProxyBody;
 use crate::h1::client::{encode_request_head, RequestFraming};
+use crate::h1::oracle;
 use crate::h1::server::{parse_request_head, request_head_end, MAX_HEADER_SLOTS};
 use crate::h1::{encode_chunk, encode_chunked_end, Decoded};
 use crate::upstream::{request_framing, UpstreamHead, UpstreamRequest};
@@ -105,4 +107,48 @@ pub fn forward_request(input: &[u8]) -> Option<Forwarded> {
         streamed,
         rest: buf.len(),
     })
+}
+
+/// The request head parser on client bytes: the head up to the first empty line (as
+/// the server reads it) and the bytes whole, with at most `max_fields` fields, checked
+/// against `httparse` and the framing rules of RFC 9112 section 6.
+pub fn check_request_head(input: &[u8], max_fields: usize) -> Result<(), String> {
+    if let Some(end) = request_head_end(input, &mut 0) {
+        oracle::check_request_head(&input[..end], max_fields)?;
+    }
+    oracle::check_request_head(input, max_fields)
+}
+
+/// The response head parser on upstream bytes (to a `GET`, or a `HEAD` when `head`):
+/// the head up to its empty line and the bytes whole, checked against `httparse`, the
+/// framing of RFC 9112 section 6.3 and the size and field-count limits.
+pub fn check_response_head(input: &[u8], head: bool) -> Result<(), String> {
+    let method = if head {
+        http::Method::HEAD
+    } else {
+        http::Method::GET
+    };
+    if let Some(end) = crate::h1::head_end(input, &mut 0) {
+        oracle::check_response_head(&input[..end], &method)?;
+    }
+    oracle::check_response_head(input, &method)
+}
+
+/// The chunked decoder on arbitrary bytes, whole and in reads of `pieces` bytes
+/// (cycled): same result either way, bounded steps and output, and the body a
+/// reference chunk reader finds.
+pub fn check_chunked(wire: &[u8], pieces: &[usize]) -> Result<(), String> {
+    oracle::check_chunked(wire, pieces)
+}
+
+/// Chunked encode then decode of `data` cut at `sizes`, with `trailers` and `after`
+/// (bytes of the next message): the same data and trailers come back, in any reads.
+pub fn check_chunked_round_trip(
+    data: &[u8],
+    sizes: &[usize],
+    trailers: &http::HeaderMap,
+    after: &[u8],
+    pieces: &[usize],
+) -> Result<(), String> {
+    oracle::check_chunked_round_trip(data, sizes, trailers, after, pieces)
 }

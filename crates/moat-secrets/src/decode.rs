@@ -9,11 +9,11 @@
 //! is bounded by the number of passes; [`DecodeLimits::max_decoded_bytes`]
 //! bounds the decoded text kept in total besides.
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 use regex_automata::meta::Regex;
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 use regex_automata::util::syntax;
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 use std::sync::OnceLock;
 
 /// gitleaks' default `--max-decode-depth` (v8.30.1).
@@ -230,7 +230,7 @@ impl Passes {
 /// precedence order (a pattern's id is its place in that order). The scanner
 /// uses [`match_at`], a hand-written equivalent; tests check one against the
 /// other.
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 fn encodings_regex() -> Option<&'static Regex> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
     RE.get_or_init(|| {
@@ -253,7 +253,7 @@ fn encodings_regex() -> Option<&'static Regex> {
 }
 
 /// The encodings regex's matches as (pattern id, start, end), by the regex.
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 fn regex_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
     encodings_regex()
         .map(|re| {
@@ -656,6 +656,74 @@ fn decode_base64(v: &[u8]) -> Vec<u8> {
         }
     }
     Vec::new()
+}
+
+/// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; not a stable API):
+/// the decoders, the hand-written segment finder and the regex it must equal, and the
+/// decoding passes with their segments.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// The percent decoder on one matched segment (empty: refused).
+    pub fn decode_percent(v: &[u8]) -> Vec<u8> {
+        super::decode_percent(v)
+    }
+
+    /// The hex decoder on one matched segment (empty: refused).
+    pub fn decode_hex(v: &[u8]) -> Vec<u8> {
+        super::decode_hex(v)
+    }
+
+    /// The base64 decoder on one matched segment (empty: refused).
+    pub fn decode_base64(v: &[u8]) -> Vec<u8> {
+        super::decode_base64(v)
+    }
+
+    /// The unicode-escape decoder on one matched segment (empty: refused).
+    pub fn decode_unicode(v: &[u8]) -> Vec<u8> {
+        super::decode_unicode(v)
+    }
+
+    /// The encoded segments of `data` as (pattern, start, end): by the hand-written
+    /// finder the scanner uses, and by gitleaks' regex (`regex-automata`).
+    pub fn encoding_matches(data: &[u8]) -> [Vec<(usize, usize, usize)>; 2] {
+        [super::encoding_matches(data), super::regex_matches(data)]
+    }
+
+    /// One decoded segment: where it is in the original text, in the text it was
+    /// decoded from, and in the decoded text (half-open byte ranges).
+    #[derive(Debug, Clone, Copy)]
+    pub struct Segment {
+        /// In the original text.
+        pub original: (i64, i64),
+        /// In the previous pass's text.
+        pub encoded: (i64, i64),
+        /// In this pass's text.
+        pub decoded: (i64, i64),
+    }
+
+    /// Up to `depth` decoding passes over `text`: each pass's text and segments.
+    pub fn passes(text: &[u8], depth: usize) -> Vec<(Vec<u8>, Vec<Segment>)> {
+        let mut p = super::Passes::default();
+        let mut out = Vec::new();
+        let mut current = text.to_vec();
+        for _ in 0..depth {
+            let Some(next) = p.decode(&current) else {
+                break;
+            };
+            let segs = p.levels.last().map_or_else(Vec::new, |l| {
+                l.iter()
+                    .map(|s| Segment {
+                        original: (s.original.start, s.original.end),
+                        encoded: (s.encoded.start, s.encoded.end),
+                        decoded: (s.decoded.start, s.decoded.end),
+                    })
+                    .collect()
+            });
+            out.push((next.clone(), segs));
+            current = next;
+        }
+        out
+    }
 }
 
 #[cfg(test)]

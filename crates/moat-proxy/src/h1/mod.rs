@@ -6,6 +6,7 @@
 //! from a connection.
 
 pub(crate) mod client;
+pub(crate) mod oracle;
 #[cfg(test)]
 mod proptests;
 pub(crate) mod server;

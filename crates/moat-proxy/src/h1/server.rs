@@ -99,8 +99,9 @@ pub(crate) fn parse_request_head(
         Method::from_bytes(method.as_bytes()).map_err(|_| RequestError::bad("invalid method"))?;
     let uri = Uri::try_from(target.as_bytes())
         .map_err(|_| RequestError::bad("invalid request target"))?;
-    // Only CONNECT uses the authority form, and moat does not tunnel.
-    if uri.path_and_query().is_none() && uri != "*" {
+    // Only CONNECT uses the authority form, and moat does not tunnel. A fragment is
+    // never part of a request target (RFC 9112 3.2): `Uri` would drop it silently.
+    if (uri.path_and_query().is_none() && uri != "*") || target.contains('#') {
         return Err(RequestError::bad("invalid request target"));
     }
     let version = if minor == 0 {
@@ -461,6 +462,9 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", bad),
             ("GET a.example:80 HTTP/1.1\r\nHost: x\r\n\r\n", bad),
+            // Found by fuzz/h1_request_head: `Uri` drops a fragment without a word.
+            ("POST /# HTTP/1.0\r\nHost: x\r\n\r\n", bad),
+            ("GET /a?b#c HTTP/1.1\r\nHost: x\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: x\r\nX: a\u{1}b\r\n\r\n", bad),
             ("GET / HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", StatusCode::EXPECTATION_FAILED),
         ] {

@@ -1,0 +1,77 @@
+//! Authorization path normalisation (`moat_authz::request::normalize_path`, Istio's
+//! `pathNormalization`) on arbitrary paths, in every mode:
+//!
+//! * limits: paths over `MAX_PATH_LEN` and paths with `%00` are refused;
+//! * the result never grows, drops the query and fragment, and (but for `none`) has no
+//!   `\`, and for a path starting with `/` no `.` or `..` segment, and for the merging
+//!   modes no `//`;
+//! * without `%` in the path (no decoding), normalising twice changes nothing: what the
+//!   policy matched is what a second normaliser behind moat would see;
+//! * RFC 3986 dot-segment removal agrees with the `url` crate's (WHATWG) on paths of
+//!   unreserved characters, `/` and `\`.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use moat_authz::request::{normalize_path, PathNormalization, MAX_PATH_LEN};
+
+const MODES: [PathNormalization; 4] = [
+    PathNormalization::None,
+    PathNormalization::Base,
+    PathNormalization::MergeSlashes,
+    PathNormalization::DecodeAndMergeSlashes,
+];
+
+/// True when `p` holds a `.` or `..` segment.
+fn has_dot_segment(p: &str) -> bool {
+    p.split('/').any(|s| s == "." || s == "..")
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(raw) = std::str::from_utf8(data) else {
+        return;
+    };
+    let path = &raw[..raw.find(['?', '#']).unwrap_or(raw.len())];
+    for mode in MODES {
+        let got = normalize_path(raw, mode);
+        if path.contains("%00") {
+            assert!(got.is_err(), "{mode:?}: %00 accepted");
+            continue;
+        }
+        let out = got.unwrap_or_else(|e| panic!("{mode:?}: {raw:?} refused: {e:?}"));
+        assert!(out.len() <= path.len(), "{mode:?}: {raw:?} grew to {out:?}");
+        if mode == PathNormalization::None {
+            assert_eq!(out, path);
+            continue;
+        }
+        assert!(!out.contains('\\'), "{mode:?}: {out:?}");
+        // Request paths start with `/` (origin form); a relative one is taken as is
+        // when it needs nothing else.
+        if !path.starts_with('/') {
+            continue;
+        }
+        assert!(!has_dot_segment(&out), "{mode:?}: {raw:?} -> {out:?}");
+        if mode != PathNormalization::Base {
+            assert!(!out.contains("//"), "{mode:?}: {raw:?} -> {out:?}");
+        }
+        if !path.contains('%') {
+            let again = normalize_path(&out, mode).expect("a normalised path is accepted");
+            assert_eq!(again, out, "{mode:?}: {raw:?} is not stable");
+        }
+    }
+    // The `url` crate: for special schemes it reads `\` as `/` and removes dot
+    // segments (also from a relative-looking start) as RFC 3986 5.2.4 does.
+    let plain = path.bytes().all(|b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b'\\')
+    });
+    if plain && path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\") {
+        let ours = normalize_path(path, PathNormalization::Base).expect("plain path");
+        let url = url::Url::parse(&format!("http://h.example{path}")).expect("url parses");
+        assert_eq!(ours, url.path(), "{path:?}");
+    }
+    // The length limit, at its edge (once: only for the input `/`).
+    if raw == "/" {
+        let at = "/".repeat(MAX_PATH_LEN);
+        assert!(normalize_path(&at, PathNormalization::Base).is_ok());
+        let over = "/".repeat(MAX_PATH_LEN + 1);
+        assert!(normalize_path(&over, PathNormalization::Base).is_err());
+    }
+});
