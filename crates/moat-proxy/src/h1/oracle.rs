@@ -425,7 +425,7 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
                 "forwarded {name}"
             );
             ensure!(
-                !(name == http::header::CONTENT_LENGTH && !codings.is_empty()),
+                name != http::header::CONTENT_LENGTH || codings.is_empty(),
                 "forwarded content-length with transfer-encoding"
             );
             let named = connection
