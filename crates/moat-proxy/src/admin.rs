@@ -122,14 +122,23 @@ impl AdminRouter {
 fn bans(req: AdminRequest) -> AdminResponse {
     let snap = req.gateway.snapshot.load();
     let Some((engine, _)) = &snap.pipeline.engines.ratelimit else {
-        return json_error(StatusCode::NOT_FOUND, "bans are not configured (ratelimit.bans)");
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "bans are not configured (ratelimit.bans)",
+        );
     };
     let Some(bans) = engine.bans() else {
-        return json_error(StatusCode::NOT_FOUND, "bans are not configured (ratelimit.bans)");
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "bans are not configured (ratelimit.bans)",
+        );
     };
     let now = moat_ratelimit::bans::unix_ms();
     match req.parts.method {
-        Method::GET => json(StatusCode::OK, &serde_json::json!({ "bans": bans.list(now) })),
+        Method::GET => json(
+            StatusCode::OK,
+            &serde_json::json!({ "bans": bans.list(now) }),
+        ),
         Method::POST => {
             #[derive(serde::Deserialize)]
             #[serde(deny_unknown_fields)]
@@ -139,11 +148,18 @@ fn bans(req: AdminRequest) -> AdminResponse {
             }
             let add: Add = match serde_json::from_slice(&req.body) {
                 Ok(a) => a,
-                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("expected {{\"ip\": \"...\", \"duration\": \"10m\"}}: {e}")),
+                Err(e) => {
+                    return json_error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("expected {{\"ip\": \"...\", \"duration\": \"10m\"}}: {e}"),
+                    )
+                }
             };
             let d = match moat_config::parse_duration(&add.duration) {
                 Ok(d) if !d.is_zero() => d,
-                Ok(_) => return json_error(StatusCode::BAD_REQUEST, "duration must be longer than 0s"),
+                Ok(_) => {
+                    return json_error(StatusCode::BAD_REQUEST, "duration must be longer than 0s")
+                }
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
             };
             let ban = moat_ratelimit::Ban {
@@ -172,7 +188,11 @@ fn bans(req: AdminRequest) -> AdminResponse {
             if let Some(store) = engine.store() {
                 store.unban(ip);
             }
-            let status = if found { StatusCode::OK } else { StatusCode::NOT_FOUND };
+            let status = if found {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            };
             json(status, &serde_json::json!({ "ip": ip, "removed": found }))
         }
         _ => json_error(StatusCode::METHOD_NOT_ALLOWED, "use GET, POST or DELETE"),

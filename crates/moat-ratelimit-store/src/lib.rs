@@ -193,18 +193,37 @@ impl Background {
             ("queue_full", &m.queue_full),
             ("reconnects", &m.reconnects),
         ] {
-            let _ = writeln!(out, "moat_ratelimit_store_total{{what=\"{what}\"}} {}", n.load(Relaxed));
+            let _ = writeln!(
+                out,
+                "moat_ratelimit_store_total{{what=\"{what}\"}} {}",
+                n.load(Relaxed)
+            );
         }
-        let _ = writeln!(out, "# TYPE moat_ratelimit_store_up gauge\nmoat_ratelimit_store_up {}", u8::from(self.healthy()));
+        let _ = writeln!(
+            out,
+            "# TYPE moat_ratelimit_store_up gauge\nmoat_ratelimit_store_up {}",
+            u8::from(self.healthy())
+        );
         out.push_str("# TYPE moat_ratelimit_store_latency_seconds histogram\n");
         let mut cum = 0;
         for (i, b) in LATENCY_BOUNDS_US.iter().enumerate() {
             cum += m.latency[i].load(Relaxed);
-            let _ = writeln!(out, "moat_ratelimit_store_latency_seconds_bucket{{le=\"{}\"}} {cum}", *b as f64 / 1e6);
+            let _ = writeln!(
+                out,
+                "moat_ratelimit_store_latency_seconds_bucket{{le=\"{}\"}} {cum}",
+                *b as f64 / 1e6
+            );
         }
         cum += m.latency[LATENCY_BOUNDS_US.len()].load(Relaxed);
-        let _ = writeln!(out, "moat_ratelimit_store_latency_seconds_bucket{{le=\"+Inf\"}} {cum}");
-        let _ = writeln!(out, "moat_ratelimit_store_latency_seconds_sum {}", m.latency_sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "moat_ratelimit_store_latency_seconds_bucket{{le=\"+Inf\"}} {cum}"
+        );
+        let _ = writeln!(
+            out,
+            "moat_ratelimit_store_latency_seconds_sum {}",
+            m.latency_sum_us.load(Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "moat_ratelimit_store_latency_seconds_count {cum}");
     }
 }
@@ -252,7 +271,12 @@ async fn run(
         }
         if let (Some(client), None) = (&client, &con) {
             if Instant::now() >= next_connect {
-                match tokio::time::timeout(timeout.max(Duration::from_millis(200)), client.get_multiplexed_async_connection()).await {
+                match tokio::time::timeout(
+                    timeout.max(Duration::from_millis(200)),
+                    client.get_multiplexed_async_connection(),
+                )
+                .await
+                {
                     Ok(Ok(c)) => {
                         con = Some(c);
                         backoff = Duration::from_millis(100);
@@ -279,7 +303,11 @@ async fn run(
         // Wait for work, at most until the next tick (or reconnection attempt).
         let mut ops: Vec<Op> = Vec::new();
         if let Some(rx) = rx.as_mut() {
-            let wake = next_tick.min(if con.is_none() { next_connect } else { next_tick });
+            let wake = next_tick.min(if con.is_none() {
+                next_connect
+            } else {
+                next_tick
+            });
             drop(me);
             match tokio::time::timeout_at(wake.into(), rx.recv()).await {
                 Ok(Some(op)) => ops.push(op),
@@ -322,7 +350,9 @@ async fn run(
 
 /// List reloads, expired bans, and (through [`execute`]'s sync) shared bans.
 fn housekeeping(bg: &Background) {
-    let Some(bans) = bg.bans.lock().upgrade() else { return };
+    let Some(bans) = bg.bans.lock().upgrade() else {
+        return;
+    };
     for e in bans.reload_lists() {
         tracing::error!(error = %e, "ban list refused; the previous list stays in force");
     }
@@ -354,16 +384,17 @@ async fn execute(
     }
     if !reserves.is_empty() {
         let t = Instant::now();
-        let calls = reserves.iter().map(|r| {
-            let mut c = con.clone();
-            let limit = r.leases.limit;
-            let interval_us = (limit.interval_ns / 1000).max(1);
-            let mut inv = script.key(&*r.key);
-            inv.arg(interval_us).arg(limit.burst).arg(r.want);
-            async move {
-                tokio::time::timeout(timeout, inv.invoke_async::<(u32, u64)>(&mut c)).await
-            }
-        });
+        let calls =
+            reserves.iter().map(|r| {
+                let mut c = con.clone();
+                let limit = r.leases.limit;
+                let interval_us = (limit.interval_ns / 1000).max(1);
+                let mut inv = script.key(&*r.key);
+                inv.arg(interval_us).arg(limit.burst).arg(r.want);
+                async move {
+                    tokio::time::timeout(timeout, inv.invoke_async::<(u32, u64)>(&mut c)).await
+                }
+            });
         let results = futures_util::future::join_all(calls).await;
         bg.metrics.observe(t.elapsed());
         let now = moat_ratelimit::now_ns();
@@ -372,7 +403,8 @@ async fn execute(
             match res {
                 Ok(Ok((got, retry_us))) => {
                     bg.metrics.reservations.fetch_add(1, Relaxed);
-                    r.leases.granted(r.hash, r.want, got, retry_us.saturating_mul(1000), now);
+                    r.leases
+                        .granted(r.hash, r.want, got, retry_us.saturating_mul(1000), now);
                 }
                 Ok(Err(e)) => {
                     r.leases.failed(r.hash);
@@ -405,15 +437,26 @@ async fn execute(
         }
     }
     let now_ms = unix_ms();
-    pipe.cmd("ZREMRANGEBYSCORE").arg(BANS_KEY).arg("-inf").arg(now_ms).ignore();
-    pipe.cmd("ZRANGE").arg(BANS_KEY).arg(0).arg(-1).arg("WITHSCORES");
+    pipe.cmd("ZREMRANGEBYSCORE")
+        .arg(BANS_KEY)
+        .arg("-inf")
+        .arg(now_ms)
+        .ignore();
+    pipe.cmd("ZRANGE")
+        .arg(BANS_KEY)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
     let res: Result<Result<(Vec<(String, u64)>,), _>, _> =
         tokio::time::timeout(timeout, pipe.query_async(con)).await;
     match res {
         Ok(Ok((list,))) => {
             if let Some(local) = bg.bans.lock().upgrade() {
                 local.replace(list.into_iter().filter_map(|(ip, until_ms)| {
-                    Some(Ban { ip: ip.parse().ok()?, until_ms })
+                    Some(Ban {
+                        ip: ip.parse().ok()?,
+                        until_ms,
+                    })
                 }));
             }
             Ok(())
