@@ -30,6 +30,34 @@ pub const QUEUE: usize = 8192;
 /// Most operations sent to Redis in one batch.
 const BATCH: usize = 512;
 
+/// Consecutive timed-out batches after which the store counts as down.
+const MAX_SLOW_BATCHES: u32 = 3;
+
+/// A failed batch.
+struct Failure {
+    /// The connection is gone (not merely slow).
+    lost: bool,
+    message: String,
+}
+
+impl Failure {
+    fn timeout(after: Duration) -> Self {
+        Failure {
+            lost: false,
+            message: format!("timed out after {after:?}"),
+        }
+    }
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(e: redis::RedisError) -> Self {
+        Failure {
+            lost: e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// The Redis key of the shared bans.
 pub const BANS_KEY: &str = "moat:bans";
 
@@ -260,6 +288,8 @@ async fn run(
     let mut next_tick = Instant::now();
     // Ban writes not yet in Redis (sent again once it is back).
     let mut pending: Vec<Op> = Vec::new();
+    // Consecutive batches that timed out.
+    let mut slow = 0;
     loop {
         let Some(me) = bg.upgrade() else { return };
         if me.stop.load(Relaxed) {
@@ -338,25 +368,35 @@ async fn run(
             continue;
         };
         ops.append(&mut pending);
-        if let Err(e) = execute(&me, c, &script, ops, timeout, &mut pending).await {
-            me.metrics.errors.fetch_add(1, Relaxed);
-            me.healthy.store(false, Relaxed);
-            tracing::warn!(error = %e, "rate limit store failed; reconnecting");
-            con = None;
-            next_connect = Instant::now() + backoff;
+        match execute(&me, c, &script, ops, timeout, &mut pending).await {
+            Ok(()) => slow = 0,
+            Err(e) => {
+                me.metrics.errors.fetch_add(1, Relaxed);
+                // A lost connection fails over at once; a slow answer only when it
+                // keeps happening (one late batch on a busy machine is no outage).
+                slow += 1;
+                if e.lost || slow >= MAX_SLOW_BATCHES {
+                    me.healthy.store(false, Relaxed);
+                    tracing::warn!(error = %e.message, "rate limit store failed; reconnecting");
+                    con = None;
+                    slow = 0;
+                    next_connect = Instant::now() + backoff;
+                }
+            }
         }
     }
 }
 
-/// List reloads, expired bans, and (through [`execute`]'s sync) shared bans.
+/// List reloads, expired bans, and a sync of the shared bans (see [`execute`]).
 fn housekeeping(bg: &Background) {
-    let Some(bans) = bg.bans.lock().upgrade() else {
-        return;
-    };
-    for e in bans.reload_lists() {
-        tracing::error!(error = %e, "ban list refused; the previous list stays in force");
+    if let Some(bans) = bg.bans.lock().upgrade() {
+        for e in bans.reload_lists() {
+            tracing::error!(error = %e, "ban list refused; the previous list stays in force");
+        }
+        bans.sweep(moat_ratelimit::now_ns(), unix_ms());
     }
-    bans.sweep(moat_ratelimit::now_ns(), unix_ms());
+    // Also the health check: a store that went away while every lease had tokens in
+    // hand is noticed within a second.
     if let Some(tx) = &bg.tx {
         let _ = tx.try_send(Op::SyncBans);
     }
@@ -371,7 +411,7 @@ async fn execute(
     ops: Vec<Op>,
     timeout: Duration,
     pending: &mut Vec<Op>,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let mut reserves = Vec::new();
     let mut bans = Vec::new();
     let mut sync = false;
@@ -408,11 +448,11 @@ async fn execute(
                 }
                 Ok(Err(e)) => {
                     r.leases.failed(r.hash);
-                    failed = Some(e.to_string());
+                    failed = Some(Failure::from(e));
                 }
                 Err(_) => {
                     r.leases.failed(r.hash);
-                    failed = Some(format!("timed out after {timeout:?}"));
+                    failed.get_or_insert_with(|| Failure::timeout(timeout));
                 }
             }
         }
@@ -463,11 +503,11 @@ async fn execute(
         }
         Ok(Err(e)) => {
             pending.extend(bans);
-            Err(e.to_string())
+            Err(e.into())
         }
         Err(_) => {
             pending.extend(bans);
-            Err(format!("timed out after {timeout:?}"))
+            Err(Failure::timeout(timeout))
         }
     }
 }
