@@ -87,6 +87,8 @@ struct ChallengeRt {
 pub struct RateLimitEngine {
     config: RateLimitConfig,
     rules: Vec<Rule>,
+    /// Some rule names a host.
+    needs_host: bool,
     store: Option<Arc<dyn LeaseStore>>,
     bans: Option<Arc<Bans>>,
     challenge: Option<ChallengeRt>,
@@ -198,7 +200,7 @@ impl RateLimitEngine {
                 name: name.as_str().into(),
                 routes: r.routes.iter().map(|s| s.value.as_str().into()).collect(),
                 host,
-                path: r.path.clone(),
+                path: r.path.as_ref().map(rule::PathMatch::from),
                 methods: r.methods.iter().map(|m| m.0.clone()).collect(),
                 key: r.key.clone(),
                 action: r.action,
@@ -259,6 +261,7 @@ impl RateLimitEngine {
         };
         Ok(Arc::new(RateLimitEngine {
             config: cfg.clone(),
+            needs_host: rules.iter().any(|r| r.host != rule::HostPattern::Any),
             rules,
             store,
             bans,
@@ -619,7 +622,12 @@ impl RequestHeadersPhase for RateLimitEngine {
         if self.rules.is_empty() {
             return Verdict::Continue;
         }
-        let host = moat_core::request_host(parts);
+        // The host is looked up only when a rule names one (most do not).
+        let host = if self.needs_host {
+            moat_core::request_host(parts)
+        } else {
+            ""
+        };
         let now = now_ns();
         for rule in &self.rules {
             if !rule.matches(ctx, parts, host) {
