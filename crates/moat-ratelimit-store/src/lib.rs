@@ -15,6 +15,8 @@
 //! fails the queued reservations, and reconnects with exponential backoff (100 ms to
 //! 5 s). The queue is bounded: when it is full a reservation fails at once.
 
+#![warn(missing_docs)]
+
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
@@ -487,8 +489,7 @@ async fn execute(
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES");
-    let res: Result<Result<(Vec<(String, u64)>,), _>, _> =
-        tokio::time::timeout(timeout, pipe.query_async(con)).await;
+    let res = tokio::time::timeout(timeout, pipe.query_async::<(Vec<(String, u64)>,)>(con)).await;
     match res {
         Ok(Ok((list,))) => {
             if let Some(local) = bg.bans.lock().upgrade() {

@@ -8,6 +8,8 @@
 //! [`RateLimitEngine`] as a request-headers phase (bans, challenge, limits) and an
 //! after-response phase (counting blocks toward bans).
 
+#![warn(missing_docs)]
+
 pub mod bans;
 pub mod bucket;
 pub mod challenge;
