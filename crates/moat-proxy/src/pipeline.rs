@@ -171,7 +171,11 @@ pub fn build_pipeline_with(
         Some(rl) => {
             let (e, bg) = ratelimit(cfg, rl, src, cache)?;
             p.request_headers.push(e.clone());
-            p.after_response.push(e.clone());
+            // Blocks are counted only for automatic bans: without them the
+            // after-response step (and its per-request view) is not paid for.
+            if e.counts_blocks() {
+                p.after_response.push(e.clone());
+            }
             p.engines.ratelimit = Some((e, bg));
         }
         None => {

@@ -287,6 +287,12 @@ impl RateLimitEngine {
         self.bans.as_ref()
     }
 
+    /// True when blocks earn bans (the engine then needs to see finished requests as an
+    /// [`AfterResponsePhase`]).
+    pub fn counts_blocks(&self) -> bool {
+        self.bans.as_ref().is_some_and(|b| b.config.after_blocks > 0)
+    }
+
     /// The shared store, when there is one.
     pub fn store(&self) -> Option<&Arc<dyn LeaseStore>> {
         self.store.as_ref()
