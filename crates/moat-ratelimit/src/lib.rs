@@ -290,7 +290,9 @@ impl RateLimitEngine {
     /// True when blocks earn bans (the engine then needs to see finished requests as an
     /// [`AfterResponsePhase`]).
     pub fn counts_blocks(&self) -> bool {
-        self.bans.as_ref().is_some_and(|b| b.config.after_blocks > 0)
+        self.bans
+            .as_ref()
+            .is_some_and(|b| b.config.after_blocks > 0)
     }
 
     /// The shared store, when there is one.
