@@ -262,7 +262,9 @@ fn ratelimit(
         shared,
         previous.as_deref(),
     )?;
-    background.attach(engine.bans());
+    background
+        .attach(engine.bans())
+        .map_err(|e| engine_error(src, "ratelimit.bans", e))?;
     *slot = Some(RateLimitCache {
         store,
         background: background.clone(),

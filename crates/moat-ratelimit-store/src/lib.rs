@@ -136,7 +136,12 @@ pub struct Background {
     pub metrics: StoreMetrics,
     stop: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What the thread needs, until it starts.
+    not_started: Mutex<Option<Worker>>,
 }
+
+/// The Redis client, the queue's receiving end and the operation deadline.
+type Worker = (Option<redis::Client>, Option<mpsc::Receiver<Op>>, Duration);
 
 impl std::fmt::Debug for Background {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,6 +165,7 @@ impl Background {
             }
             None => (None, None),
         };
+        let shared = client.is_some();
         let bg = Arc::new(Background {
             tx,
             healthy: AtomicBool::new(false),
@@ -167,23 +173,42 @@ impl Background {
             metrics: StoreMetrics::default(),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            not_started: Mutex::new(Some((client, rx, timeout))),
         });
+        if shared {
+            bg.ensure_running()?;
+        }
+        Ok(bg)
+    }
+
+    /// Starts the thread if it has not started yet. A local store without bans has
+    /// nothing to do: it never starts one (an extra thread makes every socket call of a
+    /// one-worker gateway a little dearer, see docs/perf.md).
+    fn ensure_running(self: &Arc<Self>) -> Result<(), String> {
+        let Some((client, rx, timeout)) = self.not_started.lock().take() else {
+            return Ok(());
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("rate limit store runtime: {e}"))?;
-        let weak = Arc::downgrade(&bg);
+        let weak = Arc::downgrade(self);
         let thread = std::thread::Builder::new()
             .name("moat-ratelimit".into())
             .spawn(move || rt.block_on(run(weak, client, rx, timeout)))
             .map_err(|e| format!("rate limit store thread: {e}"))?;
-        *bg.thread.lock() = Some(thread);
-        Ok(bg)
+        *self.thread.lock() = Some(thread);
+        Ok(())
     }
 
-    /// The bans (of the engine now serving) the worker keeps in sync.
-    pub fn attach(&self, bans: Option<&Arc<Bans>>) {
+    /// The bans (of the engine now serving) the worker keeps in sync (list reloads,
+    /// expiry, and with Redis the shared set).
+    pub fn attach(self: &Arc<Self>, bans: Option<&Arc<Bans>>) -> Result<(), String> {
         *self.bans.lock() = bans.map_or_else(Weak::new, Arc::downgrade);
+        if bans.is_some() {
+            self.ensure_running()?;
+        }
+        Ok(())
     }
 
     /// Stops the worker (when `ratelimit:` is removed or changes store).
