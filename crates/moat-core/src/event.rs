@@ -71,6 +71,21 @@ impl SecurityEvent {
     }
 }
 
+/// Checks that the operating system's random number generator, which event and
+/// request ids come from, answers. A server calls it once at startup: where it
+/// does not (a seccomp filter refusing `getrandom` and no readable
+/// `/dev/urandom`), the first id would panic on the request path; this names the
+/// cause instead.
+pub fn check_os_random() -> Result<(), String> {
+    use rand::TryRngCore;
+    rand::rngs::OsRng.try_next_u64().map(drop).map_err(|e| {
+        format!(
+            "the operating system's random number generator is unavailable ({e}): \
+             moat needs the getrandom system call or a readable /dev/urandom"
+        )
+    })
+}
+
 /// A 16-hex-digit random id, cheap enough for the request path.
 pub fn new_event_id() -> String {
     format!("{:016x}", rand::random::<u64>())

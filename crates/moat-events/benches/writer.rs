@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use moat_core::{EventAction, SecurityEvent};
 use moat_events::{
-    now_ms, AccessRecord, EventStore, EventWriter, EventsConfig, Record, SecurityRecord,
-    StoreConfig,
+    now_ms, AccessRecord, AggregateConfig, EventStore, EventWriter, EventsConfig, Record,
+    SecurityRecord, StoreConfig,
 };
 
 fn record(i: u64) -> Record {
@@ -90,6 +90,12 @@ fn bench_store(c: &mut Criterion) {
             path: "pipeline.db".into(),
             ..StoreConfig::default()
         }),
+        // The writer's own cost: flood control would keep the repeated security
+        // records of `record` out of the queue.
+        aggregate: AggregateConfig {
+            window: Duration::ZERO,
+            ..AggregateConfig::default()
+        },
         ..EventsConfig::default()
     };
     let (queue, writer) = EventWriter::start(&cfg, dir.path()).expect("writer");
@@ -147,6 +153,12 @@ fn overload() {
             path: "overload.db".into(),
             ..StoreConfig::default()
         }),
+        // The writer's own cost: flood control would keep the repeated security
+        // records of `record` out of the queue.
+        aggregate: AggregateConfig {
+            window: Duration::ZERO,
+            ..AggregateConfig::default()
+        },
         ..EventsConfig::default()
     };
     let rss_before = peak_rss_kib();

@@ -39,6 +39,8 @@ pub struct EventsConfig {
     pub sink: SinkConfig,
     /// The persistent SQLite store; off when absent.
     pub store: Option<StoreConfig>,
+    /// Flood control: aggregation of repeated events and per-client caps.
+    pub aggregate: AggregateConfig,
 }
 
 impl Default for EventsConfig {
@@ -47,6 +49,7 @@ impl Default for EventsConfig {
             queue_capacity: 65536,
             sink: SinkConfig::default(),
             store: None,
+            aggregate: AggregateConfig::default(),
         }
     }
 }
@@ -85,6 +88,22 @@ impl EventsConfig {
                     self.sink.max_files
                 ));
             }
+        }
+        let agg = &self.aggregate;
+        if agg.window > MAX_AGGREGATE_WINDOW {
+            return err(format!(
+                "aggregate.window must be at most 1h (0s turns aggregation off), got {}",
+                humantime::format_duration(agg.window)
+            ));
+        }
+        if agg.client_cap == 0 {
+            return err("aggregate.client_cap must be at least 1".into());
+        }
+        if agg.max_keys == 0 || agg.max_keys > MAX_AGGREGATE_KEYS {
+            return err(format!(
+                "aggregate.max_keys must be between 1 and {MAX_AGGREGATE_KEYS}, got {}",
+                agg.max_keys
+            ));
         }
         if let Some(store) = &self.store {
             if store.path.as_os_str().is_empty() {
@@ -132,6 +151,44 @@ impl EventsConfig {
             .as_ref()
             .map(|s| s.batch_interval)
             .unwrap_or(Duration::from_millis(200))
+    }
+}
+
+/// Longest accepted `aggregate.window`.
+pub const MAX_AGGREGATE_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Largest accepted `aggregate.max_keys`.
+pub const MAX_AGGREGATE_KEYS: usize = 1 << 20;
+
+/// The `events.aggregate` section: flood control (see [`crate::aggregate`]).
+///
+/// ```yaml
+/// events:
+///   aggregate: { window: 10s, client_cap: 100, max_keys: 8192 }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AggregateConfig {
+    /// Identical events within this window are one record with a count
+    /// (default 10s, at most 1h; 0s turns aggregation and the cap off). It is
+    /// also the longest a repeat's count waits before it is written.
+    #[serde(with = "moat_config::duration")]
+    pub window: Duration,
+    /// New (not aggregated) security and refused-request records one client may
+    /// cause per window; the rest are counted in one record (default 100).
+    pub client_cap: u32,
+    /// Open aggregation keys, and client windows, kept at most (default 8192;
+    /// each holds one record, about 1 KiB).
+    pub max_keys: usize,
+}
+
+impl Default for AggregateConfig {
+    fn default() -> Self {
+        AggregateConfig {
+            window: Duration::from_secs(10),
+            client_cap: 100,
+            max_keys: 8192,
+        }
     }
 }
 
@@ -231,6 +288,16 @@ mod tests {
         assert_eq!(d.queue_capacity, 65536);
         assert_eq!(d.sink.kind, SinkKind::None);
         assert!(d.store.is_none());
+        assert_eq!(d.aggregate.window, Duration::from_secs(10));
+        let c: EventsConfig = moat_config::from_str(
+            Path::new("moat.yaml"),
+            "aggregate: { window: 0s, client_cap: 5 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.aggregate.window, c.aggregate.client_cap),
+            (Duration::ZERO, 5)
+        );
     }
 
     #[test]
@@ -263,6 +330,24 @@ mod tests {
         });
         assert!(c.validate().is_err());
         c.store = None;
+        c.aggregate.window = Duration::from_secs(7200);
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("aggregate.window"));
+        c.aggregate = AggregateConfig {
+            client_cap: 0,
+            ..AggregateConfig::default()
+        };
+        assert!(c.validate().is_err());
+        c.aggregate = AggregateConfig {
+            max_keys: usize::MAX,
+            ..AggregateConfig::default()
+        };
+        assert!(c.validate().is_err());
+        c.aggregate = AggregateConfig::default();
+        c.validate().unwrap();
         c.sink.kind = SinkKind::File;
         c.sink.max_bytes = 10;
         assert!(c.validate().is_err());

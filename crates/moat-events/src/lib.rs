@@ -3,13 +3,20 @@
 //! rotating file) and, optionally, a persistent SQLite store.
 //!
 //! ```text
-//! request threads --push()--> EventQueue (bounded, drop when full)
+//! request threads --push()--> Aggregator (repeats counted, per-client cap)
+//!                                   |
+//!                              EventQueue (bounded, drop when full)
 //!                                   |
 //!                        writer thread (batches)
 //!                          |                  |
 //!                JSON lines sink        SQLite store (WAL, one
 //!              (stdout / rotating file)  transaction per batch)
+//!                          |
+//!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
+//!
+//! Before the queue, [`aggregate`] turns floods of identical security events into
+//! one record with a count per window and caps the records one client can cause.
 //!
 //! Memory is bounded under any load: at most `queue_capacity` records wait in
 //! the queue and at most [`StoreConfig::batch_max`] (or [`DEFAULT_BATCH_MAX`]
@@ -18,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aggregate;
 pub mod config;
 pub mod http_api;
 pub mod record;
@@ -26,8 +34,12 @@ pub mod store;
 pub mod text;
 mod writer;
 
-pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
+pub use aggregate::Counted;
+pub use config::{
+    AggregateConfig, EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX,
+};
 pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};
 

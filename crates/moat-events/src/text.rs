@@ -8,7 +8,8 @@ pub fn format_ts(ms: u64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// One row per event: time, type, engine/rule, action, route, client, request id, detail.
+/// One row per event: time, type, engine/rule, action, route, client, request id,
+/// count (how many occurrences an aggregated record stands for), detail.
 pub fn render_table(events: &[Value]) -> String {
     let header = [
         "TIME",
@@ -18,9 +19,10 @@ pub fn render_table(events: &[Value]) -> String {
         "ROUTE",
         "CLIENT",
         "REQUEST",
+        "COUNT",
         "DETAIL",
     ];
-    let rows: Vec<[String; 8]> = events.iter().map(row).collect();
+    let rows: Vec<[String; 9]> = events.iter().map(row).collect();
     let mut widths = header.map(str::len);
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r.iter()) {
@@ -55,7 +57,20 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn row(e: &Value) -> [String; 8] {
+fn row(e: &Value) -> [String; 9] {
+    let [ts, kind, rule, action, route, client, request, mut detail] = fields(e);
+    // An aggregated record: `count` occurrences from `ts` to `last_ts`.
+    let count = e["count"].as_u64().unwrap_or(1);
+    if let Some(last) = e["last_ts"].as_u64().filter(|_| count > 1) {
+        detail = format!("{detail} (last {})", format_ts(last));
+    }
+    let count = count.to_string();
+    [
+        ts, kind, rule, action, route, client, request, count, detail,
+    ]
+}
+
+fn fields(e: &Value) -> [String; 8] {
     let ts = e["ts"].as_u64().map(format_ts).unwrap_or_default();
     let kind = s(&e["type"]);
     match kind.as_str() {
@@ -124,11 +139,18 @@ mod tests {
              "method":"GET","path":"/x","event":{"engine":"waf","rule":"sqli","action":"block",
              "message":"SQL injection","location":"query:id"}},
             {"type":"access","ts":1000,"route":"api","decision":"allow","method":"GET","path":"/",
-             "status":200,"duration_us":5}
+             "status":200,"duration_us":5},
+            {"type":"security","ts":0,"count":40,"last_ts":2000,"event":{"engine":"waf","rule":"xss"}}
         ]);
         let t = render_table(ev.as_array().unwrap());
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].contains("COUNT"));
+        assert!(
+            lines[3].contains(" 40 ") && lines[3].ends_with("(last 1970-01-01T00:00:02.000Z)"),
+            "{}",
+            lines[3]
+        );
         assert!(lines[0].starts_with("TIME"));
         assert!(lines[1].starts_with("1970-01-01T00:00:00.000Z  security  waf/sqli"));
         assert!(lines[1].ends_with("GET /x: SQL injection at query:id"));

@@ -23,14 +23,25 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvError};
 
+use crate::aggregate::{Admit, Aggregator, Counted};
 use crate::config::EventsConfig;
 use crate::record::{now_ms, Record};
-use crate::sink::{Lines, Sink};
+use crate::sink::{Lines, RecordSink, Sink};
 use crate::store::EventStore;
 use crate::EventsError;
 
 /// How often the writer applies store retention.
 pub const RETENTION_EVERY: Duration = Duration::from_secs(10);
+
+/// How often the writer closes ended aggregation windows (at most this late).
+const EXPIRE_EVERY: Duration = Duration::from_millis(250);
+
+/// How long the writer waits without records before it gives memory back
+/// (its batch buffers, SQLite's page cache, the C allocator's free pages).
+const RELEASE_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// Batch capacity kept while idle; a flood grows it, going idle shrinks it back.
+const BATCH_KEEP: usize = 1024;
 
 #[derive(Debug, Default)]
 struct Stats {
@@ -45,6 +56,8 @@ struct Stats {
 #[derive(Clone)]
 pub struct EventQueue {
     tx: Sender<Record>,
+    /// Flood control before the queue; `None` when `aggregate.window` is 0.
+    aggregator: Option<Arc<Aggregator>>,
     /// Wakes the napping writer early (a token channel of capacity 1).
     wake: Sender<()>,
     /// Queue depth at which a push wakes the writer before its interval is over.
@@ -68,7 +81,16 @@ impl EventQueue {
     /// Enqueues a record. Never blocks: when the queue is full (or the writer
     /// has stopped) the record is dropped, counted in [`dropped`](Self::dropped),
     /// and `false` is returned.
+    ///
+    /// A repeat of a recent security event, or a record over its client's cap,
+    /// is counted by the flood-control stage instead of queued; `true` is
+    /// returned (it is not lost: its count is written).
     pub fn push(&self, record: Record) -> bool {
+        if let Some(agg) = &self.aggregator {
+            if agg.admit(&record) != Admit::Pass {
+                return true;
+            }
+        }
         // Reserve a place first (never past the bound, even for a moment, so
         // `depth` never reads more than `capacity`), then send.
         let reserved = self
@@ -120,6 +142,16 @@ impl EventQueue {
     pub fn failed(&self) -> u64 {
         self.stats.failed.load(Ordering::Relaxed)
     }
+
+    /// Repeats counted into an aggregate instead of queued, since start.
+    pub fn aggregated(&self) -> u64 {
+        self.aggregator.as_deref().map_or(0, Aggregator::aggregated)
+    }
+
+    /// Records over their client's cap, counted instead of queued, since start.
+    pub fn capped(&self) -> u64 {
+        self.aggregator.as_deref().map_or(0, Aggregator::capped)
+    }
 }
 
 /// The consumer side: owns the background thread.
@@ -144,8 +176,13 @@ struct Worker {
     stop: Receiver<()>,
     wake: Receiver<()>,
     stats: Arc<Stats>,
+    aggregator: Option<Arc<Aggregator>>,
+    /// Records of closed aggregation windows, written with the next batch.
+    counted: Vec<Counted>,
     sink: Sink,
     store: Option<EventStore>,
+    /// Further destinations (moat-sinks' Kafka, syslog, HTTP), offered every batch.
+    extra: Vec<Box<dyn RecordSink>>,
     store_access: bool,
     retention_age: Duration,
     retention_max_bytes: u64,
@@ -164,6 +201,16 @@ impl EventWriter {
         cfg: &EventsConfig,
         base_dir: &Path,
     ) -> Result<(EventQueue, EventWriter), EventsError> {
+        Self::start_with(cfg, base_dir, Vec::new())
+    }
+
+    /// [`start`](Self::start), also offering every batch to `extra` sinks
+    /// (after the JSON-lines sink and the store, on the writer thread).
+    pub fn start_with(
+        cfg: &EventsConfig,
+        base_dir: &Path,
+        extra: Vec<Box<dyn RecordSink>>,
+    ) -> Result<(EventQueue, EventWriter), EventsError> {
         cfg.validate()?;
         let sink = Sink::open(&cfg.sink, base_dir)?;
         let (store, store_path) = match &cfg.store {
@@ -179,8 +226,10 @@ impl EventWriter {
         let (stop_tx, stop_rx) = bounded(1);
         let (wake_tx, wake_rx) = bounded(1);
         let stats = Arc::new(Stats::default());
+        let aggregator = Aggregator::new(&cfg.aggregate).map(Arc::new);
         let queue = EventQueue {
             tx,
+            aggregator: aggregator.clone(),
             wake: wake_tx,
             wake_depth: (cfg.queue_capacity / 2).max(1),
             stats: stats.clone(),
@@ -191,8 +240,11 @@ impl EventWriter {
             stop: stop_rx,
             wake: wake_rx,
             stats,
+            aggregator,
+            counted: Vec::new(),
             sink,
             store,
+            extra,
             store_access: cfg.store.as_ref().map(|s| s.access).unwrap_or(true),
             retention_age: cfg
                 .store
@@ -259,30 +311,50 @@ impl Drop for EventWriter {
 
 impl Worker {
     fn run(mut self) {
-        let mut batch: Vec<Record> = Vec::with_capacity(self.batch_max.min(4096));
+        let mut batch: Vec<Record> = Vec::with_capacity(self.batch_max.min(BATCH_KEEP));
         let mut last_retention = Instant::now();
+        let mut last_expire = Instant::now();
         // `None`: the queue was found empty, wait for its next record.
         // `Some(t)`: the queue was empty at `t`, so no queued record is older.
         let mut since: Option<Instant> = None;
+        // When the writer last went idle, and whether it wrote since it last
+        // gave memory back.
+        let mut idle_since = Instant::now();
+        let mut dirty = false;
         loop {
             let retention_at = last_retention + RETENTION_EVERY;
             let mut stopping = false;
             let mut drain = false;
             match since {
-                None => select! {
-                    // The first record wakes the writer; the next ones do not
-                    // (nobody waits on the channel while it naps).
-                    recv(self.rx) -> msg => match msg {
-                        Ok(r) => {
-                            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                            batch.push(r);
-                            since = Some(Instant::now());
+                None => {
+                    let open = self.aggregator.as_ref().is_some_and(|a| a.open() > 0);
+                    let tick = if open {
+                        EXPIRE_EVERY
+                    } else {
+                        RELEASE_AFTER_IDLE
+                    };
+                    let wake_at = retention_at.min(Instant::now() + tick);
+                    select! {
+                        // The first record wakes the writer; the next ones do not
+                        // (nobody waits on the channel while it naps).
+                        recv(self.rx) -> msg => match msg {
+                            Ok(r) => {
+                                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                                batch.push(r);
+                                since = Some(Instant::now());
+                                dirty = true;
+                            }
+                            Err(_) => stopping = true,
+                        },
+                        recv(self.stop) -> _ => stopping = true,
+                        default(wake_at.saturating_duration_since(Instant::now())) => {
+                            if dirty && idle_since.elapsed() >= RELEASE_AFTER_IDLE {
+                                self.release_memory(&mut batch);
+                                dirty = false;
+                            }
                         }
-                        Err(_) => stopping = true,
-                    },
-                    recv(self.stop) -> _ => stopping = true,
-                    default(retention_at.saturating_duration_since(Instant::now())) => {}
-                },
+                    }
+                }
                 Some(t) => {
                     let deadline = (t + self.interval).min(retention_at);
                     select! {
@@ -295,7 +367,7 @@ impl Worker {
                 }
             }
             if stopping {
-                // Write what is queued now, in batches, then stop.
+                // Write what is queued now, in batches, then the open aggregates, then stop.
                 loop {
                     self.fill(&mut batch);
                     if batch.is_empty() {
@@ -303,7 +375,14 @@ impl Worker {
                     }
                     self.write(&mut batch);
                 }
+                if let Some(agg) = &self.aggregator {
+                    agg.expire(u64::MAX, &mut self.counted);
+                    self.write(&mut batch);
+                }
                 self.apply_retention();
+                for s in &mut self.extra {
+                    s.close();
+                }
                 return;
             }
             if drain {
@@ -316,8 +395,20 @@ impl Worker {
                     }
                     if emptied {
                         since = if self.rx.is_empty() { None } else { Some(at) };
+                        idle_since = at;
                         break;
                     }
+                }
+            }
+            if last_expire.elapsed() >= EXPIRE_EVERY {
+                last_expire = Instant::now();
+                if let Some(agg) = &self.aggregator {
+                    agg.expire(now_ms(), &mut self.counted);
+                }
+                // While the writer naps, they go with the next batch.
+                if since.is_none() && !self.counted.is_empty() {
+                    self.write(&mut batch);
+                    dirty = true;
                 }
             }
             if last_retention.elapsed() >= RETENTION_EVERY {
@@ -340,16 +431,22 @@ impl Worker {
         }
     }
 
-    /// Serializes the batch once into one buffer, writes it to the sink with
-    /// one write, and inserts it into the store in one transaction.
+    /// Serializes the batch and the closed aggregates once into one buffer,
+    /// writes it to the sink with one write, and inserts it into the store in
+    /// one transaction.
     fn write(&mut self, batch: &mut Vec<Record>) {
-        let n = batch.len() as u64;
+        let n = (batch.len() + self.counted.len()) as u64;
         let mut failed = 0u64;
         self.lines.clear();
         // Records the store takes, with the index of their line.
         let mut rows: Vec<(&Record, usize)> = Vec::new();
-        for rec in batch.iter() {
-            match self.lines.push(rec) {
+        let counted = self.counted.iter().map(|c| (&c.record, Some(c)));
+        for (rec, count) in batch.iter().map(|r| (r, None)).chain(counted) {
+            let line = match count {
+                Some(c) => self.lines.push(c),
+                None => self.lines.push(rec),
+            };
+            match line {
                 Ok(i) => {
                     if self.store.is_some()
                         && (self.store_access || !matches!(rec, Record::Access(_)))
@@ -383,7 +480,11 @@ impl Worker {
             }
         }
         drop(rows);
+        for s in &mut self.extra {
+            s.offer(batch);
+        }
         batch.clear();
+        self.counted.clear();
         self.stats.failed.fetch_add(failed, Ordering::Relaxed);
         self.stats
             .written
@@ -391,6 +492,22 @@ impl Worker {
         if let Some(e) = error {
             self.warn(&e);
         }
+    }
+
+    /// Gives back what a flood made the writer hold: batch capacity, the
+    /// serialized lines, SQLite's page cache, and the C allocator's free pages
+    /// (SQLite allocates with `malloc`, not with the Rust global allocator).
+    fn release_memory(&mut self, batch: &mut Vec<Record>) {
+        batch.shrink_to(BATCH_KEEP);
+        self.counted = Vec::new();
+        self.lines.release();
+        if let Some(store) = &self.store {
+            if let Err(e) = store.release_memory() {
+                let msg = format!("event store: {e}");
+                self.warn(&msg);
+            }
+        }
+        trim_c_heap();
     }
 
     fn apply_retention(&mut self) {
@@ -415,3 +532,20 @@ impl Worker {
         }
     }
 }
+
+/// Returns the C allocator's free pages to the OS. glibc keeps what a thread's
+/// arena freed mapped (it trims only the top of the main heap by itself), so
+/// SQLite's page cache, once shrunk, would otherwise stay resident.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn trim_c_heap() {
+    // SAFETY: malloc_trim takes no pointer and only releases memory the
+    // allocator holds free; glibc makes it safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other C allocators return memory by themselves.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_c_heap() {}

@@ -39,7 +39,9 @@ fn security(i: u64, ts: u64, engine: &'static str, route: &str) -> Record {
         ts,
         request_id: format!("req-{i}"),
         route: route.into(),
-        client_ip: "10.1.2.3".into(),
+        // One client per record: these tests are about the writer, not about
+        // flood control (which would count repeats of one client's event).
+        client_ip: format!("10.1.{}.{}", (i >> 8) & 255, i & 255),
         method: "POST".into(),
         path: "/login".into(),
         event: SecurityEvent::new(engine, "sqli", EventAction::Block, "SQL injection in query")
@@ -57,6 +59,7 @@ fn file_cfg(path: &Path, max_bytes: u64, max_files: u32) -> EventsConfig {
             max_files,
         },
         store: None,
+        ..EventsConfig::default()
     }
 }
 
@@ -88,6 +91,7 @@ fn shutdown_flushes_sink_and_store() {
             batch_interval: Duration::from_secs(10),
             ..StoreConfig::default()
         }),
+        ..EventsConfig::default()
     };
     let (queue, writer) = EventWriter::start(&cfg, dir.path()).unwrap();
     for i in 0..5000 {

@@ -42,6 +42,9 @@ pub struct GatewayConfig {
     /// TLS handshake audit records.
     #[serde(default)]
     pub tls_audit: TlsAuditConfig,
+    /// Distributed event sinks (Kafka, syslog, HTTP); read at start, not on reload.
+    #[serde(default)]
+    pub telemetry: moat_sinks::TelemetryConfig,
     /// Access control: Istio AuthorizationPolicy / RequestAuthentication / PeerAuthentication.
     #[serde(default)]
     pub authz: moat_authz::AuthzConfig,
@@ -225,7 +228,8 @@ fn default_max_idle() -> usize {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EjectionConfig {
-    /// Consecutive connect failures or timeouts that eject an endpoint; 0 disables ejection.
+    /// Consecutive failed exchanges (connect failure, timeout, reset or malformed
+    /// response before the head) that eject an endpoint; 0 disables ejection.
     #[serde(default = "default_consecutive")]
     pub consecutive_failures: u32,
     /// Consecutive 5xx responses that eject an endpoint; 0 (the default) disables it,
@@ -498,6 +502,7 @@ pub fn load_file(file: &Path) -> Result<(GatewayConfig, ConfigSource), ConfigErr
 
 /// Semantic checks: unique names, known clusters, parseable addresses, sane limits.
 pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigError> {
+    cfg.telemetry.validate(&src.file)?;
     let mut names = HashSet::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         if !names.insert(l.name.value.as_str()) {

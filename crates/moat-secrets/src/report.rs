@@ -28,6 +28,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::scanner::Finding;
 
+pub mod template;
+pub use template::TemplateError;
+
 /// One finding in gitleaks' report schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -50,6 +53,11 @@ pub struct ReportFinding {
     /// gitleaks' end column (inclusive).
     #[serde(rename = "EndColumn")]
     pub end_column: usize,
+    /// The source line(s) of the match as gitleaks cuts them (from the newline
+    /// before the match to the one after it); not in JSON reports (as gitleaks'
+    /// `json:"-"`), only for templates.
+    #[serde(skip)]
+    pub line: String,
     /// The regex match (redacted with `--redact`).
     #[serde(rename = "Match")]
     pub match_text: String,
@@ -150,6 +158,29 @@ impl Lines {
     }
 }
 
+impl Lines {
+    /// gitleaks' `Line` of the match `start..end` (`detect/location.go`): from the
+    /// newline before the match's line (the payload's start for its first line) to
+    /// the newline ending the match's last line, at least to the match's end. A
+    /// match after the last newline takes, as in gitleaks, everything from the
+    /// payload's start to the end of its line.
+    pub fn line_span(&self, data: &[u8], start: usize, end: usize) -> (usize, usize) {
+        let prev = |i: usize| if i == 0 { 0 } else { self.newlines[i - 1] };
+        let idx = self.newlines.partition_point(|&nl| nl <= start);
+        let (from, to) = if idx == self.newlines.len() {
+            let rest = data.get(end..).unwrap_or(&[]);
+            let n = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+            (0, end + n)
+        } else {
+            let eidx = self.newlines.partition_point(|&nl| nl < end);
+            let to = self.newlines.get(eidx).unwrap_or(&self.newlines[idx]);
+            (prev(idx), *to)
+        };
+        let to = to.max(end).min(data.len());
+        (from.min(to), to)
+    }
+}
+
 /// Where a payload came from.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
@@ -213,6 +244,12 @@ pub fn report_finding(
         secret,
         file: file.to_string(),
         symlink_file: symlink.to_string(),
+        line: if f.path_only {
+            String::new()
+        } else {
+            let (from, to) = lines.line_span(data, f.start, f.end);
+            text(from, to)
+        },
         entropy: f.entropy as f32,
         tags,
         ..ReportFinding::default()
@@ -339,10 +376,73 @@ impl IgnoreList {
     }
 }
 
+/// serde_json's output with Go's `encoding/json` string escaping: `<`, `>`, `&`,
+/// U+2028 and U+2029 as `\u003c`... (Go's HTML-safe default), so moat's reports are
+/// byte for byte what gitleaks writes for the same findings.
+struct GoJson<F>(F);
+
+macro_rules! delegate {
+    ($($name:ident),*) => {$(
+        fn $name<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+            self.0.$name(w)
+        }
+    )*};
+}
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for GoJson<F> {
+    delegate!(
+        begin_array,
+        end_array,
+        end_array_value,
+        begin_object,
+        end_object,
+        begin_object_value,
+        end_object_value
+    );
+
+    fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+
+    fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+
+    fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, s: &str) -> io::Result<()> {
+        let mut last = 0;
+        for (i, c) in s.char_indices() {
+            let esc = match c {
+                '<' => "\\u003c",
+                '>' => "\\u003e",
+                '&' => "\\u0026",
+                '\u{2028}' => "\\u2028",
+                '\u{2029}' => "\\u2029",
+                _ => continue,
+            };
+            w.write_all(&s.as_bytes()[last..i])?;
+            w.write_all(esc.as_bytes())?;
+            last = i + c.len_utf8();
+        }
+        w.write_all(&s.as_bytes()[last..])
+    }
+}
+
+/// `v` as Go's `json.MarshalIndent(v, "", indent)` writes it.
 fn to_writer_indented<W: Write, T: Serialize>(out: &mut W, v: &T, indent: &[u8]) -> io::Result<()> {
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(indent);
+    let fmt = GoJson(serde_json::ser::PrettyFormatter::with_indent(indent));
     let mut ser = serde_json::Serializer::with_formatter(&mut *out, fmt);
     v.serialize(&mut ser).map_err(io::Error::other)
+}
+
+/// `v` as Go's `json.Marshal` writes it (compact).
+fn go_json_string(v: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut out, GoJson(serde_json::ser::CompactFormatter));
+    match v.serialize(&mut ser) {
+        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+        Err(_) => String::new(),
+    }
 }
 
 /// gitleaks' JSON report: an array of findings, one-space indentation.
@@ -479,7 +579,8 @@ pub fn write_junit(out: &mut impl Write, findings: &[ReportFinding]) -> io::Resu
         writeln!(out, "\t\t</testcase>")?;
     }
     writeln!(out, "\t</testsuite>")?;
-    writeln!(out, "</testsuites>")
+    // no newline at the end, as Go's XML encoder
+    write!(out, "</testsuites>")
 }
 
 /// The tool of a SARIF report.
@@ -489,7 +590,7 @@ pub struct SarifTool<'a> {
     pub name: &'a str,
     /// `tool.driver.semanticVersion`.
     pub version: &'a str,
-    /// Every rule of the ruleset, `(id, description)`, sorted by id.
+    /// Every rule of the ruleset, `(id, description)`, in the ruleset's order.
     pub rules: Vec<(String, String)>,
 }
 
@@ -566,148 +667,16 @@ pub fn write_sarif(
     writeln!(out)
 }
 
-/// A template error: what is wrong and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("template: {0}")]
-pub struct TemplateError(pub String);
-
-#[derive(Debug)]
-enum Node {
-    Text(String),
-    Field(String),
-    Range(Vec<Node>),
-}
-
-/// Renders a report template: the subset of Go's text/template that gitleaks'
-/// example templates use on the findings: text, `{{ .Field }}` (a finding field by
-/// its report name, inside a range), `{{ range . }}...{{ end }}`, `{{ len . }}`,
-/// and `{{-`/`-}}` whitespace trimming. Anything else is an error, not ignored.
+/// Renders a report template (Go's text/template with sprig's functions, as
+/// gitleaks; the supported part of the language is listed in [`template`]).
 pub fn write_template(
     out: &mut impl Write,
     template: &str,
     findings: &[ReportFinding],
 ) -> Result<(), TemplateError> {
-    let nodes = parse_template(template)?;
-    let mut s = String::new();
-    render(&nodes, findings, None, &mut s)?;
-    out.write_all(s.as_bytes())
+    let text = template::render(template, findings)?;
+    out.write_all(text.as_bytes())
         .map_err(|e| TemplateError(format!("cannot write: {e}")))
-}
-
-fn parse_template(t: &str) -> Result<Vec<Node>, TemplateError> {
-    let mut stack: Vec<Vec<Node>> = vec![Vec::new()];
-    let mut rest = t;
-    let mut trim_next = false;
-    while !rest.is_empty() {
-        let Some(open) = rest.find("{{") else {
-            let text = if trim_next { rest.trim_start() } else { rest };
-            push(&mut stack, Node::Text(text.to_string()));
-            break;
-        };
-        let mut text = &rest[..open];
-        if trim_next {
-            text = text.trim_start();
-        }
-        let after = &rest[open + 2..];
-        let (left_trim, after) = match after.strip_prefix("- ") {
-            Some(a) => (true, a),
-            None => (false, after),
-        };
-        if left_trim {
-            text = text.trim_end();
-        }
-        push(&mut stack, Node::Text(text.to_string()));
-        let Some(close) = after.find("}}") else {
-            return Err(TemplateError("`{{` without `}}`".to_string()));
-        };
-        let mut action = &after[..close];
-        trim_next = false;
-        if let Some(a) = action.strip_suffix(" -") {
-            action = a;
-            trim_next = true;
-        }
-        let action = action.trim();
-        rest = &after[close + 2..];
-        let words: Vec<&str> = action.split_whitespace().collect();
-        match words.as_slice() {
-            ["range", "."] | ["range", "$"] => stack.push(Vec::new()),
-            ["end"] => {
-                if stack.len() < 2 {
-                    return Err(TemplateError("`{{ end }}` without `{{ range }}`".into()));
-                }
-                let body = stack.pop().unwrap_or_default();
-                push(&mut stack, Node::Range(body));
-            }
-            ["len", "."] => push(&mut stack, Node::Field("len".into())),
-            [f] if f.starts_with('.') && f.len() > 1 && !f[1..].contains('.') => {
-                push(&mut stack, Node::Field(f[1..].to_string()));
-            }
-            _ if action.starts_with("/*") => {}
-            _ => {
-                return Err(TemplateError(format!(
-                    "`{{{{ {action} }}}}` is not supported (text, {{{{ range . }}}}, {{{{ end }}}}, {{{{ .Field }}}}, {{{{ len . }}}})"
-                )))
-            }
-        }
-    }
-    if stack.len() != 1 {
-        return Err(TemplateError("`{{ range }}` without `{{ end }}`".into()));
-    }
-    Ok(stack.pop().unwrap_or_default())
-}
-
-fn push(stack: &mut [Vec<Node>], n: Node) {
-    if let Some(top) = stack.last_mut() {
-        if !matches!(&n, Node::Text(t) if t.is_empty()) {
-            top.push(n);
-        }
-    }
-}
-
-fn render(
-    nodes: &[Node],
-    all: &[ReportFinding],
-    cur: Option<&ReportFinding>,
-    out: &mut String,
-) -> Result<(), TemplateError> {
-    for n in nodes {
-        match n {
-            Node::Text(t) => out.push_str(t),
-            Node::Range(body) => {
-                for f in all {
-                    render(body, all, Some(f), out)?;
-                }
-            }
-            Node::Field(name) if name == "len" => out.push_str(&all.len().to_string()),
-            Node::Field(name) => {
-                let Some(f) = cur else {
-                    return Err(TemplateError(format!(
-                        "`.{name}` outside `{{{{ range . }}}}`"
-                    )));
-                };
-                let v = serde_json::to_value(f).unwrap_or_default();
-                match v.get(name.as_str()) {
-                    Some(serde_json::Value::String(s)) => out.push_str(s),
-                    Some(serde_json::Value::Array(a)) => {
-                        let items: Vec<String> = a
-                            .iter()
-                            .map(|x| {
-                                x.as_str()
-                                    .map(str::to_string)
-                                    .unwrap_or_else(|| x.to_string())
-                            })
-                            .collect();
-                        out.push('[');
-                        out.push_str(&items.join(" "));
-                        out.push(']');
-                    }
-                    Some(other) => out.push_str(&other.to_string()),
-                    None => return Err(TemplateError(format!("a finding has no field `{name}`"))),
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -805,7 +805,7 @@ impl PatchSet {
                 return;
             }
         }
-        let path: &str = &req.path;
+        let path: &str = req.path();
         let first = path.split('/').find(|s| !s.is_empty()).unwrap_or("");
         // path segments, split on the stack the first time a template needs them
         let mut seg_buf: [&str; MAX_SEGS] = [""; MAX_SEGS];
@@ -1098,9 +1098,25 @@ impl<'a> Eval<'_, 'a> {
         let pre = self.pre;
         let req = self.req;
         match place {
+            // a path without an escape decodes to itself (invalid UTF-8 aside,
+            // which changes no ASCII needle's occurrences): its needles are
+            // searched in the bytes as received, without decoding it, and with
+            // raw-path needles too, one pass sets the bits of both places
+            Place::Path | Place::RawPath
+                if pre.path_raw.is_some() && req.path_needs_no_decoding(pre) =>
+            {
+                self.scanned |= SCANNED_PATH | SCANNED_RAW_PATH;
+                if let Some(s) = &pre.path_raw {
+                    s.scan(req.raw_path, &mut self.seen);
+                }
+            }
             Place::Path => {
                 if let Some(s) = &pre.path {
-                    s.scan(req.path.as_bytes(), &mut self.seen);
+                    if req.path_needs_no_decoding(pre) {
+                        s.scan(req.raw_path, &mut self.seen);
+                    } else {
+                        s.scan(req.path().as_bytes(), &mut self.seen);
+                    }
                 }
             }
             Place::RawPath => {
@@ -1156,7 +1172,8 @@ impl<'a> Eval<'_, 'a> {
 
     fn eval(&mut self, c: &Cond) -> Option<(String, String)> {
         let req = self.req;
-        let path = || test(c, req.path.as_bytes()).then(|| ("path".into(), req.path.to_string()));
+        let path =
+            || test(c, req.path().as_bytes()).then(|| ("path".into(), req.path().to_string()));
         let query =
             || test(c, req.query().as_bytes()).then(|| ("query".into(), req.query().to_string()));
         let header = |n: &str, v: &[u8]| {
@@ -1219,8 +1236,9 @@ pub struct ReqData<'a> {
     pub method: &'a str,
     /// Path as received.
     pub raw_path: &'a [u8],
-    /// URL-decoded path (repeated decoding, lossy).
-    pub path: Cow<'a, str>,
+    /// URL-decoded path (repeated decoding, lossy), computed on first use
+    /// ([`ReqData::path`]): most requests make no rule a candidate.
+    path: std::cell::OnceCell<Cow<'a, str>>,
     /// Query as received (without `?`).
     pub raw_query: &'a [u8],
     /// Decoded query string, computed on first use ([`ReqData::query`]).
@@ -1246,12 +1264,23 @@ impl<'a> ReqData<'a> {
         ReqData {
             method,
             raw_path,
-            path: decode_lossy(raw_path),
+            path: std::cell::OnceCell::new(),
             raw_query,
             query: std::cell::OnceCell::new(),
             headers,
             body,
         }
+    }
+
+    /// The decoded path (repeated URL decoding, lossy).
+    pub fn path(&self) -> &str {
+        self.path.get_or_init(|| decode_lossy(self.raw_path))
+    }
+
+    /// True when the prefilter may search the path's needles in the path as
+    /// received: it has no escape and every path needle is ASCII.
+    fn path_needs_no_decoding(&self, pre: &Prefilter) -> bool {
+        pre.path_ascii && !self.raw_path.contains(&b'%')
     }
 
     /// The decoded query string (repeated URL decoding, lossy).
@@ -1321,15 +1350,18 @@ mod tests {
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_bytes()))
                     .collect();
-                let targets = [t.target.clone(), t.target.to_ascii_uppercase()];
+                // as written, upper case, and with an invalid UTF-8 byte in the
+                // path (decoded lossily; the prefilter reads the raw bytes)
+                let mut invalid = t.target.clone().into_bytes();
+                invalid.insert(1, 0xff);
+                let targets = [
+                    t.target.clone().into_bytes(),
+                    t.target.to_ascii_uppercase().into_bytes(),
+                    invalid,
+                ];
                 for target in &targets {
-                    let req = ReqData::new(
-                        &h.method,
-                        target.as_bytes(),
-                        &headers,
-                        Some(h.body.as_bytes()),
-                    );
-                    let head = ReqData::new(&h.method, target.as_bytes(), &headers, None);
+                    let req = ReqData::new(&h.method, target, &headers, Some(h.body.as_bytes()));
+                    let head = ReqData::new(&h.method, target, &headers, None);
                     let facts = |set: &PatchSet| {
                         let mut f = ParamFacts::default();
                         let form = h.headers.values().any(|v| v.contains("urlencoded"));
@@ -1364,8 +1396,9 @@ mod tests {
                         assert_eq!(
                             a,
                             run(&off),
-                            "{} {target} {:?} {phase:?}",
+                            "{} {} {:?} {phase:?}",
                             h.method,
+                            String::from_utf8_lossy(target),
                             h.headers
                         );
                         hits += a.len();

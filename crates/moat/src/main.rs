@@ -3,6 +3,7 @@
 #[cfg(feature = "alloc-stats")]
 mod alloc_stats;
 mod cmd;
+mod memory;
 
 use std::process::ExitCode;
 

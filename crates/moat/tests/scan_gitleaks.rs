@@ -346,3 +346,449 @@ fn symlinks_are_not_followed_unless_asked_and_gitignore_is_opt_in() {
     let honoured = moat_in(r, &["dir", "ign", "--gitignore"], None);
     assert_eq!(honoured.status.code(), Some(0));
 }
+
+/// Rules both tools read the same way: a provider-like token with tags, and a rule
+/// whose secret group holds the characters Go's JSON encoder escapes (`<`, `>`, `&`).
+const CMP_RULES: &str = r#"title = "moat vs gitleaks"
+[[rules]]
+id = "test-pat"
+description = "Test personal access token"
+regex = '''ghp_[0-9a-zA-Z]{36}'''
+keywords = ["ghp_"]
+tags = ["test", "token"]
+
+[[rules]]
+id = "angle-token"
+description = "Token in <angle> & brackets"
+regex = '''tok<([a-z0-9&<>]{12})>'''
+secretGroup = 1
+keywords = ["tok<"]
+"#;
+
+/// A directory and a repository with findings of both rules: plain, in quotes, in
+/// a later line of a file (gitleaks' column convention), base64-encoded (found by
+/// decoding), and in a commit with a multi-line message.
+fn compare_fixture() -> (tempfile::TempDir, String) {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    write(r, "rules.toml", CMP_RULES);
+    write(
+        r,
+        "files/app.env",
+        &format!("# settings\nTOKEN=\"{GH}\"\nother=tok<a&b<c>d0123e>\n"),
+    );
+    // base64 of `token=ghp_...` (found only when decoding)
+    write(
+        r,
+        "files/blob.txt",
+        "payload: dG9rZW49Z2hwX041TjFhRTZQd1pQZjFRaDZ5WVRXbUU0bEJZT3ZmWjhVekR6Vg==\n",
+    );
+    let repo = r.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["config", "user.name", "Zoë \"Z\" Example"]);
+    git(&repo, &["config", "user.email", "zoe@example.org"]);
+    git(&repo, &["config", "commit.gpgsign", "false"]);
+    write(&repo, "README", "hello\n");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "init"]);
+    write(&repo, "conf/app.yaml", &format!("a: 1\nkey: {GH}\n"));
+    git(&repo, &["add", "."]);
+    git(
+        &repo,
+        &[
+            "commit",
+            "-q",
+            "-m",
+            "add config\n\nwith <details> & \"quotes\"",
+        ],
+    );
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    (d, head)
+}
+
+/// gitleaks' own report structs read moat's JSON reports:
+/// `tests/gitleaks-report` is a Go program that decodes a report into
+/// `[]report.Finding` (gitleaks v8.30.1, unknown fields rejected), checks what
+/// gitleaks' tools rely on (lines, columns, secret within match, commit metadata,
+/// fingerprints as gitleaks makes them) and writes the findings back with gitleaks'
+/// `JsonReporter`, which must reproduce moat's report byte for byte.
+#[test]
+fn json_reports_parse_with_gitleaks_report_structs() {
+    let Some(go) = moat_testkit::real_part("go", "install Go from https://go.dev/dl") else {
+        return;
+    };
+    if !have_git() {
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    let tools = moat_testkit::tools_dir();
+    std::fs::create_dir_all(&tools).unwrap();
+    let checker = tools.join("gitleaks-report");
+    let build = Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&checker)
+        .arg(".")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gitleaks-report"))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "go build tests/gitleaks-report (needs the Go module proxy or cache): {}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let (d, _) = compare_fixture();
+    let r = d.path();
+    let reports: [(&str, &[&str]); 5] = [
+        ("dir", &["dir", "files", "-c", "rules.toml"]),
+        ("git", &["git", "repo", "-c", "rules.toml"]),
+        (
+            "redacted",
+            &["dir", "files", "-c", "rules.toml", "--redact=40"],
+        ),
+        (
+            "default rules",
+            &["dir", "files", "--max-decode-depth", "0"],
+        ),
+        (
+            "none",
+            &[
+                "dir",
+                "repo/conf",
+                "-c",
+                "rules.toml",
+                "--enable-rule",
+                "angle-token",
+            ],
+        ),
+    ];
+    for (name, args) in reports {
+        let path = r.join(format!("{}.json", name.replace(' ', "-")));
+        let mut all: Vec<&str> = args.to_vec();
+        let path_arg = path.to_str().unwrap();
+        all.extend(["-f", "json", "-r", path_arg]);
+        let out = moat_in(r, &all, None);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours = std::fs::read_to_string(&path).unwrap();
+        let theirs = Command::new(&checker).arg(&path).output().unwrap();
+        assert!(
+            theirs.status.success(),
+            "{name}: gitleaks' structs reject moat's report: {}\n{ours}",
+            String::from_utf8_lossy(&theirs.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&theirs.stdout),
+            ours,
+            "{name}: gitleaks' JsonReporter writes the findings it read differently"
+        );
+        let n = serde_json::from_str::<Vec<serde_json::Value>>(&ours)
+            .unwrap()
+            .len();
+        let want = match name {
+            "dir" | "redacted" => 3,
+            "git" => 1,
+            "none" => 0,
+            _ => 1,
+        };
+        assert_eq!(n, want, "{name}: {ours}");
+    }
+}
+
+/// Runs `gitleaks ARGS -r <file>` and `moat scan ARGS -r <file>` in `dir`; returns
+/// both reports (gitleaks', moat's).
+fn both(gitleaks: &Path, dir: &Path, args: &[&str]) -> (String, String) {
+    let g_path = dir.join("g.report");
+    let m_path = dir.join("m.report");
+    let g = Command::new(gitleaks)
+        .current_dir(dir)
+        .env("TZ", "UTC")
+        .args(args)
+        .args(["--no-banner", "--log-level", "error", "-r"])
+        .arg(&g_path)
+        .output()
+        .unwrap();
+    assert!(
+        matches!(g.status.code(), Some(0 | 1)),
+        "gitleaks {args:?}: {}",
+        String::from_utf8_lossy(&g.stderr)
+    );
+    let mut m_args = args.to_vec();
+    m_args.extend(["-r", m_path.to_str().unwrap()]);
+    let m = moat_in(dir, &m_args, None);
+    assert_eq!(
+        m.status.code(),
+        g.status.code(),
+        "moat scan {args:?} exits as gitleaks: {}",
+        String::from_utf8_lossy(&m.stderr)
+    );
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    (read(&g_path), read(&m_path))
+}
+
+/// Replaces every `Jan 02, 2006 15:04:05 UTC` date (gitleaks' templates print `now`)
+/// by `<now>`.
+fn mask_now(s: &str) -> String {
+    let b = s.as_bytes();
+    let shape = b"Aaa 00, 0000 00:00:00 UTC";
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let fits = b.len() - i >= shape.len()
+            && shape.iter().zip(&b[i..]).all(|(&k, &c)| match k {
+                b'A' => c.is_ascii_uppercase(),
+                b'a' => c.is_ascii_lowercase(),
+                b'0' => c.is_ascii_digit(),
+                _ => k == c,
+            });
+        if fits {
+            out.push_str("<now>");
+            i += shape.len();
+        } else {
+            let ch = s[i..].chars().next().unwrap();
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// JSON findings in a stable order (gitleaks reports in the order its workers finish).
+fn sorted(report: &str) -> Vec<serde_json::Value> {
+    let mut v: Vec<serde_json::Value> = serde_json::from_str(report)
+        .unwrap_or_else(|e| panic!("not a JSON report ({e}): {report}"));
+    v.sort_by_key(|f| f.to_string());
+    v
+}
+
+/// SARIF with the tool's own name, version and URI set aside (they differ by
+/// design), and moat's extra `partialFingerprints.fingerprint` (the
+/// `.gitleaksignore` form) checked and removed.
+fn sarif_without_driver(report: &str) -> serde_json::Value {
+    let mut s: serde_json::Value = serde_json::from_str(report).unwrap();
+    let driver = &mut s["runs"][0]["tool"]["driver"];
+    for k in ["name", "semanticVersion", "informationUri"] {
+        driver[k] = serde_json::Value::Null;
+    }
+    for r in s["runs"][0]["results"].as_array_mut().unwrap() {
+        if let Some(p) = r["partialFingerprints"].as_object_mut() {
+            if let Some(fp) = p.remove("fingerprint") {
+                assert!(fp.as_str().unwrap().ends_with(":test-pat:2"), "{fp}");
+            }
+        }
+    }
+    s
+}
+
+/// `moat scan` against the gitleaks binary (v8.30.1, built by scripts/test-deps) on
+/// the same files, repository and rules: every report format, `--redact=PERCENT`,
+/// `--baseline-path` both ways, `.gitleaksignore`, `--max-decode-depth` and
+/// `--log-opts` give the same reports (SARIF up to the tool's name and version).
+#[test]
+fn reports_and_options_match_the_gitleaks_binary() {
+    let Some(gitleaks) = moat_testkit::real_part(
+        "gitleaks",
+        "scripts/ensure-go-tool gitleaks github.com/zricethezav/gitleaks/v8@v8.30.1",
+    ) else {
+        return;
+    };
+    if !have_git() {
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    let (d, head) = compare_fixture();
+    let r = d.path();
+    let cfg = ["-c", "rules.toml"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v: Vec<&str> = cfg.to_vec();
+        v.extend_from_slice(extra);
+        v
+    };
+
+    // JSON: directory (default decode depth 5: the base64 token is found), history,
+    // decoding off, redaction, --log-opts.
+    for args in [
+        with(&["dir", "files", "-f", "json"]),
+        with(&["git", "repo", "-f", "json"]),
+        with(&["dir", "files", "-f", "json", "--max-decode-depth", "0"]),
+        with(&["dir", "files", "-f", "json", "--max-decode-depth", "1"]),
+        with(&["dir", "files", "-f", "json", "--redact"]),
+        with(&["dir", "files", "-f", "json", "--redact=60"]),
+        with(&["git", "repo", "-f", "json", "--log-opts=HEAD~1..HEAD"]),
+        with(&[
+            "git",
+            "repo",
+            "-f",
+            "json",
+            "--log-opts=--all --author=nobody",
+        ]),
+    ] {
+        let (g, m) = both(&gitleaks, r, &args);
+        assert_eq!(sorted(&m), sorted(&g), "{args:?}");
+    }
+
+    // Byte for byte on a one-finding report: JSON, CSV, JUnit, a template; SARIF up
+    // to the driver.
+    let one = ["git", "repo"];
+    for format in ["json", "csv", "junit"] {
+        let mut args = with(&one);
+        args.extend(["-f", format]);
+        let (g, m) = both(&gitleaks, r, &args);
+        // the JUnit suite is named after the tool
+        let m = m.replace("name=\"moat\"", "name=\"gitleaks\"");
+        assert_eq!(m, g, "{format}");
+    }
+    let mut args = with(&one);
+    args.extend(["-f", "sarif"]);
+    let (g, m) = both(&gitleaks, r, &args);
+    assert_eq!(sarif_without_driver(&m), sarif_without_driver(&g));
+
+    // Templates: gitleaks' own (its report_templates/ and test templates, from the
+    // Go module cache `go install` filled), rendered by both; `now` is masked.
+    let gitleaks_src = Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .ok()
+        .map(|o| {
+            Path::new(String::from_utf8_lossy(&o.stdout).trim())
+                .join("github.com/zricethezav/gitleaks/v8@v8.30.1")
+        })
+        .filter(|p| p.is_dir());
+    let mut templates: Vec<std::path::PathBuf> = Vec::new();
+    match &gitleaks_src {
+        Some(src) => {
+            for dir in ["report_templates", "testdata/report"] {
+                for e in std::fs::read_dir(src.join(dir)).unwrap() {
+                    let p = e.unwrap().path();
+                    if p.extension().is_some_and(|x| x == "tmpl") {
+                        templates.push(p);
+                    }
+                }
+            }
+            assert!(templates.len() >= 7, "{templates:?}");
+        }
+        None => {
+            assert!(
+                !moat_testkit::required(),
+                "gitleaks' sources are not in the Go module cache"
+            );
+            eprintln!("templates skipped: gitleaks v8.30.1 sources not in `go env GOMODCACHE`");
+        }
+    }
+    for t in &templates {
+        for src in [["git", "repo"], ["dir", "files/blob.txt"]] {
+            let mut args = with(&src);
+            args.extend(["-f", "template", "--report-template", t.to_str().unwrap()]);
+            let (g, m) = both(&gitleaks, r, &args);
+            assert!(!g.is_empty(), "{t:?}");
+            assert_eq!(mask_now(&m), mask_now(&g), "{t:?} {src:?}");
+        }
+    }
+
+    // Baselines both ways: each tool's report makes the other report nothing new.
+    let (g, m) = both(&gitleaks, r, &with(&["dir", "files", "-f", "json"]));
+    std::fs::write(r.join("gitleaks-baseline.json"), &g).unwrap();
+    std::fs::write(r.join("moat-baseline.json"), &m).unwrap();
+    for base in ["gitleaks-baseline.json", "moat-baseline.json"] {
+        let (g, m) = both(
+            &gitleaks,
+            r,
+            &with(&["dir", "files", "-f", "json", "-b", base]),
+        );
+        assert_eq!(
+            sorted(&g),
+            Vec::<serde_json::Value>::new(),
+            "gitleaks -b {base}"
+        );
+        assert_eq!(
+            sorted(&m),
+            Vec::<serde_json::Value>::new(),
+            "moat -b {base}"
+        );
+    }
+
+    // .gitleaksignore: a global fingerprint and a commit fingerprint.
+    write(
+        r,
+        "ignores/.gitleaksignore",
+        &format!("files/app.env:test-pat:2\n{head}:conf/app.yaml:test-pat:2\n"),
+    );
+    for src in [["dir", "files"], ["git", "repo"]] {
+        let mut args = with(&src);
+        args.extend(["-f", "json", "-i", "ignores"]);
+        let (g, m) = both(&gitleaks, r, &args);
+        assert_eq!(sorted(&m), sorted(&g), "{args:?}");
+    }
+}
+
+/// The hooks of `.pre-commit-hooks.yaml`, run by the real pre-commit (`pre-commit
+/// try-repo` on this checkout, `moat` on PATH): a staged secret fails `moat-scan`
+/// and is reported redacted; staged changes without one pass; `moat-scan-dir`
+/// scans the files pre-commit hands it.
+#[test]
+fn pre_commit_hooks_run_under_pre_commit() {
+    let Some(pc) = moat_testkit::real_part("pre-commit", "scripts/ensure-apt pre-commit") else {
+        return;
+    };
+    if !have_git() {
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_moat")).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    git(r, &["init", "-q"]);
+    git(r, &["config", "user.name", "Ann Example"]);
+    git(r, &["config", "user.email", "ann@example.org"]);
+    let hook = |args: &[&str]| {
+        Command::new(&pc)
+            .current_dir(r)
+            .arg("try-repo")
+            .arg(moat_testkit::workspace_root())
+            .args(args)
+            .env("PATH", &path)
+            .env("PRE_COMMIT_HOME", home.path())
+            .output()
+            .unwrap()
+    };
+    write(r, "app.cfg", &format!("name = demo\ntoken = \"{GH}\"\n"));
+    git(r, &["add", "app.cfg"]);
+    let out = hook(&["moat-scan"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a staged secret fails the hook: {text}"
+    );
+    assert!(
+        text.contains("app.cfg:2:") && text.contains("github-token"),
+        "{text}"
+    );
+    assert!(!text.contains(GH), "the secret is redacted: {text}");
+    let files = hook(&["moat-scan-dir", "--files", "app.cfg"]);
+    assert!(
+        !files.status.success(),
+        "{}",
+        String::from_utf8_lossy(&files.stdout)
+    );
+
+    write(r, "app.cfg", "name = demo\ntoken = \"${TOKEN}\"\n");
+    git(r, &["add", "app.cfg"]);
+    let clean = hook(&["moat-scan"]);
+    assert!(
+        clean.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&clean.stdout),
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(hook(&["moat-scan-dir", "--files", "app.cfg"])
+        .status
+        .success());
+}

@@ -89,7 +89,24 @@ impl PrefilterBuilder {
                 }
             }
         }
+        // the path and the raw path are the same bytes unless the path has an
+        // escape (most requests): one automaton sets the bits of both
+        let path_raw = if self.raw_path.pats.is_empty() {
+            None
+        } else {
+            let mut both = ScannerBuilder::default();
+            for b in [&self.path, &self.raw_path] {
+                for (pat, bits) in b.pats.iter().zip(&b.sets) {
+                    for &bit in bits {
+                        both.add(pat, bit);
+                    }
+                }
+            }
+            both.build()?
+        };
         Ok(Prefilter {
+            path_raw,
+            path_ascii: self.path.pats.iter().all(|p| p.is_ascii()),
             path: self.path.build()?,
             raw_path: self.raw_path.build()?,
             query: self.query.build()?,
@@ -327,6 +344,12 @@ pub(super) struct Prefilter {
     pub(super) path: Option<Scanner>,
     /// Path as received.
     pub(super) raw_path: Option<Scanner>,
+    /// The needles of `path` and `raw_path` in one automaton, for a path that
+    /// needs no decoding (`None` without raw-path needles).
+    pub(super) path_raw: Option<Scanner>,
+    /// Every `path` needle is ASCII: in a path without escapes, the needles
+    /// occur in the bytes as received exactly where they occur decoded.
+    pub(super) path_ascii: bool,
     /// Decoded query string.
     pub(super) query: Option<Scanner>,
     /// Decoded body.

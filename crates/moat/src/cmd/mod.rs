@@ -3,6 +3,7 @@
 pub mod apis;
 pub mod bans;
 pub mod bench;
+pub mod bench_cost;
 pub mod certs;
 pub mod data;
 pub mod docs;

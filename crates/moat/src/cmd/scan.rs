@@ -677,12 +677,12 @@ fn write_report(args: &ScanArgs, scanner: &Scanner, hits: &[Hit]) -> Result<(), 
         ScanFormat::Csv => report::write_csv(&mut sink, &reports),
         ScanFormat::Junit => report::write_junit(&mut sink, &reports),
         ScanFormat::Sarif => {
-            let mut rules: Vec<(String, String)> = scanner
+            // in the ruleset's order, as gitleaks (`Config.OrderedRules`)
+            let rules: Vec<(String, String)> = scanner
                 .rules()
                 .iter()
                 .map(|r| (r.id.to_string(), r.description.to_string()))
                 .collect();
-            rules.sort();
             let tool = SarifTool {
                 name: "moat",
                 version: env!("CARGO_PKG_VERSION"),
