@@ -150,6 +150,34 @@ impl RequestCtx {
     }
 }
 
+/// Host addressed by a request (the authority for HTTP/2 and absolute-form targets,
+/// else `Host`), without its port.
+pub fn request_host(parts: &http::request::Parts) -> &str {
+    let raw = parts
+        .uri
+        .authority()
+        .map(|a| a.host())
+        .or_else(|| {
+            parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or("");
+    strip_port(raw)
+}
+
+/// A host without its `:port` (an IPv6 literal keeps its brackets).
+pub fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.find(']').map_or(h, |i| &h[..=i]);
+    }
+    match h.rfind(':') {
+        Some(i) if h[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &h[..i],
+        _ => h,
+    }
+}
+
 /// What a phase decided.
 #[derive(Debug)]
 pub enum Verdict {

@@ -117,7 +117,12 @@ impl AdminRouter {
                 }
             })
             .route_fn("/metrics", |req| async move {
-                let mut resp = Response::new(Full::new(Bytes::from(req.gateway.metrics.render())));
+                let mut text = req.gateway.metrics.render();
+                if let Some((rl, bg)) = &req.gateway.snapshot.load().pipeline.engines.ratelimit {
+                    rl.render_metrics(&mut text);
+                    bg.render_metrics(&mut text);
+                }
+                let mut resp = Response::new(Full::new(Bytes::from(text)));
                 resp.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -129,12 +134,100 @@ impl AdminRouter {
                 let mut v = serde_json::to_value(&*snap.config).unwrap_or_default();
                 redact(&mut v);
                 json(StatusCode::OK, &v)
-            });
+            })
+            .route_fn("/v1/bans", |req| async move { bans(req) });
         for (p, h, a) in self.routes {
             r = r.insert(&p, h, a);
         }
         r
     }
+}
+
+/// `/v1/bans`: `GET` lists the bans in force, `POST {"ip": "...", "duration": "10m"}`
+/// bans an IP, `DELETE ?ip=...` lifts a ban. With a shared store the change reaches
+/// every instance.
+fn bans(req: AdminRequest) -> AdminResponse {
+    let snap = req.gateway.snapshot.load();
+    let Some((engine, _)) = &snap.pipeline.engines.ratelimit else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "bans are not configured (ratelimit.bans)",
+        );
+    };
+    let Some(bans) = engine.bans() else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            "bans are not configured (ratelimit.bans)",
+        );
+    };
+    let now = moat_ratelimit::bans::unix_ms();
+    match req.parts.method {
+        Method::GET => json(
+            StatusCode::OK,
+            &serde_json::json!({ "bans": bans.list(now) }),
+        ),
+        Method::POST => {
+            #[derive(serde::Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Add {
+                ip: std::net::IpAddr,
+                duration: String,
+            }
+            let add: Add = match serde_json::from_slice(&req.body) {
+                Ok(a) => a,
+                Err(e) => {
+                    return json_error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("expected {{\"ip\": \"...\", \"duration\": \"10m\"}}: {e}"),
+                    )
+                }
+            };
+            let d = match moat_config::parse_duration(&add.duration) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => {
+                    return json_error(StatusCode::BAD_REQUEST, "duration must be longer than 0s")
+                }
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let ban = moat_ratelimit::Ban {
+                ip: add.ip,
+                until_ms: now.saturating_add(d.as_millis().min(u128::from(u64::MAX)) as u64),
+            };
+            bans.add(&ban);
+            if let Some(store) = engine.store() {
+                store.ban(&ban);
+            }
+            json(StatusCode::OK, &serde_json::json!(ban))
+        }
+        Method::DELETE => {
+            let ip = req
+                .parts
+                .uri
+                .query()
+                .unwrap_or("")
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("ip="))
+                .and_then(|v| v.parse::<std::net::IpAddr>().ok());
+            let Some(ip) = ip else {
+                return json_error(StatusCode::BAD_REQUEST, "expected ?ip=ADDRESS");
+            };
+            let found = bans.remove(ip);
+            if let Some(store) = engine.store() {
+                store.unban(ip);
+            }
+            let status = if found {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            };
+            json(status, &serde_json::json!({ "ip": ip, "removed": found }))
+        }
+        _ => json_error(StatusCode::METHOD_NOT_ALLOWED, "use GET, POST or DELETE"),
+    }
+}
+
+fn json_error(status: StatusCode, msg: &str) -> AdminResponse {
+    json(status, &serde_json::json!({ "error": msg }))
 }
 
 /// A JSON response.

@@ -58,6 +58,9 @@ pub struct GatewayConfig {
     /// API discovery (schemas computed after the response).
     #[serde(default)]
     pub discovery: moat_schema::DiscoveryConfig,
+    /// Rate limits, IP bans and the bot challenge (`docs/ratelimit.md`).
+    #[serde(default)]
+    pub ratelimit: Option<moat_ratelimit::RateLimitConfig>,
 }
 
 /// `runtime:`.

@@ -21,6 +21,8 @@ use moat_core::{
     RequestHeadersPhase, ResponseBodyPhase,
 };
 use moat_inventory::DiscoveryWorker;
+use moat_ratelimit::RateLimitEngine;
+use moat_ratelimit_store::Background;
 use moat_secrets::SecretsEngine;
 use moat_waf::WafEngine;
 use parking_lot::Mutex;
@@ -56,6 +58,9 @@ pub struct Engines {
     /// API discovery with its worker thread and inventory file (also serves
     /// `GET /v1/apis`); the after-response phase is its engine.
     pub discovery: Option<Arc<DiscoveryWorker>>,
+    /// Rate limits, bans and challenge (also serve `/v1/bans`), with the worker that
+    /// does their I/O.
+    pub ratelimit: Option<(Arc<RateLimitEngine>, Arc<Background>)>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -129,6 +134,15 @@ pub fn build_pipeline(cfg: &GatewayConfig, src: &ConfigSource) -> Result<Pipelin
 #[derive(Default)]
 pub struct EngineCache {
     discovery: Mutex<Option<(moat_schema::DiscoveryConfig, PathBuf, Arc<DiscoveryWorker>)>>,
+    /// The rate limit engine (unchanged rules keep their buckets, bans are kept) and
+    /// its worker, kept while the store's settings do not change.
+    ratelimit: Mutex<Option<RateLimitCache>>,
+}
+
+struct RateLimitCache {
+    store: (moat_ratelimit::StoreConfig, std::time::Duration),
+    background: Arc<Background>,
+    engine: Arc<RateLimitEngine>,
 }
 
 fn engine_error(src: &ConfigSource, field: &str, e: impl std::fmt::Display) -> ConfigError {
@@ -151,6 +165,24 @@ pub fn build_pipeline_with(
         )?;
         p.request_headers.push(e.clone());
         p.engines.authz = Some(e);
+    }
+    // After access control (a limit may key on a JWT claim), before inspection.
+    match &cfg.ratelimit {
+        Some(rl) => {
+            let (e, bg) = ratelimit(cfg, rl, src, cache)?;
+            p.request_headers.push(e.clone());
+            // Blocks are counted only for automatic bans: without them the
+            // after-response step (and its per-request view) is not paid for.
+            if e.counts_blocks() {
+                p.after_response.push(e.clone());
+            }
+            p.engines.ratelimit = Some((e, bg));
+        }
+        None => {
+            if let Some(old) = cache.ratelimit.lock().take() {
+                old.background.shutdown();
+            }
+        }
     }
     if cfg.waf.enabled {
         // Virtual patch files resolve against the config file's directory.
@@ -188,6 +220,57 @@ pub fn build_pipeline_with(
         p.engines.discovery = Some(d);
     }
     Ok(p)
+}
+
+/// The rate limit engine for `rl`, reusing the cached worker when the store did not
+/// change and handing the previous engine over (kept buckets and bans).
+fn ratelimit(
+    cfg: &GatewayConfig,
+    rl: &moat_ratelimit::RateLimitConfig,
+    src: &ConfigSource,
+    cache: &EngineCache,
+) -> Result<(Arc<RateLimitEngine>, Arc<Background>), ConfigError> {
+    let mut slot = cache.ratelimit.lock();
+    let store = (rl.store.clone(), rl.store_timeout);
+    if slot.as_ref().is_some_and(|c| c.store != store) {
+        if let Some(old) = slot.take() {
+            old.background.shutdown();
+        }
+    }
+    let background = match slot.as_ref() {
+        Some(c) => c.background.clone(),
+        None => {
+            let url = match &rl.store {
+                moat_ratelimit::StoreConfig::Local => None,
+                moat_ratelimit::StoreConfig::Redis(u) => Some(u.as_str()),
+            };
+            Background::start(url, rl.store_timeout)
+                .map_err(|e| engine_error(src, "ratelimit.store", e))?
+        }
+    };
+    let shared: Option<Arc<dyn moat_ratelimit::LeaseStore>> = match rl.store {
+        moat_ratelimit::StoreConfig::Local => None,
+        moat_ratelimit::StoreConfig::Redis(_) => Some(background.clone()),
+    };
+    let routes: Vec<&str> = cfg.routes.iter().map(|r| r.name.value.as_str()).collect();
+    let previous = slot.as_ref().map(|c| c.engine.clone());
+    let engine = RateLimitEngine::build(
+        rl,
+        &src.file,
+        &src.base_dir,
+        &routes,
+        shared,
+        previous.as_deref(),
+    )?;
+    background
+        .attach(engine.bans())
+        .map_err(|e| engine_error(src, "ratelimit.bans", e))?;
+    *slot = Some(RateLimitCache {
+        store,
+        background: background.clone(),
+        engine: engine.clone(),
+    });
+    Ok((engine, background))
 }
 
 /// Builds a pipeline from a configuration; [`build_pipeline`] by default, replaceable

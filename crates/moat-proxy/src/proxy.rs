@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, HOST, UPGRADE, USER_AGENT,
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, UPGRADE, USER_AGENT,
 };
 use http::{HeaderMap, Response, StatusCode, Version};
 use moat_core::{
@@ -720,25 +720,9 @@ pub fn new_request_id() -> String {
     String::from_utf8(digits.to_vec()).unwrap_or_default()
 }
 
-/// Host addressed by the request (authority for HTTP/2 and absolute-form, else `Host`), without port.
+/// Host addressed by the request, without port.
 pub(crate) fn request_host(parts: &http::request::Parts) -> &str {
-    let raw = parts
-        .uri
-        .authority()
-        .map(|a| a.host())
-        .or_else(|| parts.headers.get(HOST).and_then(|h| h.to_str().ok()))
-        .unwrap_or("");
-    strip_port(raw)
-}
-
-fn strip_port(h: &str) -> &str {
-    if h.starts_with('[') {
-        return h.find(']').map_or(h, |i| &h[..=i]);
-    }
-    match h.rfind(':') {
-        Some(i) if h[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &h[..i],
-        _ => h,
-    }
+    moat_core::request_host(parts)
 }
 
 fn head_bytes(parts: &http::request::Parts) -> usize {
@@ -946,6 +930,7 @@ mod tests {
 
     #[test]
     fn host_port_is_stripped() {
+        use moat_core::strip_port;
         assert_eq!(strip_port("a.example:8080"), "a.example");
         assert_eq!(strip_port("a.example"), "a.example");
         assert_eq!(strip_port("[::1]:80"), "[::1]");

@@ -45,6 +45,8 @@ enum Command {
     Scan(cmd::scan::ScanArgs),
     /// API inventory tools (export OpenAPI).
     Apis(cmd::apis::ApisArgs),
+    /// List, add and lift IP bans through a running gateway's admin API.
+    Bans(cmd::bans::BansArgs),
     /// Query the security event store.
     Events(cmd::events::EventsArgs),
     /// Generate a local CA, server and client certificates (and a JWT key) for trying configs.
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Waf(a) => cmd::waf::run(a),
         Command::Scan(a) => cmd::scan::run(a),
         Command::Apis(a) => cmd::apis::run(a),
+        Command::Bans(a) => cmd::bans::run(a),
         Command::Events(a) => cmd::events::run(a),
         Command::Certs(a) => cmd::certs::run(a),
         Command::Completions(a) => cmd::docs::completions(a, Cli::command()),

@@ -96,6 +96,7 @@ fn every_example_passes_check_config() {
         "tls/moat.yaml",
         "jwt-api/moat.yaml",
         "kubernetes/moat.yaml",
+        "ratelimit/moat.yaml",
     ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }

@@ -1,6 +1,7 @@
 //! One module per subcommand; each owns its clap arguments and a `run` function.
 
 pub mod apis;
+pub mod bans;
 pub mod bench;
 pub mod bench_cost;
 pub mod certs;
