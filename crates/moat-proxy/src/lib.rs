@@ -22,6 +22,8 @@
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
 //! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
 //!   authorized per connection with Istio's TCP semantics.
+//! * `decision`: `protocol: decision` listeners, Envoy ext_authz (gRPC and HTTP) and
+//!   forward-auth, deciding with the phases of [`proxy`].
 //! * [`gateway`]: listeners, TLS hand-off, hot reload, graceful shutdown.
 //! * [`admin`], [`engine_api`]: the admin listener and the engines' admin endpoints.
 //! * [`demo`]: the quickstart demo application.
@@ -32,6 +34,7 @@ pub mod admin;
 pub mod body;
 pub mod config;
 mod connection;
+mod decision;
 pub mod demo;
 mod downstream_conn;
 pub mod engine_api;
@@ -54,6 +57,7 @@ mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
+pub use decision::X_MOAT_EVENT_ID;
 pub use events::{AccessInfo, EventSink, TcpAccessInfo};
 pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};

@@ -661,7 +661,7 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 
 /// The request id: a valid incoming `x-request-id`, or a new one. The upstream request
 /// carries it in place of the incoming field (see [`UpstreamRequest::request_id`]).
-fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     if let Some(v) = headers.get(&X_REQUEST_ID) {
         if !v.is_empty() && v.len() <= MAX_REQUEST_ID {
             if let Ok(s) = v.to_str() {
@@ -719,7 +719,7 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 /// Runs one phase's engines in order, timed as that phase (an empty phase is not
 /// timed: the clock is read per request). The first engine that answers ends the
 /// request with its reply.
-fn run_phase<P: ?Sized>(
+pub(crate) fn run_phase<P: ?Sized>(
     metrics: &Metrics,
     phase: Phase,
     engines: &[Arc<P>],
@@ -739,7 +739,7 @@ fn run_phase<P: ?Sized>(
 
 /// A buffered body (or its first `truncated` part) as body phases see it, decoded
 /// according to the message's `Content-Encoding`.
-fn phase_body(data: Bytes, truncated: bool, headers: &HeaderMap) -> Body {
+pub(crate) fn phase_body(data: Bytes, truncated: bool, headers: &HeaderMap) -> Body {
     let encoding = headers
         .get(CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())

@@ -38,9 +38,7 @@ pub fn find_executable(name: &str, extra: &[&Path]) -> Option<PathBuf> {
         dirs.extend(std::env::split_paths(&path));
     }
     dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from));
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// Whether the run requires every real component (`MOAT_REQUIRE_REAL_PARTS=1`).
