@@ -119,6 +119,9 @@ pub struct RequestCtx {
     pub events: Vec<SecurityEvent>,
     /// Whether the route runs engines in monitor-only mode (engines may also have their own mode).
     pub monitor_only: bool,
+    /// The external authorizer an Istio `action: CUSTOM` policy sends this request to
+    /// (its `provider.name`), set by access control; the proxy makes the call.
+    pub ext_authz: Option<Arc<str>>,
 }
 
 impl RequestCtx {
@@ -139,6 +142,7 @@ impl RequestCtx {
             auth: None,
             events: Vec::new(),
             monitor_only: false,
+            ext_authz: None,
         }
     }
 }

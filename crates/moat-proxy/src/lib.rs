@@ -6,6 +6,7 @@
 //! * `h1`: the HTTP/1.1 wire format, pure (request and response heads, body framing).
 //! * [`jwks_fetch`]: the HTTP(S) client that fetches remote JWKS for the authorization
 //!   engine.
+//! * [`ext_authz`]: the client of external authorizers (Istio `action: CUSTOM`).
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
 //!   Prometheus counters and histograms, the sink for access, security, TLS and
 //!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
@@ -39,6 +40,7 @@ pub mod demo;
 mod downstream_conn;
 pub mod engine_api;
 pub mod events;
+pub mod ext_authz;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;

@@ -21,7 +21,7 @@ use crate::config::OnLimit;
 use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Metrics, Phase};
-use crate::pipeline::max_need;
+use crate::pipeline::{max_need, Pipeline};
 use crate::routing::Route;
 use crate::state::{Shared, Snapshot};
 use crate::upstream::{
@@ -96,6 +96,7 @@ pub(crate) async fn handle(
         auth: None,
         events: Vec::new(),
         monitor_only: route.monitor_only,
+        ext_authz: None,
     };
     let mut state = ReqState {
         user_agent: if shared.events.is_some() {
@@ -159,12 +160,7 @@ async fn proxy(
     body: RequestBody,
 ) -> ProxyResult {
     let pipeline = &st.snap.pipeline;
-    run_phase(
-        &st.shared.metrics,
-        Phase::RequestHeaders,
-        &pipeline.request_headers,
-        |p| p.on_request_headers(ctx, parts),
-    )?;
+    request_headers_phase(&st.shared.metrics, pipeline, ctx, parts).await?;
     // After-response phases that want the bodies get copies of what was inspected.
     let mut keep_bodies = BodyNeed::None;
     for p in &pipeline.after_response {
@@ -184,6 +180,29 @@ async fn proxy(
         ));
     }
     response_phase(st, ctx, parts, resp, keep_bodies).await
+}
+
+/// The request-headers phase, and the external authorizer an Istio `action: CUSTOM`
+/// policy named in it: CUSTOM decides first (its denial is the reply even when a DENY
+/// policy or another engine refused too), then the phase's own refusal.
+pub(crate) async fn request_headers_phase(
+    metrics: &Metrics,
+    pipeline: &Pipeline,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+) -> Result<(), (Reply, Decision)> {
+    let verdict = run_phase(
+        metrics,
+        Phase::RequestHeaders,
+        &pipeline.request_headers,
+        |p| p.on_request_headers(ctx, parts),
+    );
+    if let (Some(provider), Some(ext)) = (ctx.ext_authz.take(), &pipeline.engines.ext_authz) {
+        ext.check(&provider, ctx, parts)
+            .await
+            .map_err(|reply| (reply, Decision::Block))?;
+    }
+    verdict
 }
 
 /// Which message a buffered body belongs to.

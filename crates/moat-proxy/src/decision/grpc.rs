@@ -59,7 +59,7 @@ impl Authorization for CheckService {
         let attrs = request.into_inner().attributes.unwrap_or_default();
         let check = to_check(attrs, self.caller)
             .map_err(|m| tonic::Status::invalid_argument(format!("CheckRequest: {m}")))?;
-        let decided = decide(&self.shared, &snap, rt, check);
+        let decided = decide(&self.shared, &snap, rt, check).await;
         Ok(tonic::Response::new(to_response(decided)))
     }
 }

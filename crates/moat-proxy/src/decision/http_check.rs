@@ -103,7 +103,7 @@ where
         client_ip,
         caller: peer,
     };
-    let decided = decide(shared, &snap, rt, check);
+    let decided = decide(shared, &snap, rt, check).await;
     match decided.denied {
         None => {
             let mut resp = Response::new(Full::new(Bytes::new()));

@@ -33,7 +33,9 @@ use moat_core::{Connection, EventAction, Reply, RequestCtx};
 
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Phase};
-use crate::proxy::{error_page, phase_body, request_host, request_id, run_phase};
+use crate::proxy::{
+    error_page, phase_body, request_headers_phase, request_host, request_id, run_phase,
+};
 use crate::state::{DecisionRt, Shared, Snapshot};
 
 pub(crate) use serve::serve;
@@ -70,7 +72,7 @@ pub(crate) struct Decided {
 }
 
 /// Runs the request phases on `check` and records the outcome.
-pub(crate) fn decide(
+pub(crate) async fn decide(
     shared: &Arc<Shared>,
     snap: &Snapshot,
     rt: &DecisionRt,
@@ -94,9 +96,10 @@ pub(crate) fn decide(
         auth: None,
         events: Vec::new(),
         monitor_only: rt.monitor_only,
+        ext_authz: None,
     };
     let original = parts.headers.clone();
-    let outcome = run_phases(shared, snap, rt, &mut ctx, &mut parts, body.as_ref());
+    let outcome = run_phases(shared, snap, rt, &mut ctx, &mut parts, body.as_ref()).await;
     let event_id = ctx
         .events
         .iter()
@@ -140,7 +143,7 @@ pub(crate) fn decide(
 }
 
 /// The request head and body phases; the first refusal ends them.
-fn run_phases(
+async fn run_phases(
     shared: &Shared,
     snap: &Snapshot,
     rt: &DecisionRt,
@@ -167,12 +170,7 @@ fn run_phases(
         return Err((page, Decision::Limit));
     }
     let pipeline = &snap.pipeline;
-    run_phase(
-        &shared.metrics,
-        Phase::RequestHeaders,
-        &pipeline.request_headers,
-        |p| p.on_request_headers(ctx, parts),
-    )?;
+    request_headers_phase(&shared.metrics, pipeline, ctx, parts).await?;
     let Some(body) = body.filter(|b| !b.is_empty()) else {
         return Ok(());
     };
