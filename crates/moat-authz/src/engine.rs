@@ -791,7 +791,7 @@ fn check_providers(cfg: &AuthzConfig, set: &PolicySet) -> Result<(), AuthzError>
             return Err(AuthzError::Config(moat_config::ConfigError::semantic(
                 &p.meta.file,
                 p.meta.line,
-                0,
+                1,
                 "spec.provider.name",
                 format!(
                     "{}: unknown extension provider `{name}` (define it in authz.extension_providers)",
