@@ -843,7 +843,10 @@ fn invalid_policies_are_located_errors() {
         "{e}"
     );
     let e = load_err(&format!("{head}  action: CUSTOM\n"));
-    assert!(e.contains("spec.provider") && e.contains("provider.name"), "{e}");
+    assert!(
+        e.contains("spec.provider") && e.contains("provider.name"),
+        "{e}"
+    );
     let e = load_err(&format!("{head}  action: ALLOW\n  provider: {{name: x}}\n"));
     assert!(e.contains("only for action CUSTOM"), "{e}");
     let e = load_err(&format!(

@@ -62,11 +62,14 @@ enum Kind {
         /// Made on first use: a tonic channel needs the runtime.
         client: OnceLock<Result<AuthorizationClient<Channel>, String>>,
     },
-    Http {
-        base: String,
-        cfg: ExtAuthzHttp,
-        client: Client<HttpConnector, Full<Bytes>>,
-    },
+    /// Boxed: the pooled client is large, and a provider is looked up by reference.
+    Http(Box<HttpProvider>),
+}
+
+struct HttpProvider {
+    base: String,
+    cfg: ExtAuthzHttp,
+    client: Client<HttpConnector, Full<Bytes>>,
 }
 
 /// What a provider answered.
@@ -97,11 +100,15 @@ impl ExtAuthzClients {
                         h.timeout,
                         h.fail_open,
                         &h.status_on_error,
-                        Kind::Http {
-                            base: format!("http://{}{}", authority(&h.service, h.port), h.path_prefix),
+                        Kind::Http(Box::new(HttpProvider {
+                            base: format!(
+                                "http://{}{}",
+                                authority(&h.service, h.port),
+                                h.path_prefix
+                            ),
                             cfg: h.clone(),
                             client: Client::builder(TokioExecutor::new()).build_http(),
-                        },
+                        })),
                     ),
                     (None, None) => continue,
                 };
@@ -181,16 +188,28 @@ impl ExtAuthzClients {
                 }
             }
             Err(e) => {
-                let action = if p.fail_open { EventAction::Monitor } else { block };
+                let action = if p.fail_open {
+                    EventAction::Monitor
+                } else {
+                    block
+                };
                 ctx.events.push(
-                    SecurityEvent::new("authz", rule, action, format!("external authorizer failed: {e}"))
-                        .with_details(serde_json::json!({ "fail_open": p.fail_open })),
+                    SecurityEvent::new(
+                        "authz",
+                        rule,
+                        action,
+                        format!("external authorizer failed: {e}"),
+                    )
+                    .with_details(serde_json::json!({ "fail_open": p.fail_open })),
                 );
                 tracing::debug!(provider = name, error = %e, "external authorizer failed");
                 if p.fail_open || ctx.monitor_only {
                     Ok(())
                 } else {
-                    Err(Reply::text(p.status_on_error, "external authorization failed"))
+                    Err(Reply::text(
+                        p.status_on_error,
+                        "external authorization failed",
+                    ))
                 }
             }
         }
@@ -218,7 +237,7 @@ impl Provider {
                     .clone()?;
                 grpc_check(client, ctx, parts).await
             }
-            Kind::Http { base, cfg, client } => http_check(client, base, cfg, ctx, parts).await,
+            Kind::Http(h) => http_check(&h.client, &h.base, &h.cfg, ctx, parts).await,
         }
     }
 }
@@ -261,7 +280,11 @@ fn check_request(ctx: &RequestCtx, parts: &http::request::Parts) -> CheckRequest
         .or_else(|| parts.headers.get(HOST).and_then(|h| h.to_str().ok()))
         .unwrap_or_default()
         .to_owned();
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
     let scheme = if tls.is_some() { "https" } else { "http" };
     headers.insert(":authority".into(), host.clone());
     headers.insert(":method".into(), parts.method.as_str().into());
@@ -291,7 +314,9 @@ fn check_request(ctx: &RequestCtx, parts: &http::request::Parts) -> CheckRequest
                 }),
                 ..AttrRequest::default()
             }),
-            tls_session: tls.and_then(|t| t.sni.clone()).map(|sni| TlsSession { sni }),
+            tls_session: tls
+                .and_then(|t| t.sni.clone())
+                .map(|sni| TlsSession { sni }),
             ..AttributeContext::default()
         }),
     }
@@ -371,7 +396,10 @@ async fn http_check(
         }
     }
     for (k, v) in &cfg.include_additional_headers_in_check {
-        if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
             h.insert(k, v);
         }
     }
@@ -379,18 +407,22 @@ async fn http_check(
     if let Ok(id) = HeaderValue::from_str(&ctx.request_id) {
         h.insert(HeaderName::from_static("x-request-id"), id);
     }
-    let resp = client.request(req).await.map_err(|e| format!("HTTP: {e}"))?;
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
     let (rparts, body) = resp.into_parts();
-    let pick = |names: &[String], all: bool, headers: &HeaderMap| -> Vec<(HeaderName, HeaderValue)> {
-        headers
-            .iter()
-            .filter(|(k, _)| {
-                (all && *k != CONTENT_LENGTH)
-                    || names.iter().any(|n| n.eq_ignore_ascii_case(k.as_str()))
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
+    let pick =
+        |names: &[String], all: bool, headers: &HeaderMap| -> Vec<(HeaderName, HeaderValue)> {
+            headers
+                .iter()
+                .filter(|(k, _)| {
+                    (all && *k != CONTENT_LENGTH)
+                        || names.iter().any(|n| n.eq_ignore_ascii_case(k.as_str()))
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
     if rparts.status.is_success() {
         return Ok(Answer::Allow(
             pick(&cfg.headers_to_upstream_on_allow, false, &rparts.headers),

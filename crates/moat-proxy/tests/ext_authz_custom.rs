@@ -72,7 +72,9 @@ fn start_opa(bin: &Path, dir: &Path, grpc: u16) -> ChildGuard {
     let child = Command::new(bin)
         .args(["run", "--server", "--log-level", "error"])
         .arg(format!("--addr=127.0.0.1:{rest}"))
-        .arg(format!("--set=plugins.envoy_ext_authz_grpc.addr=127.0.0.1:{grpc}"))
+        .arg(format!(
+            "--set=plugins.envoy_ext_authz_grpc.addr=127.0.0.1:{grpc}"
+        ))
         .arg("--set=plugins.envoy_ext_authz_grpc.path=envoy/authz/result")
         .arg("--set=decision_logs.console=false")
         .arg(dir.join("policy.rego"))
@@ -232,7 +234,10 @@ authz:
         .to_string();
     assert!(err.contains("policies.yaml"), "{err}");
     assert!(err.contains("spec.provider.name"), "{err}");
-    assert!(err.contains("unknown extension provider `opa-open`"), "{err}");
+    assert!(
+        err.contains("unknown extension provider `opa-open`"),
+        "{err}"
+    );
 
     // A provider of both kinds, and a bad statusOnError.
     for (bad, want) in [
