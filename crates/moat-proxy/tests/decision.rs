@@ -210,6 +210,17 @@ async fn nginx_auth_request_allows_and_denies() {
         .starts_with("caller 127.0.0.1:"));
     assert_eq!(access[1]["status"], 403);
     assert_eq!(access[2]["path"], "/admin/users");
+    // Metrics count the checks under the listener's name.
+    let (_, _, m) = common::get(&c, &format!("http://{}/metrics", gw.admin_addr())).await;
+    let m = String::from_utf8_lossy(&m);
+    assert!(
+        m.contains(r#"moat_requests_total{route="authz",status="200",decision="allow"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"moat_requests_total{route="authz",status="403",decision="block"} 2"#),
+        "{m}"
+    );
     drop(gw);
 }
 
