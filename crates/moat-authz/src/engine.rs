@@ -503,8 +503,9 @@ impl AuthzEngine {
     }
 
     /// The effective PeerAuthentication mode for a workload and port (never `Unset`:
-    /// PERMISSIVE when nothing applies). The proxy requests client certificates on a
-    /// listener when this is STRICT or PERMISSIVE.
+    /// PERMISSIVE when nothing applies): the mode [`RequestHeadersPhase`] enforces on
+    /// each request. The proxy does not call it (a listener's own `client_auth.mode`
+    /// decides whether its handshake asks for a certificate); tools and tests do.
     pub fn peer_auth_mode(
         &self,
         namespace: &str,

@@ -7,8 +7,9 @@
 //! a plain linear evaluator ([`ir::LinearSet`]) is kept as the test oracle.
 //!
 //! Wiring: [`AuthzConfig`] (the `authz:` config section), [`AuthzEngine::build`], the
-//! [`moat_core::RequestHeadersPhase`] implementation on [`AuthzEngine`] and
-//! [`AuthzEngine::peer_auth_mode`] for deciding whether to ask for client certificates.
+//! [`moat_core::RequestHeadersPhase`] implementation on [`AuthzEngine`] (which also
+//! enforces PeerAuthentication per request: STRICT without a verified client certificate
+//! is a 403), and [`AuthzEngine::peer_auth_mode`] to ask which mode applies.
 //!
 //! The engine is pure: remote JWKS (`jwksUri: http(s)://`, OpenID discovery) are fetched
 //! through a [`JwksFetcher`] the caller provides (moat-proxy's HTTP(S) client in the

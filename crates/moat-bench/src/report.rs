@@ -362,9 +362,9 @@ pub fn markdown(r: &Report) -> String {
         } else {
             "req/s"
         };
-        o.push_str(&format!("| variant | {rate} | errors | mean µs | p50 µs | p90 µs | p95 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | allocs/req | alloc KiB/req | p50 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
+        o.push_str(&format!("| variant | {rate} | errors | mean µs | p50 µs | p90 µs | p95 µs | p99 µs | p99.9 µs | max µs | CPU ms/1k req | peak RSS MiB | allocs/req | alloc KiB/req | p50 vs direct µs | p90 vs direct µs | p99 vs direct µs | p50 vs proxy µs | p99 vs proxy µs | {rate} vs proxy |\n"));
         o.push_str(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|\n",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|\n",
         );
         for v in &r.variants {
             let Some(c) = r.cell(&l.name, &v.name) else {
@@ -376,7 +376,7 @@ pub fn markdown(r: &Report) -> String {
                 .map_or("–".to_string(), |k| format!("{:.1}", k / 1024.0));
             let d = |base: &str, x: Metric| c.against(base, x).map_or("–".into(), fmt_diff);
             o.push_str(&format!(
-                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 v.name,
                 c.failure
                     .as_ref()
@@ -395,6 +395,7 @@ pub fn markdown(r: &Report) -> String {
                 allocs(c),
                 alloc_kib(c),
                 d("direct", Metric::P50),
+                d("direct", Metric::P90),
                 d("direct", Metric::P99),
                 d("proxy", Metric::P50),
                 d("proxy", Metric::P99),
@@ -561,6 +562,7 @@ pub fn html(r: &Report) -> String {
             "allocs/req",
             "alloc KiB/req",
             "p50 vs direct",
+            "p90 vs direct",
             "p99 vs direct",
             "p50 vs proxy",
             "p99 vs proxy",
@@ -577,7 +579,7 @@ pub fn html(r: &Report) -> String {
             let m = |x: Metric| c.mean(x).map_or("–".to_string(), fmt_num);
             let d = |b: &str, x: Metric| c.against(b, x).map_or("–".into(), fmt_diff);
             o.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                 esc(&v.name),
                 m(Metric::Rps),
                 m(Metric::Errors),
@@ -591,6 +593,7 @@ pub fn html(r: &Report) -> String {
                 allocs(c),
                 alloc_kib(c),
                 esc(&d("direct", Metric::P50)),
+                esc(&d("direct", Metric::P90)),
                 esc(&d("direct", Metric::P99)),
                 esc(&d("proxy", Metric::P50)),
                 esc(&d("proxy", Metric::P99)),

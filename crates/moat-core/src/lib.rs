@@ -13,13 +13,16 @@
 //!
 //! Engines know nothing of sockets: they see borrowed request data
 //! ([`http::request::Parts`], a [`Body`]) and a [`RequestCtx`], and return a
-//! [`Verdict`]. The proxy crate owns the I/O and calls them in order.
+//! [`Verdict`]. The proxy crate owns the I/O and calls them in order. An engine that
+//! runs in several phases keeps what it computed about the request in its typed slot,
+//! [`RequestCtx::slots`] (pingora's per-request `CTX`), instead of recomputing it.
 
 #![warn(missing_docs)]
 
 pub mod body;
 pub mod event;
 pub mod reply;
+pub mod slots;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +31,7 @@ use std::sync::Arc;
 pub use body::{Body, DecodeError, DecodeLimits};
 pub use event::{new_event_id, EventAction, SecurityEvent};
 pub use reply::{Reply, ReplyFormat};
+pub use slots::{EngineSlots, RouteMode};
 
 /// Identity of a TLS peer taken from its client certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -122,6 +126,8 @@ pub struct RequestCtx {
     /// The external authorizer an Istio `action: CUSTOM` policy sends this request to
     /// (its `provider.name`), set by access control; the proxy makes the call.
     pub ext_authz: Option<Arc<str>>,
+    /// What each engine computed about this request in an earlier phase (see [`slots`]).
+    pub slots: EngineSlots,
 }
 
 impl RequestCtx {
@@ -143,6 +149,7 @@ impl RequestCtx {
             events: Vec::new(),
             monitor_only: false,
             ext_authz: None,
+            slots: EngineSlots::default(),
         }
     }
 }

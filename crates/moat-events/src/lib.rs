@@ -9,6 +9,8 @@
 //!                          |                  |
 //!                JSON lines sink        SQLite store (WAL, one
 //!              (stdout / rotating file)  transaction per batch)
+//!                          |
+//!                further [`RecordSink`]s (moat-sinks: Kafka, syslog, HTTP)
 //! ```
 //!
 //! Memory is bounded under any load: at most `queue_capacity` records wait in
@@ -28,6 +30,7 @@ mod writer;
 
 pub use config::{EventsConfig, SinkConfig, SinkKind, StoreConfig, DEFAULT_BATCH_MAX};
 pub use record::{now_ms, AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+pub use sink::RecordSink;
 pub use store::{EventQuery, EventStore, QueryError};
 pub use writer::{EventQueue, EventWriter};
 

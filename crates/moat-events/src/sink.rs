@@ -19,7 +19,23 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::config::{SinkConfig, SinkKind};
+use crate::record::Record;
 use crate::EventsError;
+
+/// A further destination of the records: the writer thread offers it every
+/// batch after the JSON-lines sink and the store have taken it (moat-sinks
+/// implements Kafka, syslog and HTTP on it).
+///
+/// `offer` runs on the writer thread, so it must not wait on the network: an
+/// implementation copies what it needs into a bounded buffer of its own,
+/// drained by its own thread, and counts what does not fit.
+pub trait RecordSink: Send {
+    /// Takes (a copy of) the records of one batch, without blocking.
+    fn offer(&mut self, batch: &[Record]);
+    /// The writer is stopping: the last batch has been offered. An
+    /// implementation may wait here (bounded) to deliver what it holds.
+    fn close(&mut self) {}
+}
 
 /// Capacity a [`Lines`] buffer keeps between batches; a larger one (after a
 /// batch of unusually big records) is released so an idle writer holds little memory.

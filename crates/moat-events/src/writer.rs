@@ -25,7 +25,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvErr
 
 use crate::config::EventsConfig;
 use crate::record::{now_ms, Record};
-use crate::sink::{Lines, Sink};
+use crate::sink::{Lines, RecordSink, Sink};
 use crate::store::EventStore;
 use crate::EventsError;
 
@@ -146,6 +146,8 @@ struct Worker {
     stats: Arc<Stats>,
     sink: Sink,
     store: Option<EventStore>,
+    /// Further destinations (moat-sinks' Kafka, syslog, HTTP), offered every batch.
+    extra: Vec<Box<dyn RecordSink>>,
     store_access: bool,
     retention_age: Duration,
     retention_max_bytes: u64,
@@ -163,6 +165,16 @@ impl EventWriter {
     pub fn start(
         cfg: &EventsConfig,
         base_dir: &Path,
+    ) -> Result<(EventQueue, EventWriter), EventsError> {
+        Self::start_with(cfg, base_dir, Vec::new())
+    }
+
+    /// [`start`](Self::start), also offering every batch to `extra` sinks
+    /// (after the JSON-lines sink and the store, on the writer thread).
+    pub fn start_with(
+        cfg: &EventsConfig,
+        base_dir: &Path,
+        extra: Vec<Box<dyn RecordSink>>,
     ) -> Result<(EventQueue, EventWriter), EventsError> {
         cfg.validate()?;
         let sink = Sink::open(&cfg.sink, base_dir)?;
@@ -193,6 +205,7 @@ impl EventWriter {
             stats,
             sink,
             store,
+            extra,
             store_access: cfg.store.as_ref().map(|s| s.access).unwrap_or(true),
             retention_age: cfg
                 .store
@@ -304,6 +317,9 @@ impl Worker {
                     self.write(&mut batch);
                 }
                 self.apply_retention();
+                for s in &mut self.extra {
+                    s.close();
+                }
                 return;
             }
             if drain {
@@ -383,6 +399,9 @@ impl Worker {
             }
         }
         drop(rows);
+        for s in &mut self.extra {
+            s.offer(batch);
+        }
         batch.clear();
         self.stats.failed.fetch_add(failed, Ordering::Relaxed);
         self.stats

@@ -42,6 +42,9 @@ pub struct GatewayConfig {
     /// TLS handshake audit records.
     #[serde(default)]
     pub tls_audit: TlsAuditConfig,
+    /// Distributed event sinks (Kafka, syslog, HTTP); read at start, not on reload.
+    #[serde(default)]
+    pub telemetry: moat_sinks::TelemetryConfig,
     /// Access control: Istio AuthorizationPolicy / RequestAuthentication / PeerAuthentication.
     #[serde(default)]
     pub authz: moat_authz::AuthzConfig,
@@ -540,6 +543,7 @@ pub fn load_file(file: &Path) -> Result<(GatewayConfig, ConfigSource), ConfigErr
 
 /// Semantic checks: unique names, known clusters, parseable addresses, sane limits.
 pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigError> {
+    cfg.telemetry.validate(&src.file)?;
     let mut names = HashSet::new();
     for (i, l) in cfg.listeners.iter().enumerate() {
         if !names.insert(l.name.value.as_str()) {

@@ -7,7 +7,7 @@
 use http::Method;
 use moat_core::{Connection, HandshakeRecord, RequestCtx, SecurityEvent};
 
-use crate::metrics::Decision;
+use crate::metrics::{Decision, QueueStats};
 
 /// One finished request, borrowed from the request path.
 #[derive(Debug)]
@@ -86,8 +86,8 @@ pub trait EventSink: Send + Sync {
     fn tcp(&self, _info: &TcpAccessInfo<'_>) -> bool {
         true
     }
-    /// Queue depth, capacity and dropped count, for /metrics.
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
+    /// The queue's depth, capacity and dropped count, for /metrics.
+    fn gauge(&self) -> Option<QueueStats> {
         None
     }
 }
@@ -125,10 +125,25 @@ impl QueueSink {
         Option<(std::sync::Arc<QueueSink>, moat_events::EventWriter)>,
         moat_events::EventsError,
     > {
-        if cfg.sink.kind == moat_events::SinkKind::None && cfg.store.is_none() {
+        Self::start_with_sinks(cfg, base_dir, Vec::new())
+    }
+
+    /// [`start_if_enabled`](Self::start_if_enabled) with further sinks (moat-sinks'
+    /// Kafka, syslog, HTTP) fed by the same writer; any sink enables the pipeline.
+    #[allow(clippy::type_complexity)]
+    pub fn start_with_sinks(
+        cfg: &moat_events::EventsConfig,
+        base_dir: &std::path::Path,
+        extra: Vec<Box<dyn moat_events::RecordSink>>,
+    ) -> Result<
+        Option<(std::sync::Arc<QueueSink>, moat_events::EventWriter)>,
+        moat_events::EventsError,
+    > {
+        if cfg.sink.kind == moat_events::SinkKind::None && cfg.store.is_none() && extra.is_empty() {
             return Ok(None);
         }
-        Self::start(cfg, base_dir).map(Some)
+        let (queue, writer) = moat_events::EventWriter::start_with(cfg, base_dir, extra)?;
+        Ok(Some((std::sync::Arc::new(QueueSink { queue }), writer)))
     }
 }
 
@@ -221,11 +236,11 @@ impl EventSink for QueueSink {
             }))
     }
 
-    fn gauge(&self) -> Option<(u64, u64, u64)> {
-        Some((
-            self.queue.depth() as u64,
-            self.queue.capacity() as u64,
-            self.queue.dropped(),
-        ))
+    fn gauge(&self) -> Option<QueueStats> {
+        Some(QueueStats {
+            depth: self.queue.depth() as u64,
+            capacity: self.queue.capacity() as u64,
+            dropped: self.queue.dropped(),
+        })
     }
 }

@@ -32,6 +32,8 @@ pub struct GatewayOptions {
     pub events: Option<Arc<dyn EventSink>>,
     /// Admin routes added to the built-in ones.
     pub admin: AdminRouter,
+    /// The span exporter (`telemetry.tracing`); none when tracing is off.
+    pub tracer: Option<Arc<moat_sinks::Tracer>>,
 }
 
 impl Default for GatewayOptions {
@@ -40,6 +42,7 @@ impl Default for GatewayOptions {
             pipeline_factory: default_factory(),
             events: None,
             admin: AdminRouter::new(),
+            tracer: None,
         }
     }
 }
@@ -74,6 +77,7 @@ impl Gateway {
             snapshot: ArcSwap::from_pointee(snap),
             metrics,
             events: opts.events,
+            tracer: opts.tracer,
             pipeline_factory: opts.pipeline_factory,
             ready: false.into(),
             draining: false.into(),

@@ -9,7 +9,8 @@
 //! * [`ext_authz`]: the client of external authorizers (Istio `action: CUSTOM`).
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
 //!   Prometheus counters and histograms, the sink for access, security, TLS and
-//!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them).
+//!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them);
+//!   `process_metrics` (CPU, memory, file descriptors from `/proc/self`) is rendered by `metrics`.
 //! * `connection`: one downstream connection's shared data, its watchdog, the drain
 //!   signal.
 //! * `downstream_conn`, `upstream_conn`: a connection's I/O and the bodies read from it
@@ -19,6 +20,7 @@
 //! * [`routing`], [`state`], [`tls_audit`]: routes, the configuration snapshot and the
 //!   state shared by listeners, the admin API and the request path; TLS audit as a
 //!   connection phase.
+//! * `otel`: the OpenTelemetry spans of a sampled request (W3C `traceparent`).
 //! * [`proxy`]: the request path, one function per phase group.
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
 //! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
@@ -47,7 +49,9 @@ pub mod gateway;
 mod h1;
 pub mod jwks_fetch;
 pub mod metrics;
+mod otel;
 pub mod pipeline;
+mod process_metrics;
 pub mod proxy;
 pub mod routing;
 mod server;

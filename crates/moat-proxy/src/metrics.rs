@@ -4,7 +4,7 @@
 //! built (one [`RouteMetrics`] per route, one [`ClusterMetrics`] per cluster), so
 //! a request only does relaxed atomic adds: no label formatting, no map lookups.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -27,6 +27,13 @@ pub enum Phase {
     ResponseBody = 4,
     /// After-response phases and event enqueueing.
     AfterResponse = 5,
+}
+
+impl Phase {
+    /// The phase's label value (`request_headers`, `upstream`, ...).
+    pub fn name(self) -> &'static str {
+        PHASE_NAMES[self as usize]
+    }
 }
 
 const PHASE_NAMES: [&str; 6] = [
@@ -99,6 +106,13 @@ pub enum Decision {
 }
 
 const DECISIONS: [&str; 4] = ["allow", "block", "limit", "error"];
+
+impl Decision {
+    /// The decision's label value (`allow`, `block`, `limit`, `error`).
+    pub fn name(self) -> &'static str {
+        DECISIONS[self as usize]
+    }
+}
 const STATUS_MIN: u16 = 100;
 const STATUS_SLOTS: usize = 500;
 
@@ -106,6 +120,8 @@ const STATUS_SLOTS: usize = 500;
 #[derive(Debug)]
 pub struct RouteMetrics {
     counts: Box<[AtomicU64]>,
+    /// Time from the request head to the response head (`moat_request_duration_seconds`).
+    pub duration: Histogram,
 }
 
 impl RouteMetrics {
@@ -114,6 +130,7 @@ impl RouteMetrics {
             counts: (0..DECISIONS.len() * STATUS_SLOTS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            duration: Histogram::default(),
         }
     }
 
@@ -137,9 +154,17 @@ impl RouteMetrics {
     }
 }
 
+/// Reports a cluster's endpoints as `(healthy, ejected)`; `None` once the cluster is gone.
+pub type HealthSource = Arc<dyn Fn() -> Option<(u64, u64)> + Send + Sync>;
+
 /// Upstream counters of one cluster.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ClusterMetrics {
+    /// Time from sending the request to the response head, successful exchanges
+    /// (`moat_upstream_latency_seconds`).
+    pub latency: Histogram,
+    /// The endpoints' state, installed by the cluster (replaced on reload).
+    health: Mutex<Option<HealthSource>>,
     /// Connection failures (refused, unreachable, connect timeout).
     pub connect_errors: AtomicU64,
     /// Request timeouts (no response head within `request_timeout`).
@@ -148,6 +173,22 @@ pub struct ClusterMetrics {
     pub other_errors: AtomicU64,
     /// Endpoint ejections.
     pub ejections: AtomicU64,
+}
+
+impl std::fmt::Debug for ClusterMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterMetrics")
+            .field("connect_errors", &self.connect_errors)
+            .field("ejections", &self.ejections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterMetrics {
+    /// Installs the source of `moat_upstream_endpoints` (the cluster built last wins).
+    pub fn set_health(&self, h: HealthSource) {
+        *self.health.lock() = Some(h);
+    }
 }
 
 /// Counters of one `protocol: tcp` listener.
@@ -166,8 +207,17 @@ pub struct TcpMetrics {
     pub bytes_out: AtomicU64,
 }
 
-/// Process-wide allocation totals `(allocation calls, bytes requested)` since start.
-pub type AllocationCounter = fn() -> (u64, u64);
+/// Process-wide heap allocation totals since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocTotals {
+    /// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`).
+    pub calls: u64,
+    /// Bytes requested.
+    pub bytes: u64,
+}
+
+/// Reads the process-wide [`AllocTotals`].
+pub type AllocationCounter = fn() -> AllocTotals;
 
 /// Set once by a binary whose global allocator counts (moat's `alloc-stats`
 /// feature). Process-wide rather than per [`Metrics`]: the allocator is global.
@@ -181,8 +231,37 @@ pub fn set_allocation_counter(f: AllocationCounter) -> bool {
     ALLOCATION_COUNTER.set(f).is_ok()
 }
 
-/// Source of event queue gauges (depth, capacity, dropped), set by whoever runs the queue.
-pub type QueueGauge = Arc<dyn Fn() -> Option<(u64, u64, u64)> + Send + Sync>;
+/// The installed allocation counter's totals, `None` when allocations are not counted.
+pub fn allocation_totals() -> Option<AllocTotals> {
+    ALLOCATION_COUNTER.get().map(|f| f())
+}
+
+/// The event queue's state as `/metrics` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Records waiting in the queue.
+    pub depth: u64,
+    /// The queue's capacity.
+    pub capacity: u64,
+    /// Records refused because the queue was full, since start.
+    pub dropped: u64,
+}
+
+/// Source of the event queue's [`QueueStats`], set by whoever runs the queue.
+pub type QueueGauge = Arc<dyn Fn() -> Option<QueueStats> + Send + Sync>;
+
+/// Appends series of another component (the event sinks) to `/metrics`.
+pub type Renderer = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+/// Most `(route, engine, action, rule)` series of `moat_security_events_total`.
+/// Past it, events of a new combination are counted with `rule="_other"`, so a
+/// stream of distinct rule names cannot grow `/metrics` without bound.
+pub const MAX_SECURITY_SERIES: usize = 4096;
+
+/// `moat_security_events_total` counts: route -> (engine, action) -> rule -> count.
+/// Nested so that a lookup borrows the request's strings and allocates nothing.
+type SecurityCounts =
+    HashMap<Box<str>, HashMap<(&'static str, &'static str), HashMap<Box<str>, u64>>>;
 
 /// All gateway metrics. Survives config reloads: series are keyed by route / cluster name.
 pub struct Metrics {
@@ -202,6 +281,8 @@ pub struct Metrics {
     /// report a queue of their own (a queue counts its refusals itself).
     pub events_dropped: AtomicU64,
     queue: Mutex<Option<QueueGauge>>,
+    renderers: Mutex<Vec<Renderer>>,
+    security: Mutex<(SecurityCounts, usize)>,
     /// Audited downstream TLS handshakes by (version, cipher suite, group). The
     /// label values come from moat-tls's fixed tables, so the map stays small.
     tls_handshakes: Mutex<BTreeMap<(&'static str, &'static str, &'static str), u64>>,
@@ -227,6 +308,8 @@ impl Default for Metrics {
             tls_handshake_errors: AtomicU64::new(0),
             events_dropped: AtomicU64::new(0),
             queue: Mutex::new(None),
+            renderers: Mutex::new(Vec::new()),
+            security: Mutex::new((HashMap::new(), 0)),
         }
     }
 }
@@ -238,6 +321,42 @@ impl Metrics {
         if n > 0 {
             self.events_dropped.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Counts one security event in `moat_security_events_total{route,engine,rule,action}`.
+    pub fn count_security_event(
+        &self,
+        route: &str,
+        engine: &'static str,
+        rule: &str,
+        action: &'static str,
+    ) {
+        let mut guard = self.security.lock();
+        let (map, series) = &mut *guard;
+        let by_kind = match map.get_mut(route) {
+            Some(m) => m,
+            None => map.entry(route.into()).or_default(),
+        };
+        let rules = by_kind.entry((engine, action)).or_default();
+        if let Some(n) = rules.get_mut(rule) {
+            *n += 1;
+            return;
+        }
+        let rule = if *series < MAX_SECURITY_SERIES {
+            rule
+        } else {
+            "_other"
+        };
+        let n = rules.entry(rule.into()).or_insert_with(|| {
+            *series += 1;
+            0
+        });
+        *n += 1;
+    }
+
+    /// Adds series rendered by another component at the end of `/metrics`.
+    pub fn add_renderer(&self, r: Renderer) {
+        self.renderers.lock().push(r);
     }
 
     /// The counters of a route (created on first use, kept across reloads).
@@ -303,6 +422,15 @@ impl Metrics {
                 }
             }
         }
+        out.push_str("# HELP moat_request_duration_seconds Time from the request head to the response head, by route.\n# TYPE moat_request_duration_seconds histogram\n");
+        for (name, m) in self.routes.lock().iter() {
+            m.duration.render(
+                &mut out,
+                "moat_request_duration_seconds",
+                &format!("route=\"{}\"", escape(name)),
+            );
+        }
+        self.render_security(&mut out);
         out.push_str("# HELP moat_phase_duration_seconds Time spent in each pipeline phase.\n# TYPE moat_phase_duration_seconds histogram\n");
         for (i, h) in self.phases.iter().enumerate() {
             h.render(
@@ -336,12 +464,37 @@ impl Metrics {
                 c.ejections.load(Ordering::Relaxed)
             );
         }
+        out.push_str("# HELP moat_upstream_latency_seconds Time from sending a request upstream to its response head, by cluster.\n# TYPE moat_upstream_latency_seconds histogram\n");
+        for (name, c) in clusters.iter() {
+            c.latency.render(
+                &mut out,
+                "moat_upstream_latency_seconds",
+                &format!("cluster=\"{}\"", escape(name)),
+            );
+        }
+        out.push_str("# HELP moat_upstream_endpoints Endpoints of each cluster by state (ejected: skipped by passive health checking).\n# TYPE moat_upstream_endpoints gauge\n");
+        for (name, c) in clusters.iter() {
+            let health = c.health.lock().clone();
+            if let Some((healthy, ejected)) = health.and_then(|h| h()) {
+                let name = escape(name);
+                let _ = writeln!(
+                    out,
+                    "moat_upstream_endpoints{{cluster=\"{name}\",state=\"healthy\"}} {healthy}\nmoat_upstream_endpoints{{cluster=\"{name}\",state=\"ejected\"}} {ejected}"
+                );
+            }
+        }
         drop(clusters);
         // A queue that reports its own drops counts every refused push already;
         // the proxy's counter stands in only for sinks that do not report them.
         let gauge = self.queue.lock().as_ref().and_then(|g| g());
-        let (depth, cap, dropped) =
-            gauge.unwrap_or((0, 0, self.events_dropped.load(Ordering::Relaxed)));
+        let QueueStats {
+            depth,
+            capacity: cap,
+            dropped,
+        } = gauge.unwrap_or(QueueStats {
+            dropped: self.events_dropped.load(Ordering::Relaxed),
+            ..QueueStats::default()
+        });
         let _ = write!(
             out,
             "# HELP moat_event_queue_depth Records waiting in the event queue.\n# TYPE moat_event_queue_depth gauge\nmoat_event_queue_depth {depth}\n\
@@ -370,8 +523,20 @@ impl Metrics {
                 "moat_tls_handshakes_total{{version=\"{version}\",cipher=\"{cipher}\",group=\"{group}\"}} {n}"
             );
         }
+        let _ = write!(
+            out,
+            "# HELP moat_build_info moat's version; the value is always 1.\n# TYPE moat_build_info gauge\nmoat_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        crate::process_metrics::render(&mut out);
+        for r in self.renderers.lock().iter() {
+            r(&mut out);
+        }
         if let Some(counter) = ALLOCATION_COUNTER.get() {
-            let (allocs, bytes) = counter();
+            let AllocTotals {
+                calls: allocs,
+                bytes,
+            } = counter();
             let _ = write!(
                 out,
                 "# HELP moat_allocations_total Heap allocation calls (alloc, alloc_zeroed, realloc) since start.\n# TYPE moat_allocations_total counter\nmoat_allocations_total {allocs}\n\
@@ -383,6 +548,28 @@ impl Metrics {
 }
 
 impl Metrics {
+    fn render_security(&self, out: &mut String) {
+        out.push_str("# HELP moat_security_events_total Security events by route, engine, rule and action (at most 4096 series; later ones under rule=\"_other\").\n# TYPE moat_security_events_total counter\n");
+        let guard = self.security.lock();
+        let mut rows: Vec<(&str, &str, &str, &str, u64)> = Vec::new();
+        for (route, kinds) in guard.0.iter() {
+            for ((engine, action), rules) in kinds {
+                for (rule, n) in rules {
+                    rows.push((route, engine, rule, action, *n));
+                }
+            }
+        }
+        rows.sort_unstable();
+        for (route, engine, rule, action, n) in rows {
+            let _ = writeln!(
+                out,
+                "moat_security_events_total{{route=\"{}\",engine=\"{engine}\",rule=\"{}\",action=\"{action}\"}} {n}",
+                escape(route),
+                escape(rule)
+            );
+        }
+    }
+
     fn render_tcp(&self, out: &mut String) {
         let tcp = self.tcp.lock();
         if tcp.is_empty() {
@@ -432,7 +619,13 @@ mod tests {
         // A queue that counts its own refusals: the proxy's count of the same
         // refusals is not added again.
         let m = Metrics::default();
-        m.set_queue_gauge(Arc::new(|| Some((3, 64, 7))));
+        m.set_queue_gauge(Arc::new(|| {
+            Some(QueueStats {
+                depth: 3,
+                capacity: 64,
+                dropped: 7,
+            })
+        }));
         m.count_dropped_events(7);
         let text = m.render();
         assert!(
@@ -445,6 +638,56 @@ mod tests {
         m.set_queue_gauge(Arc::new(|| None));
         m.count_dropped_events(2);
         assert!(m.render().contains("moat_event_queue_dropped_total 2\n"));
+    }
+
+    #[test]
+    fn security_events_are_counted_with_bounded_series() {
+        let m = Metrics::default();
+        m.count_security_event("api", "waf", "sqli", "block");
+        m.count_security_event("api", "waf", "sqli", "block");
+        m.count_security_event("api", "secrets", "aws-key\"x", "redact");
+        let text = m.render();
+        assert!(text.contains("moat_security_events_total{route=\"api\",engine=\"waf\",rule=\"sqli\",action=\"block\"} 2\n"), "{text}");
+        assert!(
+            text.contains("rule=\"aws-key\\\"x\",action=\"redact\"} 1\n"),
+            "{text}"
+        );
+        // A flood of distinct rule names stops at the bound.
+        for i in 0..MAX_SECURITY_SERIES + 100 {
+            m.count_security_event("api", "waf", &format!("r{i}"), "monitor");
+        }
+        let text = m.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("moat_security_events_total{"))
+            .count();
+        assert_eq!(series, MAX_SECURITY_SERIES + 1, "the bound plus _other");
+        assert!(
+            text.contains("rule=\"_other\",action=\"monitor\"} 102\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn process_and_build_info_render() {
+        let text = Metrics::default().render();
+        assert!(text.contains("moat_build_info{version=\""), "{text}");
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_cpu_seconds_total ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+        ] {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name} missing"));
+            let v: f64 = line[name.len()..].parse().unwrap();
+            // A young test process may not have used a whole CPU tick yet.
+            assert!(v > 0.0 || name.starts_with("process_cpu"), "{line}");
+        }
     }
 
     #[test]

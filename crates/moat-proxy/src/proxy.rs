@@ -21,6 +21,7 @@ use crate::config::OnLimit;
 use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Metrics, Phase};
+use crate::otel::{RequestTrace, TRACEPARENT};
 use crate::pipeline::{max_need, Pipeline};
 use crate::routing::Route;
 use crate::state::{Shared, Snapshot};
@@ -97,8 +98,14 @@ pub(crate) async fn handle(
         events: Vec::new(),
         monitor_only: route.monitor_only,
         ext_authz: None,
+        slots: Default::default(),
     };
+    let trace = shared
+        .tracer
+        .as_ref()
+        .and_then(|t| RequestTrace::begin(t, &parts.headers, start));
     let mut state = ReqState {
+        trace,
         user_agent: if shared.events.is_some() {
             parts.headers.get(USER_AGENT).cloned()
         } else {
@@ -134,6 +141,8 @@ pub(crate) async fn handle(
 
 /// Per-request state that outlives the phases (for records).
 struct ReqState<'a> {
+    /// The request's spans, when tracing is on and the request is sampled.
+    trace: Option<Box<RequestTrace>>,
     user_agent: Option<HeaderValue>,
     shared: &'a Arc<Shared>,
     snap: &'a Snapshot,
@@ -160,7 +169,7 @@ async fn proxy(
     body: RequestBody,
 ) -> ProxyResult {
     let pipeline = &st.snap.pipeline;
-    request_headers_phase(&st.shared.metrics, pipeline, ctx, parts).await?;
+    request_headers_phase(&st.shared.metrics, &mut st.trace, pipeline, ctx, parts).await?;
     // After-response phases that want the bodies get copies of what was inspected.
     let mut keep_bodies = BodyNeed::None;
     for p in &pipeline.after_response {
@@ -187,12 +196,14 @@ async fn proxy(
 /// policy or another engine refused too), then the phase's own refusal.
 pub(crate) async fn request_headers_phase(
     metrics: &Metrics,
+    trace: &mut Option<Box<RequestTrace>>,
     pipeline: &Pipeline,
     ctx: &mut RequestCtx,
     parts: &mut http::request::Parts,
 ) -> Result<(), (Reply, Decision)> {
     let verdict = run_phase(
         metrics,
+        trace,
         Phase::RequestHeaders,
         &pipeline.request_headers,
         |p| p.on_request_headers(ctx, parts),
@@ -309,6 +320,7 @@ async fn request_body_phase(
     let mut b = phase_body(buffered.data.clone(), buffered.truncated, &parts.headers);
     run_phase(
         &st.shared.metrics,
+        &mut st.trace,
         Phase::RequestBody,
         &pipeline.request_body,
         |p| p.on_request_body(ctx, parts, &mut b),
@@ -353,6 +365,12 @@ async fn upstream_phase(
     let cluster = &st.route.cluster;
     let ep = cluster.pick();
     st.upstream = Some(ep);
+    if let Some(tr) = &mut st.trace {
+        // The upstream joins the trace as a child of moat's client span.
+        if let Some(v) = tr.upstream_start(cluster.endpoints[ep].authority.as_str()) {
+            parts.headers.insert(TRACEPARENT.clone(), v);
+        }
+    }
     let up_req = UpstreamRequest {
         head: UpstreamHead {
             method: &parts.method,
@@ -381,12 +399,14 @@ async fn upstream_phase(
 
     let t = Instant::now();
     let result = cluster.send(ep, up_req).await;
-    st.shared
-        .metrics
-        .phase(Phase::Upstream)
-        .observe(t.elapsed());
+    let took = t.elapsed();
+    st.shared.metrics.phase(Phase::Upstream).observe(took);
+    if let Some(tr) = &mut st.trace {
+        tr.upstream_end();
+    }
     let e = match result {
         Ok(resp) => {
+            cluster.metrics.latency.observe(took);
             cluster.responded(ep, resp.status());
             return Ok(resp);
         }
@@ -493,6 +513,7 @@ async fn response_phase(
     let mut b = phase_body(buffered.data.clone(), buffered.truncated, &rparts.headers);
     run_phase(
         &st.shared.metrics,
+        &mut st.trace,
         Phase::ResponseBody,
         &pipeline.response_body,
         |p| p.on_response_body(ctx, parts, &mut rparts, &mut b),
@@ -529,6 +550,19 @@ impl ReqState<'_> {
     ) -> Option<Box<AfterBody>> {
         let status = resp.status();
         self.route.metrics.record(decision, status.as_u16());
+        self.route.metrics.duration.observe(self.start.elapsed());
+        for ev in &ctx.events {
+            self.shared.metrics.count_security_event(
+                &ctx.route,
+                ev.engine,
+                &ev.rule,
+                moat_events::record::action_name(ev.action),
+            );
+        }
+        if let Some(tr) = self.trace.take() {
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            tr.finish(&ctx, &parts.method, path, status.as_u16(), decision);
+        }
         let pipeline = &self.snap.pipeline;
         let sink = self.shared.events.as_ref();
         if pipeline.after_response.is_empty() && sink.is_none() {
@@ -699,7 +733,9 @@ pub fn new_request_id() -> String {
     for (i, d) in digits.iter_mut().enumerate() {
         *d = HEX[((n >> (4 * i)) & 0xf) as usize];
     }
-    String::from_utf8_lossy(&digits).into_owned()
+    // Hex digits are ASCII: `from_utf8` checks them on its ASCII fast path, where
+    // `from_utf8_lossy` walked them chunk by chunk (about 250 instructions a request).
+    String::from_utf8(digits.to_vec()).unwrap_or_default()
 }
 
 /// Host addressed by the request (authority for HTTP/2 and absolute-form, else `Host`), without port.
@@ -740,6 +776,7 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 /// request with its reply.
 pub(crate) fn run_phase<P: ?Sized>(
     metrics: &Metrics,
+    trace: &mut Option<Box<RequestTrace>>,
     phase: Phase,
     engines: &[Arc<P>],
     mut call: impl FnMut(&P) -> Verdict,
@@ -753,6 +790,9 @@ pub(crate) fn run_phase<P: ?Sized>(
         _ => None,
     });
     metrics.phase(phase).observe(t.elapsed());
+    if let Some(tr) = trace {
+        tr.phase(phase, t);
+    }
     verdict.map_or(Ok(()), |r| Err((r, Decision::Block)))
 }
 

@@ -122,6 +122,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Event sink, if any.
     pub events: Option<Arc<dyn EventSink>>,
+    /// The span exporter, when tracing is on.
+    pub tracer: Option<Arc<moat_sinks::Tracer>>,
     pub(crate) pipeline_factory: PipelineFactory,
     pub(crate) ready: std::sync::atomic::AtomicBool,
     pub(crate) draining: std::sync::atomic::AtomicBool,
@@ -308,6 +310,7 @@ pub(crate) fn build_snapshot(
         })?;
         let cluster = Arc::new(cluster);
         crate::upstream::spawn_reaper(&cluster);
+        crate::upstream::report_health(&cluster);
         clusters.insert(&c.name.value, cluster);
         meta.insert(
             &c.name.value,

@@ -515,6 +515,17 @@ impl Cluster {
     }
 }
 
+/// Reports the cluster's endpoints on `/metrics` (`moat_upstream_endpoints`) for as
+/// long as the cluster lives; a reload's new cluster takes over the series.
+pub fn report_health(cluster: &Arc<Cluster>) {
+    let weak = Arc::downgrade(cluster);
+    cluster.metrics.set_health(Arc::new(move || {
+        let c = weak.upgrade()?;
+        let ejected = (0..c.endpoints.len()).filter(|&i| c.is_ejected(i)).count() as u64;
+        Some((c.endpoints.len() as u64 - ejected, ejected))
+    }));
+}
+
 /// Prunes the cluster's idle connections periodically while it is in use (needs a runtime;
 /// does nothing outside one, e.g. in `moat check-config`).
 pub fn spawn_reaper(cluster: &Arc<Cluster>) {

@@ -190,7 +190,10 @@ pub fn judge_raw(engine: &WafEngine, raw: &RawRequest) -> (bool, String) {
     let data = &body[..body.len().min(max)];
     let mut f = engine.inspect("eval", &view, Some(BodyView { data, truncated }));
     if let Some(e) = limit_err {
-        f.limits.push((e, "body".into()));
+        f.limits.push(crate::LimitHit::new(
+            crate::Limit::of_decode_error(&e),
+            "body",
+        ));
     }
     let blocked = engine.would_block(&f);
     let desc = f
@@ -202,7 +205,11 @@ pub fn judge_raw(engine: &WafEngine, raw: &RawRequest) -> (bool, String) {
                 x.attack, x.confidence, x.location, x.fragment
             )
         })
-        .or_else(|| f.limits.first().map(|l| format!("limit {} {}", l.0, l.1)))
+        .or_else(|| {
+            f.limits
+                .first()
+                .map(|l| format!("limit {} {}", l.limit, l.location))
+        })
         .unwrap_or_else(|| "-".into());
     (blocked, desc)
 }

@@ -183,7 +183,7 @@ pub(crate) struct Inspector<'e> {
     pub lim: Lim,
     pub params: usize,
     pub findings: Vec<Finding>,
-    pub limits: Vec<(String, String)>,
+    pub limits: Vec<crate::LimitHit>,
     pub filter: &'e dyn Fn(Attack, Option<&str>, &str) -> bool,
     /// Context penalties.
     pub policy: Policy,
@@ -233,10 +233,11 @@ impl<'e> Inspector<'e> {
         }
     }
 
-    pub fn limit(&mut self, what: &str, loc: Loc<'_>) {
+    pub fn limit(&mut self, what: crate::Limit, loc: Loc<'_>) {
         self.outcomes += 1;
         if self.limits.len() < 8 {
-            self.limits.push((what.to_string(), loc.to_string()));
+            self.limits
+                .push(crate::LimitHit::new(what, loc.to_string()));
         }
     }
 
@@ -247,7 +248,7 @@ impl<'e> Inspector<'e> {
         self.params += 1;
         if self.params > self.lim.max_params {
             self.stopped = true;
-            self.limit("max_params", loc);
+            self.limit(crate::Limit::MaxParams, loc);
             return false;
         }
         true
@@ -788,7 +789,7 @@ impl<'e> Inspector<'e> {
             }
             if !self_closing {
                 if stack.len() >= self.lim.max_depth {
-                    self.limit("max_json_depth", Loc::Body);
+                    self.limit(crate::Limit::MaxJsonDepth, Loc::Body);
                     return;
                 }
                 stack.push(name_abs);
@@ -818,7 +819,7 @@ impl<'e> Inspector<'e> {
             pos = end + d.len();
             parts += 1;
             if parts > self.lim.max_params {
-                self.limit("max_params", Loc::Body);
+                self.limit(crate::Limit::MaxParams, Loc::Body);
                 return;
             }
             let part = part
@@ -956,7 +957,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
         match b[i] {
             b'{' | b'[' => {
                 if stack.len() >= ins.lim.max_depth {
-                    ins.limit("max_json_depth", Loc::Json(&ptr));
+                    ins.limit(crate::Limit::MaxJsonDepth, Loc::Json(&ptr));
                     return true;
                 }
                 let obj = b[i] == b'{';

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use moat_core::{
     BodyNeed, EventAction, Reply, ReplyFormat, RequestBodyPhase, RequestCtx, RequestHeadersPhase,
-    SecurityEvent, Verdict,
+    RouteMode, SecurityEvent, Verdict,
 };
 
 pub use config::{
@@ -84,13 +84,77 @@ pub enum WafError {
     },
 }
 
+/// An inspection limit (`waf.limits`, or a body moat could not decode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// `limits.max_params`: more parameters than inspected.
+    MaxParams,
+    /// `limits.max_json_depth`: JSON nested deeper than inspected.
+    MaxJsonDepth,
+    /// `limits.max_body_bytes`: only a prefix of the body was inspected.
+    MaxBodyBytes,
+    /// `limits.max_decode_output`: the decoded body is larger than inspected.
+    MaxDecodeOutput,
+    /// The body's `Content-Encoding` is unsupported or its data corrupt.
+    ContentEncoding,
+}
+
+impl Limit {
+    /// The name in events and reports (the config field, or `content_encoding`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::MaxParams => "max_params",
+            Limit::MaxJsonDepth => "max_json_depth",
+            Limit::MaxBodyBytes => "max_body_bytes",
+            Limit::MaxDecodeOutput => "max_decode_output",
+            Limit::ContentEncoding => "content_encoding",
+        }
+    }
+
+    /// The limit a body decoding failure hit.
+    pub fn of_decode_error(e: &moat_core::DecodeError) -> Limit {
+        match e {
+            moat_core::DecodeError::TooLarge { .. } => Limit::MaxDecodeOutput,
+            moat_core::DecodeError::Unsupported(_) | moat_core::DecodeError::Corrupt(_) => {
+                Limit::ContentEncoding
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A limit one request hit, and where.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LimitHit {
+    /// Which limit.
+    pub limit: Limit,
+    /// Where it was hit (a location as in [`Finding::location`], e.g. `query` or `body`).
+    pub location: String,
+}
+
+impl LimitHit {
+    /// A hit of `limit` at `location`.
+    pub fn new(limit: Limit, location: impl Into<String>) -> Self {
+        LimitHit {
+            limit,
+            location: location.into(),
+        }
+    }
+}
+
 /// What [`WafEngine::inspect`] found in one request.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Findings {
     /// Findings after exclusions, strongest first.
     pub findings: Vec<Finding>,
-    /// Limits hit: `(limit name, location)`.
-    pub limits: Vec<(String, String)>,
+    /// Limits hit (at most 8 are kept).
+    pub limits: Vec<LimitHit>,
 }
 
 impl Findings {
@@ -161,7 +225,7 @@ struct Exclusion {
     rule: Option<String>,
 }
 
-struct RouteMode {
+struct RouteSettings {
     mode: WafMode,
     enabled: bool,
     status: StatusCode,
@@ -173,7 +237,7 @@ pub struct WafEngine {
     status: StatusCode,
     allowed: Vec<ipnet::IpNet>,
     exclusions: Vec<Exclusion>,
-    routes: std::collections::HashMap<String, RouteMode>,
+    routes: std::collections::HashMap<String, RouteSettings>,
     extra_headers: Vec<String>,
     /// Compiled virtual patches.
     patches: vpatch::PatchSet,
@@ -283,7 +347,7 @@ impl WafEngine {
             };
             routes.insert(
                 name.clone(),
-                RouteMode {
+                RouteSettings {
                     mode: r.mode.unwrap_or(cfg.mode),
                     enabled: r.enabled.unwrap_or(true),
                     status: st,
@@ -419,7 +483,7 @@ impl WafEngine {
 
     fn inspect_body(&self, ins: &mut Inspector<'_>, req: &RequestView<'_>, body: BodyView<'_>) {
         if body.truncated {
-            ins.limit("max_body_bytes", Loc::Body);
+            ins.limit(Limit::MaxBodyBytes, Loc::Body);
         }
         let data = body.data;
         if data.is_empty() {
@@ -575,22 +639,33 @@ impl WafEngine {
             || (!f.limits.is_empty() && self.cfg.limits.on_limit == OnLimit::Block)
     }
 
-    fn route_mode(&self, ctx: &RequestCtx) -> Option<(WafMode, StatusCode)> {
-        if !self.cfg.enabled {
-            return None;
+    /// The WAF's mode on this request, decided once (with the head) and kept in the
+    /// request's WAF slot for the body phase.
+    fn route_mode(&self, ctx: &mut RequestCtx) -> RouteMode {
+        let mode = self.route_mode_of(ctx);
+        ctx.slots.waf = Some(mode);
+        mode
+    }
+
+    /// [`route_mode`](Self::route_mode) for a phase that cannot write the slot
+    /// (`body_need`): the slot when set, else decided again.
+    fn route_mode_of(&self, ctx: &RequestCtx) -> RouteMode {
+        ctx.slots.waf.unwrap_or_else(|| self.decide_mode(ctx))
+    }
+
+    fn decide_mode(&self, ctx: &RequestCtx) -> RouteMode {
+        if !self.cfg.enabled || self.allowed.iter().any(|n| n.contains(&ctx.client_ip)) {
+            return RouteMode::Off;
         }
-        if self.allowed.iter().any(|n| n.contains(&ctx.client_ip)) {
-            return None;
-        }
-        let (mut mode, status) = match self.routes.get(&*ctx.route) {
-            Some(r) if !r.enabled => return None,
+        let (mode, status) = match self.routes.get(&*ctx.route) {
+            Some(r) if !r.enabled => return RouteMode::Off,
             Some(r) => (r.mode, r.status),
             None => (self.cfg.mode, self.status),
         };
-        if ctx.monitor_only {
-            mode = WafMode::Monitor;
+        match mode {
+            WafMode::Block if !ctx.monitor_only => RouteMode::Enforce(status),
+            _ => RouteMode::Monitor,
         }
-        Some((mode, status))
     }
 
     /// Turns findings into events on `ctx` and a verdict.
@@ -599,12 +674,14 @@ impl WafEngine {
         ctx: &mut RequestCtx,
         req: &http::request::Parts,
         f: Findings,
-        mode: WafMode,
-        status: StatusCode,
+        mode: RouteMode,
     ) -> Verdict {
-        let blocking = mode == WafMode::Block;
+        let (blocking, status) = match mode {
+            RouteMode::Enforce(status) => (true, status),
+            _ => (false, self.status),
+        };
         let mut block_event: Option<String> = None;
-        for (what, loc) in &f.limits {
+        for hit in &f.limits {
             let block = self.cfg.limits.on_limit == OnLimit::Block;
             let action = if block && blocking {
                 EventAction::Block
@@ -617,10 +694,10 @@ impl WafEngine {
                 "waf",
                 "limit",
                 action,
-                format!("inspection limit `{what}` exceeded"),
+                format!("inspection limit `{}` exceeded", hit.limit),
             )
-            .at(loc.clone())
-            .with_details(serde_json::json!({ "limit": what }));
+            .at(hit.location.clone())
+            .with_details(serde_json::json!({ "limit": hit.limit }));
             if action == EventAction::Block && block_event.is_none() {
                 block_event = Some(ev.id.clone());
             }
@@ -717,15 +794,16 @@ impl RequestHeadersPhase for WafEngine {
     }
 
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
-        let Some((mode, status)) = self.route_mode(ctx) else {
+        let mode = self.route_mode(ctx);
+        if mode == RouteMode::Off {
             return Verdict::Continue;
-        };
+        }
         let view = RequestView::from_parts(req);
         let f = self.inspect_headers(&ctx.route, &view);
         if f.findings.is_empty() && f.limits.is_empty() {
             return Verdict::Continue;
         }
-        self.decide(ctx, req, f, mode, status)
+        self.decide(ctx, req, f, mode)
     }
 }
 
@@ -735,7 +813,7 @@ impl RequestBodyPhase for WafEngine {
     }
 
     fn body_need(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
-        if self.route_mode(ctx).is_none() || !Self::parses_body(req) {
+        if self.route_mode_of(ctx) == RouteMode::Off || !Self::parses_body(req) {
             return BodyNeed::None;
         }
         BodyNeed::Buffer(usize::try_from(self.cfg.limits.max_body_bytes).unwrap_or(usize::MAX))
@@ -747,9 +825,10 @@ impl RequestBodyPhase for WafEngine {
         req: &mut http::request::Parts,
         body: &mut moat_core::Body,
     ) -> Verdict {
-        let Some((mode, status)) = self.route_mode(ctx) else {
+        let mode = self.route_mode(ctx);
+        if mode == RouteMode::Off {
             return Verdict::Continue;
-        };
+        }
         let view = RequestView::from_parts(req);
         let f = match body.decoded() {
             Ok(data) => {
@@ -769,26 +848,23 @@ impl RequestBodyPhase for WafEngine {
                     },
                 );
                 if over {
-                    f.limits.push(("max_decode_output".into(), "body".into()));
+                    f.limits
+                        .push(LimitHit::new(Limit::MaxDecodeOutput, Loc::Body.to_string()));
                 }
                 f
             }
             Err(e) => Findings {
                 findings: Vec::new(),
-                limits: vec![(
-                    match e {
-                        moat_core::DecodeError::TooLarge { .. } => "max_decode_output".to_string(),
-                        moat_core::DecodeError::Unsupported(_) => "content_encoding".to_string(),
-                        moat_core::DecodeError::Corrupt(_) => "content_encoding".to_string(),
-                    },
-                    "body".into(),
+                limits: vec![LimitHit::new(
+                    Limit::of_decode_error(e),
+                    Loc::Body.to_string(),
                 )],
             },
         };
         if f.findings.is_empty() && f.limits.is_empty() {
             return Verdict::Continue;
         }
-        self.decide(ctx, req, f, mode, status)
+        self.decide(ctx, req, f, mode)
     }
 }
 

@@ -109,9 +109,13 @@ impl RawRequest {
             .map(|(_, v)| v.as_slice())
     }
 
-    /// The body after transfer and content decoding, bounded by `limits`;
-    /// `Err` names the limit that was hit.
-    pub fn decoded_body(&self, limits: moat_core::DecodeLimits) -> Result<Vec<u8>, String> {
+    /// The body after transfer and content decoding, bounded by `limits`
+    /// ([`Limit::of_decode_error`](crate::Limit::of_decode_error) names the limit an
+    /// error hit).
+    pub fn decoded_body(
+        &self,
+        limits: moat_core::DecodeLimits,
+    ) -> Result<Vec<u8>, moat_core::DecodeError> {
         let mut body = self.body.clone();
         if self.header("transfer-encoding").is_some_and(|v| {
             String::from_utf8_lossy(v)
@@ -123,7 +127,7 @@ impl RawRequest {
         match self.header("content-encoding") {
             Some(enc) => {
                 let enc = String::from_utf8_lossy(enc).into_owned();
-                moat_core::body::decode(&enc, &body, limits).map_err(|e| e.to_string())
+                moat_core::body::decode(&enc, &body, limits)
             }
             None => Ok(body),
         }

@@ -397,7 +397,7 @@ fn hundred_thousand_parameters_hit_the_param_limit() {
             headers: vec![],
         };
         let f = e.inspect_headers("r", &v);
-        assert_eq!(f.limits[0].0, "max_params");
+        assert_eq!(f.limits[0].limit, moat_waf::Limit::MaxParams);
         assert_eq!(e.would_block(&f), blocked);
     }
     // through the phase with a query under the URI limit and a small max_params
@@ -712,10 +712,48 @@ fn repeated_header_values_give_identical_findings() {
         let f = few.inspect_headers("r", &RequestView::from_parts(&p));
         assert_eq!(
             f.limits,
-            vec![(
-                "max_params".to_string(),
-                "header:accept-language".to_string()
+            vec![moat_waf::LimitHit::new(
+                moat_waf::Limit::MaxParams,
+                "header:accept-language"
             )]
         );
     }
+}
+
+#[test]
+fn mode_is_decided_with_the_head_and_kept_for_the_body() {
+    use moat_core::RouteMode;
+    let e = engine(&WafConfig::default());
+    let attack = br#"{"q":"1' OR '1'='1' UNION SELECT password FROM users--"}"#.to_vec();
+    let mut p = parts("POST", "/", &[("content-type", "application/json")]);
+
+    // The head phase fills the slot; the body phase blocks by it.
+    let mut ctx = RequestCtx::for_test("r");
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut p),
+        Verdict::Continue
+    ));
+    assert_eq!(
+        ctx.slots.waf,
+        Some(RouteMode::Enforce(http::StatusCode::FORBIDDEN))
+    );
+    let mut b = body(attack.clone(), None, false);
+    assert!(matches!(
+        e.on_request_body(&mut ctx, &mut p, &mut b),
+        Verdict::Respond(_)
+    ));
+
+    // The body phase reads the slot rather than deciding again: a request the head
+    // phase found monitor-only is not blocked on its body, whatever the route says now.
+    let mut ctx = RequestCtx::for_test("r");
+    ctx.monitor_only = true;
+    e.on_request_headers(&mut ctx, &mut p);
+    assert_eq!(ctx.slots.waf, Some(RouteMode::Monitor));
+    ctx.monitor_only = false;
+    let mut b = body(attack, None, false);
+    assert!(matches!(
+        e.on_request_body(&mut ctx, &mut p, &mut b),
+        Verdict::Continue
+    ));
+    assert!(ctx.events.iter().any(|x| x.action == EventAction::Monitor));
 }

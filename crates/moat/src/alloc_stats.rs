@@ -18,6 +18,8 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use moat_proxy::metrics::AllocTotals;
+
 /// Number of counter slots (more than moat's usual thread count).
 const SHARDS: usize = 32;
 
@@ -68,19 +70,19 @@ fn count(size: usize) {
     s.bytes.fetch_add(size as u64, Ordering::Relaxed);
 }
 
-/// Process-wide totals since start: `(allocation calls, bytes requested)`.
+/// Process-wide totals since start: allocation calls and bytes requested.
 ///
 /// `alloc`, `alloc_zeroed` and `realloc` each count as one allocation
 /// (a `realloc` may move the block; its bytes are the new size). Frees are not
 /// counted: the question answered is "how much allocator work does a request
 /// cause", not "what is live".
-pub fn totals() -> (u64, u64) {
-    COUNTERS.iter().fold((0, 0), |(a, b), s| {
-        (
-            a + s.allocs.load(Ordering::Relaxed),
-            b + s.bytes.load(Ordering::Relaxed),
-        )
-    })
+pub fn totals() -> AllocTotals {
+    COUNTERS
+        .iter()
+        .fold(AllocTotals::default(), |t, s| AllocTotals {
+            calls: t.calls + s.allocs.load(Ordering::Relaxed),
+            bytes: t.bytes + s.bytes.load(Ordering::Relaxed),
+        })
 }
 
 /// mimalloc with allocation counting.
@@ -126,10 +128,16 @@ mod tests {
 
     #[test]
     fn counts_this_threads_allocations_and_bytes() {
-        let (a0, b0) = totals();
+        let AllocTotals {
+            calls: a0,
+            bytes: b0,
+        } = totals();
         let v: Vec<Box<[u8; 1000]>> = (0..100).map(|_| Box::new([7u8; 1000])).collect();
         std::hint::black_box(&v);
-        let (a1, b1) = totals();
+        let AllocTotals {
+            calls: a1,
+            bytes: b1,
+        } = totals();
         // 100 boxes plus the vector's own buffer; other test threads may add more.
         assert!(a1 - a0 >= 101, "{a0} -> {a1}");
         assert!(b1 - b0 >= 100 * 1000, "{b0} -> {b1}");
@@ -137,7 +145,7 @@ mod tests {
 
     #[test]
     fn counts_allocations_of_other_threads() {
-        let (a0, _) = totals();
+        let a0 = totals().calls;
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
@@ -147,7 +155,7 @@ mod tests {
                 });
             }
         });
-        let (a1, _) = totals();
+        let a1 = totals().calls;
         assert!(a1 - a0 >= 4000, "{a0} -> {a1}");
     }
 }

@@ -492,3 +492,76 @@ fn runs_a_tls_scenario_with_an_mtls_variant() {
         std::fs::read_to_string(dir.path().join("out/variants/mtls/moat.yaml")).unwrap();
     assert!(mtls_config.contains("STRICT"), "{mtls_config}");
 }
+
+/// `moat bench cost`: every engine of the config measured alone and together, the
+/// harness alone first; an attack is answered by the WAF on every request, a benign
+/// request by nobody; an engine the config does not enable is refused by name.
+#[test]
+fn cost_measures_each_engine_of_a_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("moat.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listeners: [{{name: main, address: 127.0.0.1:0}}]\n\
+             clusters: [{{name: app, endpoints: [\"127.0.0.1:9\"]}}]\n\
+             routes: [{{name: api, host: \"*\", path_prefix: /, cluster: app}}]\n\
+             events: {{sink: {{type: none}}}}\n\
+             waf: {{enabled: true, mode: block}}\n\
+             secrets: {{enabled: true, action: block}}\n\
+             discovery: {{enabled: true, inventory: {}}}\n",
+            dir.path().join("apis.db").display()
+        ),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = moat()
+            .args(["bench", "cost"])
+            .arg(&cfg)
+            .args(["-n", "20", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let rows = run(&[]);
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["engines"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "none",
+            "waf",
+            "secrets",
+            "discovery",
+            "waf,secrets,discovery"
+        ]
+    );
+    assert!(rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["blocked"] == 0 && r["requests"] == 20));
+
+    let attack = run(&["--engines", "waf", "--path", "/?id=1'%20OR%201=1--"]);
+    assert_eq!(attack[0]["blocked"], 20, "{attack}");
+
+    let out = moat()
+        .args(["bench", "cost"])
+        .arg(&cfg)
+        .args(["--engines", "authz"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("engine `authz` is not enabled"), "{err}");
+}

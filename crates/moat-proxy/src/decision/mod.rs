@@ -97,6 +97,7 @@ pub(crate) async fn decide(
         events: Vec::new(),
         monitor_only: rt.monitor_only,
         ext_authz: None,
+        slots: Default::default(),
     };
     let original = parts.headers.clone();
     let outcome = run_phases(shared, snap, rt, &mut ctx, &mut parts, body.as_ref()).await;
@@ -138,6 +139,15 @@ pub(crate) async fn decide(
     };
     let status = decided.denied.as_ref().map_or(200, |r| r.status.as_u16());
     rt.metrics.record(decision, status);
+    rt.metrics.duration.observe(start.elapsed());
+    for ev in &ctx.events {
+        shared.metrics.count_security_event(
+            &ctx.route,
+            ev.engine,
+            &ev.rule,
+            moat_events::record::action_name(ev.action),
+        );
+    }
     record(shared, &ctx, &parts, caller, status, decision, start, &body);
     decided
 }
@@ -170,7 +180,7 @@ async fn run_phases(
         return Err((page, Decision::Limit));
     }
     let pipeline = &snap.pipeline;
-    request_headers_phase(&shared.metrics, pipeline, ctx, parts).await?;
+    request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await?;
     let Some(body) = body.filter(|b| !b.is_empty()) else {
         return Ok(());
     };
@@ -180,6 +190,7 @@ async fn run_phases(
     let mut b = phase_body(body.clone(), false, &parts.headers);
     run_phase(
         &shared.metrics,
+        &mut None,
         Phase::RequestBody,
         &pipeline.request_body,
         |p| p.on_request_body(ctx, parts, &mut b),

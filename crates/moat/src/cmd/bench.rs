@@ -32,6 +32,9 @@ enum BenchCommand {
     Selftest(SelftestArgs),
     /// Compare two report.json files; exit 1 when a metric regressed beyond the threshold.
     Compare(CompareArgs),
+    /// The work each engine of a config adds to one request, in process: allocations
+    /// per request (with `alloc-stats`); instructions with `scripts/engine-cost`.
+    Cost(super::bench_cost::CostArgs),
 }
 
 #[derive(clap::Args)]
@@ -193,6 +196,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         BenchCommand::Upstream(a) => upstream(a),
         BenchCommand::Selftest(a) => selftest(a),
         BenchCommand::Compare(a) => compare(a),
+        BenchCommand::Cost(a) => return super::bench_cost::run(a),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod apis;
 pub mod bench;
+pub mod bench_cost;
 pub mod certs;
 pub mod data;
 pub mod docs;

@@ -198,8 +198,21 @@ async fn serve(
         tracing::info!(address = %demo, "demo app listening");
     }
     let drain = cfg.runtime.shutdown_timeout;
-    let events = moat_proxy::events::QueueSink::start_if_enabled(&cfg.events, &src.base_dir)
-        .map_err(|e| anyhow::anyhow!("events: {e}"))?;
+    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir)
+        .map_err(|e| anyhow::anyhow!("telemetry: {e}"))?;
+    let tracer = moat_sinks::Tracer::start(&cfg.telemetry.tracing, &src.base_dir)
+        .map_err(|e| anyhow::anyhow!("telemetry.tracing: {e}"))?;
+    // The span exporter's buffer is reported like a sink's, as `sink="tracing"`.
+    let sink_metrics = match &tracer {
+        Some(t) => sinks.metrics.with("tracing", t.stats().clone()),
+        None => sinks.metrics.clone(),
+    };
+    let events = moat_proxy::events::QueueSink::start_with_sinks(
+        &cfg.events,
+        &src.base_dir,
+        sinks.record_sinks,
+    )
+    .map_err(|e| anyhow::anyhow!("events: {e}"))?;
     let (sink, writer) = match events {
         Some((s, w)) => (Some(s as Arc<dyn moat_proxy::EventSink>), Some(w)),
         None => (None, None),
@@ -210,10 +223,15 @@ async fn serve(
         .map(Path::to_path_buf);
     let opts = GatewayOptions {
         events: sink,
+        tracer: tracer.clone(),
         admin: moat_proxy::engine_api::engine_routes(AdminRouter::new(), store_path),
         ..GatewayOptions::default()
     };
     let gw = Gateway::new(cfg, src, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    gw.shared()
+        .metrics
+        .add_renderer(Arc::new(move |out: &mut String| sink_metrics.render(out)));
+
     let running = gw.start().await?;
     running.spawn_reload_triggers();
     tracing::info!(threads, "moat started");
@@ -230,6 +248,9 @@ async fn serve(
     }
     if let Some(writer) = writer {
         let _ = tokio::task::spawn_blocking(move || writer.shutdown()).await;
+    }
+    if let Some(t) = tracer {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
     }
     Ok(())
 }

@@ -315,7 +315,13 @@ fn test(a: TestArgs) -> ExitCode {
     };
     let (body, mut extra_limits) = match req.decoded_body(limits) {
         Ok(b) => (b, Vec::new()),
-        Err(e) => (Vec::new(), vec![(e, "body".to_string())]),
+        Err(e) => (
+            Vec::new(),
+            vec![moat_waf::LimitHit::new(
+                moat_waf::Limit::of_decode_error(&e),
+                "body",
+            )],
+        ),
     };
     let max = usize::try_from(engine.config().limits.max_body_bytes).unwrap_or(usize::MAX);
     let view = req.view();
@@ -354,9 +360,11 @@ fn test(a: TestArgs) -> ExitCode {
                 x.fragment
             );
         }
-        for (what, loc) in &f.limits {
+        for hit in &f.limits {
             println!(
-                "  limit {what} at {loc} (on_limit: {:?})",
+                "  limit {} at {} (on_limit: {:?})",
+                hit.limit,
+                hit.location,
                 engine.config().limits.on_limit
             );
         }

@@ -1,0 +1,31 @@
+//! One typed slot per engine in the request context (pingora's per-request `CTX`).
+//!
+//! An engine that runs in several phases (the WAF on the head and on the body) fills its slot the first time it
+//! looks at a request and reads it in later phases instead of recomputing. The phase
+//! traits stay object-safe (the pipeline holds `Arc<dyn Phase>`), so the slots are not an
+//! associated type of each trait but fields of one struct the pipeline owns in every
+//! [`RequestCtx`](crate::RequestCtx): plain `Copy` data, no allocation, no downcast.
+//!
+//! A slot belongs to its engine: only that engine writes it, nobody else reads it. An
+//! engine that needs a slot adds a field here with a type from this crate.
+
+use http::StatusCode;
+
+/// What an engine does on this request's route, decided once per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteMode {
+    /// The engine is off for this request (disabled on the route, or the client is allowed).
+    Off,
+    /// Findings are recorded, the request goes on.
+    Monitor,
+    /// Findings at the blocking threshold answer with this status.
+    Enforce(StatusCode),
+}
+
+/// The engines' slots of one request; all `None` when the request starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineSlots {
+    /// The WAF's mode on this request (route, allow list, monitor-only), decided with the
+    /// head and reused when the body arrives.
+    pub waf: Option<RouteMode>,
+}

@@ -1,0 +1,183 @@
+//! The HTTP sink against a receiver on a real loopback socket (hyper's HTTP/1.1 server):
+//! batches arrive as NDJSON, a 503 is retried with backoff, a 400 refuses the batch for good.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+
+/// A receiver answering `status(n)` to its n-th request and keeping every body.
+struct Receiver {
+    addr: std::net::SocketAddr,
+    bodies: Arc<Mutex<Vec<(String, String)>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn receiver(status: fn(usize) -> u16) -> Receiver {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let b = bodies.clone();
+    rt.spawn(async move {
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            let (b, count) = (b.clone(), count.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (b, count) = (b.clone(), count.clone());
+                    async move {
+                        let auth = req
+                            .headers()
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_string())
+                            .unwrap_or_default();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let n = count.fetch_add(1, Ordering::SeqCst);
+                        let code = status(n);
+                        if code == 200 {
+                            b.lock()
+                                .push((auth, String::from_utf8(body.to_vec()).unwrap()));
+                        }
+                        Ok::<_, std::convert::Infallible>(
+                            Response::builder()
+                                .status(StatusCode::from_u16(code).unwrap())
+                                .body(Full::new(Bytes::from_static(b"{}")))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    Receiver {
+        addr,
+        bodies,
+        _rt: rt,
+    }
+}
+
+#[test]
+fn batches_are_posted_and_5xx_retried() {
+    // The first two requests fail with 503: the batch is sent again, unchanged.
+    let rx = receiver(|n| if n < 2 { 503 } else { 200 });
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "sinks:\n  - name: hec\n    buffer: {{ retry_backoff: 10ms }}\n    http: {{ url: \"http://{}/services/collector/raw\", headers: {{ Authorization: \"Splunk t0ken\" }} }}\n",
+        rx.addr
+    );
+    let (queue, writer, metrics) = common::start(&yaml, dir.path());
+    for i in 0..10 {
+        queue.push(common::access(&format!("r{i}"), "10.1.1.1"));
+    }
+    let stats = metrics.get("hec").unwrap();
+    common::wait_for(Duration::from_secs(10), || {
+        (stats.delivered.load(Ordering::Relaxed) >= 10).then_some(())
+    })
+    .expect("not delivered");
+    writer.shutdown();
+    let bodies = rx.bodies.lock();
+    let lines: Vec<serde_json::Value> = bodies
+        .iter()
+        .flat_map(|(_, b)| {
+            b.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(lines.len(), 10, "each record once");
+    assert_eq!(lines[0]["request_id"], "r0");
+    assert_eq!(lines[9]["request_id"], "r9");
+    assert!(bodies.iter().all(|(auth, _)| auth == "Splunk t0ken"));
+    assert_eq!(stats.send_errors.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_4xx_refuses_the_batch_for_good() {
+    let rx = receiver(|n| if n == 0 { 400 } else { 200 });
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "sinks:\n  - name: es\n    format: ecs\n    http: {{ url: \"http://{}/_bulk\", body: elastic_bulk }}\n",
+        rx.addr
+    );
+    let (queue, writer, metrics) = common::start(&yaml, dir.path());
+    let stats = metrics.get("es").unwrap();
+    queue.push(common::security("bad", "10.1.1.2"));
+    common::wait_for(Duration::from_secs(10), || {
+        (stats.rejected.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .expect("the 400 was not counted as a refusal");
+    queue.push(common::security("good", "10.1.1.2"));
+    common::wait_for(Duration::from_secs(10), || {
+        (stats.delivered.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .expect("the next batch was not delivered");
+    writer.shutdown();
+    let bodies = rx.bodies.lock();
+    assert_eq!(bodies.len(), 1);
+    let lines: Vec<&str> = bodies[0].1.lines().collect();
+    assert_eq!(lines[0], "{\"create\":{}}");
+    let doc: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(doc["http"]["request"]["id"], "good");
+    assert_eq!(doc["rule"]["id"], "sqli");
+    assert_eq!(doc["event"]["kind"], "alert");
+}
+
+#[test]
+fn a_dead_receiver_never_blocks_and_drops_are_counted() {
+    // Nothing listens on this port.
+    let port = moat_testkit::free_port().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "sinks:\n  - name: dead\n    buffer: {{ max_records: 50, batch_max: 10 }}\n    http: {{ url: \"http://127.0.0.1:{port}/\" }}\n"
+    );
+    let (queue, writer, metrics) = common::start(&yaml, dir.path());
+    for i in 0..500 {
+        assert!(queue.push(common::access(&format!("r{i}"), "10.1.1.3")));
+    }
+    let stats = metrics.get("dead").unwrap();
+    common::wait_for(Duration::from_secs(10), || {
+        (stats.dropped.load(Ordering::Relaxed) >= 440 && stats.down.load(Ordering::Relaxed))
+            .then_some(())
+    })
+    .expect("drops not counted");
+    assert!(stats.depth.load(Ordering::Relaxed) <= 50);
+    let mut text = String::new();
+    metrics.render(&mut text);
+    assert!(text.contains("moat_sink_up{sink=\"dead\"} 0"), "{text}");
+    assert!(
+        text.contains("moat_sink_queue_depth{sink=\"dead\"}"),
+        "{text}"
+    );
+    // Shutdown gives up after `shutdown_timeout` and counts what it could not deliver.
+    let t = std::time::Instant::now();
+    writer.shutdown();
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(stats.depth.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        stats.dropped.load(Ordering::Relaxed) + stats.delivered.load(Ordering::Relaxed),
+        500
+    );
+}

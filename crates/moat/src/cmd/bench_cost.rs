@@ -1,0 +1,364 @@
+//! `moat bench cost`: the work each engine adds to one request, measured in process.
+//!
+//! The engines of a moat config run on one request, over and over, in the order and
+//! with the calls the proxy makes (request headers, the body needs, the request body,
+//! the response body, after the response and its deferred work), without sockets: what
+//! is left is the engines' own work. Each engine is measured alone (the pipeline keeps
+//! only its phases), then all together, and a run with no engine gives the harness's
+//! own cost, which the table subtracts.
+//!
+//! Allocations per request come from the counting allocator (a binary built with the
+//! `alloc-stats` feature). Instructions per request need hardware counters, which
+//! virtual machines often lack; `scripts/engine-cost` runs this command under
+//! callgrind instead (collecting only inside [`measured`], see there), which counts
+//! the same instructions on any machine and repeats to the instruction whatever else
+//! runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use moat_core::{BodyNeed, DecodeLimits, Finished, RequestCtx, Verdict};
+use moat_proxy::config::{self, ConfigSource};
+use moat_proxy::pipeline::{build_pipeline, max_need, Pipeline};
+
+/// Arguments of `moat bench cost`.
+#[derive(clap::Args)]
+pub struct CostArgs {
+    /// A moat config with the engines to measure (e.g. bench/peer-all.yaml).
+    config: PathBuf,
+    /// Measure exactly these engines together (comma separated; `none`: the harness
+    /// alone). Default: no engine, each engine the config enables alone, then all of
+    /// them.
+    #[arg(long, value_delimiter = ',')]
+    engines: Option<Vec<String>>,
+    /// Requests per measurement (after as many warm-up requests).
+    #[arg(short = 'n', long, default_value_t = 2000)]
+    requests: u64,
+    /// Method.
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// Request target.
+    #[arg(long, default_value = "/api/items?page=1")]
+    path: String,
+    /// Request header `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// Request body from a file.
+    #[arg(long)]
+    body_file: Option<PathBuf>,
+    /// Response body from a file (default: a small JSON object), sent as
+    /// `application/json`.
+    #[arg(long)]
+    response_file: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One request as the engines see it.
+struct Exchange {
+    head: http::request::Parts,
+    body: Option<Bytes>,
+    response: http::response::Parts,
+    response_body: Bytes,
+    route: String,
+}
+
+/// What one measurement found, per request.
+#[derive(serde::Serialize)]
+struct Cost {
+    engines: String,
+    requests: u64,
+    blocked: u64,
+    allocs_per_req: Option<f64>,
+    alloc_bytes_per_req: Option<f64>,
+    ns_per_req: f64,
+}
+
+/// Runs `moat bench cost`.
+pub fn run(a: CostArgs) -> ExitCode {
+    match cost(a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("moat bench cost: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cost(a: CostArgs) -> anyhow::Result<ExitCode> {
+    let (cfg, src) = config::load_file(&a.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let full = build_pipeline(&cfg, &src).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ex = exchange(&a, &cfg, &src)?;
+    let configured = engine_names(&full);
+    let sets: Vec<Vec<String>> = match &a.engines {
+        Some(list) if list.iter().all(|e| e == "none") => vec![Vec::new()],
+        Some(list) => {
+            for e in list {
+                anyhow::ensure!(
+                    configured.contains(e),
+                    "engine `{e}` is not enabled in {} (enabled: {})",
+                    a.config.display(),
+                    configured.join(", ")
+                );
+            }
+            vec![list.clone()]
+        }
+        None => {
+            let mut sets = vec![Vec::new()];
+            sets.extend(configured.iter().map(|n| vec![n.clone()]));
+            if configured.len() > 1 {
+                sets.push(configured.clone());
+            }
+            sets
+        }
+    };
+    let rows: Vec<Cost> = sets
+        .iter()
+        .map(|set| measure(&full, set, &ex, a.requests))
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The engines of a pipeline, in the order they first appear.
+fn engine_names(p: &Pipeline) -> Vec<String> {
+    let mut names: Vec<&'static str> = Vec::new();
+    let all = p
+        .request_headers
+        .iter()
+        .map(|x| x.name())
+        .chain(p.request_body.iter().map(|x| x.name()))
+        .chain(p.response_body.iter().map(|x| x.name()))
+        .chain(p.after_response.iter().map(|x| x.name()));
+    for n in all {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names.into_iter().map(String::from).collect()
+}
+
+/// The pipeline with only the phases of `engines`.
+fn only(p: &Pipeline, engines: &[String]) -> Pipeline {
+    let keep = |n: &str| engines.iter().any(|e| e == n);
+    Pipeline {
+        connection: Vec::new(),
+        request_headers: p
+            .request_headers
+            .iter()
+            .filter(|x| keep(x.name()))
+            .cloned()
+            .collect(),
+        request_body: p
+            .request_body
+            .iter()
+            .filter(|x| keep(x.name()))
+            .cloned()
+            .collect(),
+        response_body: p
+            .response_body
+            .iter()
+            .filter(|x| keep(x.name()))
+            .cloned()
+            .collect(),
+        after_response: p
+            .after_response
+            .iter()
+            .filter(|x| keep(x.name()))
+            .cloned()
+            .collect(),
+        engines: p.engines.clone(),
+    }
+}
+
+fn exchange(
+    a: &CostArgs,
+    cfg: &config::GatewayConfig,
+    src: &ConfigSource,
+) -> anyhow::Result<Exchange> {
+    let mut b = http::Request::builder()
+        .method(a.method.as_str())
+        .uri(a.path.as_str())
+        .header("host", "bench.test")
+        .header("user-agent", "moat-bench");
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .with_context(|| format!("header `{h}`: expected `Name: value`"))?;
+        b = b.header(n.trim(), v.trim());
+    }
+    let body = match &a.body_file {
+        Some(f) => {
+            let data = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+            b = b.header("content-length", data.len());
+            Some(Bytes::from(data))
+        }
+        None => None,
+    };
+    let head = b.body(()).context("request")?.into_parts().0;
+    let response_body = match &a.response_file {
+        Some(f) => {
+            Bytes::from(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)
+        }
+        None => Bytes::from_static(br#"{"id":1,"name":"item","tags":["a","b"],"price":9.5}"#),
+    };
+    let response = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .header("content-length", response_body.len())
+        .body(())
+        .context("response")?
+        .into_parts()
+        .0;
+    // The route the proxy would pick for this request.
+    let route = cfg
+        .routes
+        .first()
+        .map(|r| r.name.value.clone())
+        .with_context(|| format!("{}: no route", src.file.display()))?;
+    Ok(Exchange {
+        head,
+        body,
+        response,
+        response_body,
+        route,
+    })
+}
+
+fn measure(full: &Pipeline, engines: &[String], ex: &Exchange, n: u64) -> Cost {
+    let p = only(full, engines);
+    // Warm-up: caches, lazily built matchers, the discovery window's first sample.
+    measured(&p, ex, n);
+    let a0 = moat_proxy::metrics::allocation_totals();
+    let t = Instant::now();
+    let blocked = measured(&p, ex, n);
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let a1 = moat_proxy::metrics::allocation_totals();
+    let per = |x: u64| x as f64 / n as f64;
+    let (allocs, bytes) = match (a0, a1) {
+        (Some(a0), Some(a1)) => (
+            Some(per(a1.calls - a0.calls)),
+            Some(per(a1.bytes - a0.bytes)),
+        ),
+        _ => (None, None),
+    };
+    Cost {
+        engines: if engines.is_empty() {
+            "none".into()
+        } else {
+            engines.join(",")
+        },
+        requests: n,
+        blocked,
+        allocs_per_req: allocs,
+        alloc_bytes_per_req: bytes,
+        ns_per_req: ns,
+    }
+}
+
+/// The measured loop: `n` requests through `p`; returns how many were answered by a
+/// phase. Not inlined, so that callgrind can collect inside it alone
+/// (`--toggle-collect='*bench_cost::measured*'`).
+#[inline(never)]
+fn measured(p: &Pipeline, ex: &Exchange, n: u64) -> u64 {
+    let mut blocked = 0;
+    for _ in 0..n {
+        blocked += u64::from(one(p, ex));
+    }
+    blocked
+}
+
+/// One request through the phases, as `moat_proxy::proxy` calls them; true when a
+/// phase answered it.
+fn one(p: &Pipeline, ex: &Exchange) -> bool {
+    let mut ctx = RequestCtx::for_test(&ex.route);
+    let mut head = ex.head.clone();
+    for ph in &p.request_headers {
+        if let Verdict::Respond(_) = ph.on_request_headers(&mut ctx, &mut head) {
+            return true;
+        }
+    }
+    let mut keep = BodyNeed::None;
+    for ph in &p.after_response {
+        keep = max_need(keep, ph.wants_bodies(&ctx, &head));
+    }
+    let need = max_need(keep, p.request_body_need(&ctx, &head));
+    let mut kept_request = None;
+    if let (Some(data), BodyNeed::Buffer(_)) = (&ex.body, need) {
+        let mut body = moat_core::Body::new(data.clone(), None, false, DecodeLimits::default());
+        for ph in &p.request_body {
+            if let Verdict::Respond(_) = ph.on_request_body(&mut ctx, &mut head, &mut body) {
+                return true;
+            }
+        }
+        if keep != BodyNeed::None {
+            kept_request = Some(body.raw().clone());
+        }
+    }
+    let mut resp = ex.response.clone();
+    let mut rneed = keep;
+    for ph in &p.response_body {
+        rneed = max_need(rneed, ph.body_need(&ctx, &head, &resp));
+    }
+    let mut kept_response = None;
+    if rneed != BodyNeed::None {
+        let mut body = moat_core::Body::new(
+            ex.response_body.clone(),
+            None,
+            false,
+            DecodeLimits::default(),
+        );
+        for ph in &p.response_body {
+            if let Verdict::Respond(_) = ph.on_response_body(&mut ctx, &head, &mut resp, &mut body)
+            {
+                return true;
+            }
+        }
+        if keep != BodyNeed::None {
+            kept_response = Some(body.raw().clone());
+        }
+    }
+    if !p.after_response.is_empty() {
+        let done = Finished::new(&ctx, &head, resp.status, &resp.headers)
+            .with_bodies(kept_request.as_ref(), kept_response.as_ref());
+        for ph in &p.after_response {
+            ph.after_response(&done);
+        }
+        done.into_after_sent().run();
+    }
+    false
+}
+
+fn print_table(rows: &[Cost]) {
+    let base = rows.first().filter(|r| r.engines == "none");
+    println!("| engines | allocs/req | alloc bytes/req | ns/req (wall, noisy) | added allocs/req | blocked |");
+    println!("|---|---|---|---|---|---|");
+    let opt = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.1}"));
+    for r in rows {
+        let added = match (r.allocs_per_req, base.and_then(|b| b.allocs_per_req)) {
+            (Some(x), Some(b)) => format!("{:.1}", x - b),
+            _ => "n/a".into(),
+        };
+        println!(
+            "| {} | {} | {} | {:.0} | {} | {}/{} |",
+            r.engines,
+            opt(r.allocs_per_req),
+            opt(r.alloc_bytes_per_req),
+            r.ns_per_req,
+            added,
+            r.blocked,
+            r.requests
+        );
+    }
+    if base.is_some_and(|b| b.allocs_per_req.is_none()) {
+        println!("\nallocations: n/a (build with `--features alloc-stats`)");
+    }
+}
