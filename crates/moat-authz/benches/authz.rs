@@ -183,6 +183,7 @@ fn engine(kind: Kind, n: usize, key: &common::TestKey) -> Arc<AuthzEngine> {
         set.authz.push(AuthzPolicy {
             meta: meta(format!("p-{i:05}")),
             action: Action::Allow,
+            provider: None,
             rules: vec![kind.rule(i)],
         });
     }

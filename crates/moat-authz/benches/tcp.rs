@@ -124,12 +124,14 @@ fn engine(kind: Kind, n: usize) -> Arc<AuthzEngine> {
         set.authz.push(AuthzPolicy {
             meta: meta(format!("p-{i:05}")),
             action: Action::Allow,
+            provider: None,
             rules: allow,
         });
         if let Some(d) = deny {
             set.authz.push(AuthzPolicy {
                 meta: meta(format!("d-{i:05}")),
                 action: Action::Deny,
+                provider: None,
                 rules: vec![d],
             });
         }

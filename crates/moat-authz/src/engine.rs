@@ -56,6 +56,9 @@ pub struct AuthzConfig {
     pub monitor_only: bool,
     /// Most distinct (namespace, labels) workloads whose compiled view is cached.
     pub max_workloads: usize,
+    /// External authorizers of `action: CUSTOM` policies (Istio MeshConfig
+    /// `extensionProviders`).
+    pub extension_providers: Vec<crate::ExtensionProvider>,
 }
 
 impl Default for AuthzConfig {
@@ -72,6 +75,7 @@ impl Default for AuthzConfig {
             jwks_retry_interval: Duration::from_secs(10),
             monitor_only: false,
             max_workloads: 4096,
+            extension_providers: Vec::new(),
         }
     }
 }
@@ -169,6 +173,9 @@ struct View {
     applicable: Vec<usize>,
     /// The same policies compiled for TCP connections, on first use.
     tcp: OnceLock<TcpView>,
+    /// CUSTOM policies, with each one's provider by policy id.
+    custom: Group,
+    custom_providers: HashMap<Arc<str>, Arc<str>>,
     audit: Group,
     deny: Group,
     allow: Group,
@@ -208,6 +215,10 @@ pub struct Decision {
     /// Which check decided.
     #[serde(skip)]
     pub decided_by: DecidedBy,
+    /// The provider of the CUSTOM policy that matched: the request goes to that
+    /// external authorizer first (Istio's order: CUSTOM, DENY, ALLOW).
+    #[serde(skip)]
+    pub custom: Option<Arc<str>>,
 }
 
 /// Which check of access control decided a request.
@@ -255,6 +266,7 @@ impl Decision {
             mtls_mode: MtlsMode::Permissive,
             jwt: None,
             decided_by,
+            custom: None,
         }
     }
 
@@ -377,6 +389,7 @@ impl AuthzEngine {
         fetcher: Arc<dyn JwksFetcher>,
         background_refresh: bool,
     ) -> Result<Arc<AuthzEngine>, AuthzError> {
+        check_providers(cfg, &set)?;
         let mut sources: Vec<Arc<KeySource>> = Vec::new();
         let mut by_origin: HashMap<JwksOrigin, Arc<KeySource>> = HashMap::new();
         let mut providers = Vec::new();
@@ -548,9 +561,16 @@ impl AuthzEngine {
         }
         // Istio sorts the merged rules by issuer.
         providers.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+        let custom = pick(Action::Custom, false);
+        let custom_providers = custom
+            .iter()
+            .filter_map(|p| Some((p.meta.id().into(), p.provider.as_deref()?.into())))
+            .collect();
         View {
             namespace: ns.to_string(),
             labels: labels.clone(),
+            custom: Group::build(&custom),
+            custom_providers,
             audit: Group::build(&pick(Action::Audit, false)),
             deny: Group::build(&pick(Action::Deny, false)),
             allow: Group::build(&pick(Action::Allow, false)),
@@ -727,6 +747,10 @@ impl AuthzEngine {
             jwt: verified.as_deref(),
         };
         let mut d = decide(&view.audit, &view.deny, &view.allow, &attrs);
+        d.custom = view
+            .custom
+            .first(&attrs)
+            .and_then(|(p, _)| view.custom_providers.get(&p).cloned());
         d.mtls_mode = mode;
         dry_run(
             &mut d,
@@ -748,6 +772,36 @@ impl Decision {
             None => self.reason.to_string(),
         }
     }
+}
+
+/// Every extension provider is valid and named once; every CUSTOM policy names one.
+fn check_providers(cfg: &AuthzConfig, set: &PolicySet) -> Result<(), AuthzError> {
+    let mut names = std::collections::HashSet::new();
+    for p in &cfg.extension_providers {
+        p.validate().map_err(AuthzError::Provider)?;
+        if !names.insert(p.name.as_str()) {
+            return Err(AuthzError::Provider(format!(
+                "provider `{}` is defined twice",
+                p.name
+            )));
+        }
+    }
+    for p in set.authz.iter().filter(|p| p.action == Action::Custom) {
+        let name = p.provider.as_deref().unwrap_or_default();
+        if !names.contains(name) {
+            return Err(AuthzError::Config(moat_config::ConfigError::semantic(
+                &p.meta.file,
+                p.meta.line,
+                1,
+                "spec.provider.name",
+                format!(
+                    "{}: unknown extension provider `{name}` (define it in authz.extension_providers)",
+                    p.meta.id()
+                ),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The 403 of PeerAuthentication STRICT for a connection without a verified client
@@ -981,6 +1035,7 @@ impl RequestHeadersPhase for AuthzEngine {
             peer: tls.and_then(|t| t.peer.as_ref()),
         };
         let d = self.evaluate(&input, &mut req.headers);
+        ctx.ext_authz = d.custom.clone();
         let monitor = self.cfg.monitor_only || ctx.monitor_only;
         if let Some(j) = &d.jwt {
             ctx.auth = Some(RequestAuth {

@@ -3,8 +3,8 @@
 //!
 //! Order (Istio's filter chain): PeerAuthentication (the connection), RequestAuthentication
 //! (the JWT filter), then the authorization stages CUSTOM, AUDIT, DENY, ALLOW
-//! (`builder.go`: CUSTOM, then LOG, DENY, ALLOW RBAC filters). moat refuses CUSTOM
-//! policies at load, so that stage is always empty. Within a stage, policies are in
+//! (`builder.go`: CUSTOM, then LOG, DENY, ALLOW RBAC filters). CUSTOM policies
+//! name their provider. Within a stage, policies are in
 //! Envoy's order (namespace, then name) and rules by index; the first match decides.
 
 use std::collections::BTreeMap;
@@ -335,9 +335,9 @@ pub fn explain(
         request_authentication: ras,
         authorization: vec![
             stage(
-                None,
+                Some(Action::Custom),
                 "CUSTOM",
-                "external authorization (not supported by moat: refused at load)",
+                "a matching rule sends the request to the policy's provider first",
             ),
             stage(
                 Some(Action::Audit),
@@ -405,11 +405,7 @@ pub fn to_text(x: &Explanation) -> String {
     let mut rows: Vec<[String; 5]> = Vec::new();
     for st in &x.authorization {
         if st.policies.is_empty() {
-            let what = if st.action == "CUSTOM" {
-                "(none: CUSTOM is not supported by moat)"
-            } else {
-                "(none)"
-            };
+            let what = "(none)";
             rows.push([
                 st.action.into(),
                 "-".into(),

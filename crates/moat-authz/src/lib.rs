@@ -26,11 +26,13 @@ pub mod ir;
 pub mod jwt;
 pub mod loader;
 mod percent;
+pub mod providers;
 pub mod request;
 
 pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, DecidedBy, Decision, RequestInput};
 pub use fetch::{JwksFetcher, NoFetch, MAX_DOCUMENT_BYTES};
 pub use loader::{Action, MtlsMode, PolicySet};
+pub use providers::ExtensionProvider;
 pub use request::PathNormalization;
 
 /// Errors building the engine.
@@ -47,4 +49,7 @@ pub enum AuthzError {
         /// What went wrong.
         message: String,
     },
+    /// An `extension_providers` entry is invalid.
+    #[error("{0}")]
+    Provider(String),
 }

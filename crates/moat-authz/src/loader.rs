@@ -40,6 +40,8 @@ pub enum Action {
     Deny,
     /// Log matching requests (never changes the decision).
     Audit,
+    /// Ask the external authorizer named by the policy's `provider.name`.
+    Custom,
 }
 
 /// PeerAuthentication mTLS mode.
@@ -104,6 +106,8 @@ pub struct AuthzPolicy {
     pub meta: Meta,
     /// Action.
     pub action: Action,
+    /// `provider.name` of a CUSTOM policy (an `extension_providers` entry).
+    pub provider: Option<String>,
     /// Rules (empty = matches nothing).
     pub rules: Vec<Rule>,
 }
@@ -180,11 +184,11 @@ fn refuse_target_ref<'de, D: Deserializer<'de>>(d: D) -> Result<Option<()>, D::E
     )
 }
 
-fn refuse_provider<'de, D: Deserializer<'de>>(d: D) -> Result<Option<()>, D::Error> {
-    refuse(
-        d,
-        "`provider` belongs to the CUSTOM action (external authorization), which moat does not support",
-    )
+/// `spec.provider` of a CUSTOM policy.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderY {
+    name: NonEmpty,
 }
 
 /// A non-empty string.
@@ -280,12 +284,9 @@ impl<'de> Deserialize<'de> for ActionY {
             "ALLOW" => Ok(ActionY(Action::Allow)),
             "DENY" => Ok(ActionY(Action::Deny)),
             "AUDIT" => Ok(ActionY(Action::Audit)),
-            "CUSTOM" => Err(D::Error::custom(
-                "action CUSTOM (external authorization provider) is not supported by moat; \
-                 express the policy with ALLOW/DENY/AUDIT",
-            )),
+            "CUSTOM" => Ok(ActionY(Action::Custom)),
             other => Err(D::Error::custom(format!(
-                "unknown action `{other}`, expected ALLOW, DENY or AUDIT"
+                "unknown action `{other}`, expected ALLOW, DENY, AUDIT or CUSTOM"
             ))),
         }
     }
@@ -400,9 +401,8 @@ struct ApSpecY {
     target_refs: Option<()>,
     #[serde(default)]
     action: Option<ActionY>,
-    #[serde(default, deserialize_with = "refuse_provider")]
-    #[allow(dead_code)]
-    provider: Option<()>,
+    #[serde(default)]
+    provider: Option<ProviderY>,
     #[serde(default)]
     rules: Option<Vec<RuleY>>,
 }
@@ -1163,9 +1163,29 @@ pub fn parse_text(file: &Path, text: &str, set: &mut PolicySet) -> Result<(), Co
                             .map_err(|m| err(spec_line, &format!("spec.rules[{i}]"), m))?,
                     );
                 }
+                let action = spec.action.map(|a| a.0).unwrap_or(Action::Allow);
+                let provider = spec.provider.map(|p| p.name.0);
+                match (action, &provider) {
+                    (Action::Custom, None) => {
+                        return Err(err(
+                            spec_line,
+                            "spec.provider",
+                            "action CUSTOM needs `provider.name` (an extension provider)".into(),
+                        ))
+                    }
+                    (Action::Custom, Some(_)) | (_, None) => {}
+                    (_, Some(_)) => {
+                        return Err(err(
+                            spec_line,
+                            "spec.provider",
+                            "`provider` is only for action CUSTOM".into(),
+                        ))
+                    }
+                }
                 set.authz.push(AuthzPolicy {
                     meta,
-                    action: spec.action.map(|a| a.0).unwrap_or(Action::Allow),
+                    action,
+                    provider,
                     rules,
                 });
             }

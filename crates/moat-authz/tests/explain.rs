@@ -111,7 +111,7 @@ workload: namespace shop, labels {app=web} (root namespace istio-system)
 2. RequestAuthentication: shop/jwt (issuers https://issuer.example.com)
 3. AuthorizationPolicy, in evaluation order (the first matching rule decides):
 ACTION  POLICY                       RULE  CONDITIONS                                                                                                ON TCP
-CUSTOM  -                            -     (none: CUSTOM is not supported by moat)                                                                   -
+CUSTOM  -                            -     (none)                                                                                                    -
 AUDIT   shop/audit-delete (dry-run)  0     (empty rule: matches everything)                                                                          as written
 DENY    istio-system/deny-admin      0     to: {ports=8080 paths=/admin*}; when: request.headers[x-break-glass] notIn [yes]                          drops paths,request.headers[x-break-glass]: to: {ports=8080}
 ALLOW   shop/nothing                 -     (no rules: matches nothing)                                                                               as written

@@ -54,6 +54,30 @@ fn allow_nothing_deny_noop_audit_noop() {
     assert_eq!(req("/").status(&e), 403);
 }
 
+/// CUSTOM names the provider of the first matching CUSTOM policy; DENY and ALLOW
+/// still decide for themselves (the proxy calls the provider first).
+#[test]
+fn custom_names_its_provider() {
+    let yaml = format!(
+        "{}apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: ext, namespace: foo}}\nspec:\n  action: CUSTOM\n  provider: {{name: opa}}\n  rules: [{{to: [{{operation: {{paths: [\"/ext/*\"]}}}}]}}]\n",
+        ap("foo", "d", "DENY", r#"[{to: [{operation: {paths: ["/ext/denied"]}}]}]"#)
+    );
+    let cfg = moat_authz::AuthzConfig {
+        extension_providers: vec![serde_json::from_value(json!({
+            "name": "opa", "envoyExtAuthzGrpc": {"service": "opa.local", "port": 9191}
+        }))
+        .unwrap()],
+        ..Default::default()
+    };
+    let e = engine_cfg(&yaml, cfg);
+    let d = req("/ext/x").eval(&e);
+    assert_eq!(d.custom.as_deref(), Some("opa"));
+    assert!(d.allowed);
+    let d = req("/ext/denied").eval(&e);
+    assert_eq!((d.custom.as_deref(), d.allowed), (Some("opa"), false));
+    assert_eq!(req("/other").eval(&e).custom, None);
+}
+
 #[test]
 fn empty_rule_matches_everything() {
     let e = engine(&ap("foo", "allow-all", "ALLOW", "[{}]"));
@@ -818,10 +842,17 @@ fn invalid_policies_are_located_errors() {
             && e.contains("pathz"),
         "{e}"
     );
+    let e = load_err(&format!("{head}  action: CUSTOM\n"));
+    assert!(
+        e.contains("spec.provider") && e.contains("provider.name"),
+        "{e}"
+    );
+    let e = load_err(&format!("{head}  action: ALLOW\n  provider: {{name: x}}\n"));
+    assert!(e.contains("only for action CUSTOM"), "{e}");
     let e = load_err(&format!(
         "{head}  action: CUSTOM\n  provider: {{name: x}}\n"
     ));
-    assert!(e.contains("CUSTOM") && e.contains("not supported"), "{e}");
+    assert!(e.contains("unknown extension provider `x`"), "{e}");
     let e = load_err(&format!(
         "{head}  rules: [{{from: [{{source: {{ipBlocks: [\"10.0.0.0/33\"]}}}}]}}]\n"
     ));

@@ -123,6 +123,9 @@ pub struct RequestCtx {
     pub events: Vec<SecurityEvent>,
     /// Whether the route runs engines in monitor-only mode (engines may also have their own mode).
     pub monitor_only: bool,
+    /// The external authorizer an Istio `action: CUSTOM` policy sends this request to
+    /// (its `provider.name`), set by access control; the proxy makes the call.
+    pub ext_authz: Option<Arc<str>>,
     /// What each engine computed about this request in an earlier phase (see [`slots`]).
     pub slots: EngineSlots,
 }
@@ -145,6 +148,7 @@ impl RequestCtx {
             auth: None,
             events: Vec::new(),
             monitor_only: false,
+            ext_authz: None,
             slots: EngineSlots::default(),
         }
     }

@@ -113,6 +113,48 @@ pub struct ListenerConfig {
     /// not; `0s` (the default) = never.
     #[serde(default, with = "opt_duration")]
     pub max_duration: Option<Duration>,
+    /// `protocol: decision`: the workload the decisions are for and who may say where a
+    /// request came from (docs/integrations.md).
+    #[serde(default)]
+    pub decision: Option<DecisionConfig>,
+}
+
+/// `listeners[].decision`: a decision listener answers Envoy's ext_authz (gRPC `Check`
+/// and the HTTP service mode) and forward-auth requests (nginx `auth_request`, Traefik
+/// ForwardAuth, Caddy `forward_auth`) with the decision of the pipeline.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionConfig {
+    /// Labels of the protected workload (Istio `selector.matchLabels` match these).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Namespace of the protected workload (Istio `metadata.namespace`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Addresses (IPs or CIDRs) of the proxies whose `X-Forwarded-*` / `X-Original-*`
+    /// headers say where a forward-auth request came from; from any other peer those
+    /// headers are ignored and the peer itself is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
+    /// Largest request body inspected (gRPC `raw_body`/`body`, or the body of an HTTP
+    /// check); a larger one is refused with 413.
+    #[serde(default = "default_body_max", with = "byte_size")]
+    pub max_body: u64,
+    /// Engines only report (events, `x-moat-event-id`) and every request is allowed.
+    #[serde(default)]
+    pub monitor_only: bool,
+}
+
+impl Default for DecisionConfig {
+    fn default() -> Self {
+        DecisionConfig {
+            labels: BTreeMap::new(),
+            namespace: default_namespace(),
+            trusted_proxies: Vec::new(),
+            max_body: default_body_max(),
+            monitor_only: false,
+        }
+    }
 }
 
 /// `listeners[].protocol`.
@@ -124,6 +166,9 @@ pub enum ListenerProtocol {
     Http,
     /// Raw TCP to one cluster, or per SNI (TLS passthrough); see `docs/access-control.md`.
     Tcp,
+    /// Decisions only: Envoy ext_authz (gRPC and HTTP) and forward-auth; see
+    /// `docs/integrations.md`.
+    Decision,
 }
 
 /// Default `listeners[].idle_timeout` of a tcp listener (Envoy's `tcp_proxy` default).
@@ -661,7 +706,41 @@ fn check_listener_protocol(
 ) -> Result<(), ConfigError> {
     let refuse =
         |what: &str, msg: String| Err(err_at(src, &l.name, format!("listeners[{i}].{what}"), msg));
+    if l.decision.is_some() && l.protocol != ListenerProtocol::Decision {
+        return refuse(
+            "decision",
+            "`decision` is only for `protocol: decision` listeners".into(),
+        );
+    }
     match l.protocol {
+        ListenerProtocol::Decision => {
+            for (set, key) in [
+                (l.cluster.is_some(), "cluster"),
+                (!l.sni_routes.is_empty(), "sni_routes"),
+                (l.idle_timeout.is_some(), "idle_timeout"),
+                (l.max_duration.is_some(), "max_duration"),
+                (l.xff_trusted_hops != 0, "xff_trusted_hops"),
+            ] {
+                if set {
+                    return refuse(key, format!("`{key}` is not for `protocol: decision` listeners (use `decision.trusted_proxies`)"));
+                }
+            }
+            for (j, p) in l
+                .decision
+                .iter()
+                .flat_map(|d| d.trusted_proxies.iter())
+                .enumerate()
+            {
+                if parse_net(&p.value).is_none() {
+                    return Err(err_at(
+                        src,
+                        p,
+                        format!("listeners[{i}].decision.trusted_proxies[{j}]"),
+                        format!("`{}` is not an IP address or CIDR", p.value),
+                    ));
+                }
+            }
+        }
         ListenerProtocol::Http => {
             for (set, key) in [
                 (l.cluster.is_some(), "cluster"),
@@ -703,6 +782,13 @@ fn check_listener_protocol(
         }
     }
     Ok(())
+}
+
+/// An IP address (a /32 or /128) or a CIDR.
+pub fn parse_net(s: &str) -> Option<ipnet::IpNet> {
+    s.parse()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
 }
 
 /// The clusters a tcp listener names exist and do not originate TLS.

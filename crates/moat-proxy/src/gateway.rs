@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminRouter};
 use crate::config::{self, ConfigSource, GatewayConfig};
 use crate::connection::{conn_info, watchdog, ConnWatch, Drain, OnOwnWake};
+use crate::decision;
 use crate::downstream_conn::DownstreamIo;
 use crate::events::EventSink;
 use crate::metrics::{Metrics, Phase};
@@ -193,6 +194,20 @@ async fn accept_loop(
             }));
             continue;
         }
+        if listener.is_some_and(|l| l.decision.is_some()) {
+            let tls = listener.and_then(|l| l.tls.clone());
+            drop(snap);
+            tokio::spawn(serve_decision(
+                shared.clone(),
+                name.as_str().into(),
+                tls,
+                tcp,
+                peer,
+                local,
+                drain.clone(),
+            ));
+            continue;
+        }
         let (tls, xff_hops) = listener
             .map(|l| (l.tls.clone(), l.xff_hops))
             .unwrap_or((None, 0));
@@ -244,6 +259,36 @@ async fn accept_loop(
                 }
             }
         });
+    }
+}
+
+/// A decision listener's connection, after its TLS handshake when it has TLS.
+async fn serve_decision(
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    tls: Option<moat_tls::TlsAcceptor>,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    drain: watch::Receiver<bool>,
+) {
+    let Some(t) = tls else {
+        return decision::serve(shared, name, tcp, peer, local, drain).await;
+    };
+    match t.accept(tcp).await {
+        Ok(moat_tls::Accepted::Plain(tcp)) => {
+            decision::serve(shared, name, tcp, peer, local, drain).await
+        }
+        Ok(moat_tls::Accepted::Tls { stream, .. }) => {
+            decision::serve(shared, name, stream, peer, local, drain).await
+        }
+        Err(e) => {
+            shared
+                .metrics
+                .tls_handshake_errors
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! * `h1`: the HTTP/1.1 wire format, pure (request and response heads, body framing).
 //! * [`jwks_fetch`]: the HTTP(S) client that fetches remote JWKS for the authorization
 //!   engine.
+//! * [`ext_authz`]: the client of external authorizers (Istio `action: CUSTOM`).
 //! * [`config`], [`metrics`], [`events`], [`pipeline`]: the YAML configuration,
 //!   Prometheus counters and histograms, the sink for access, security, TLS and
 //!   tcp-connection records, the engines of each phase ([`pipeline::build_pipeline`] wires them);
@@ -24,6 +25,8 @@
 //! * `server`: the HTTP/1.1 connection loop and the HTTP/2 hand-off.
 //! * `tcp`: `protocol: tcp` listeners (plain, TLS termination, TLS passthrough by SNI),
 //!   authorized per connection with Istio's TCP semantics.
+//! * `decision`: `protocol: decision` listeners, Envoy ext_authz (gRPC and HTTP) and
+//!   forward-auth, deciding with the phases of [`proxy`].
 //! * [`gateway`]: listeners, TLS hand-off, hot reload, graceful shutdown.
 //! * [`admin`], [`engine_api`]: the admin listener and the engines' admin endpoints.
 //! * [`demo`]: the quickstart demo application.
@@ -34,10 +37,12 @@ pub mod admin;
 pub mod body;
 pub mod config;
 mod connection;
+mod decision;
 pub mod demo;
 mod downstream_conn;
 pub mod engine_api;
 pub mod events;
+pub mod ext_authz;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
@@ -59,6 +64,7 @@ mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
+pub use decision::X_MOAT_EVENT_ID;
 pub use events::{AccessInfo, EventSink, TcpAccessInfo};
 pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};

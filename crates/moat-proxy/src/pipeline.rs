@@ -55,6 +55,9 @@ pub struct Engines {
     pub authz: Option<Arc<AuthzEngine>>,
     /// Secret detection (also serves `POST /v1/scan`).
     pub secrets: Option<Arc<SecretsEngine>>,
+    /// The external authorizers of `action: CUSTOM` policies (set with access control
+    /// when it declares extension providers).
+    pub ext_authz: Option<Arc<crate::ext_authz::ExtAuthzClients>>,
     /// API discovery with its worker thread and inventory file (also serves
     /// `GET /v1/apis`); the after-response phase is its engine.
     pub discovery: Option<Arc<DiscoveryWorker>>,
@@ -160,11 +163,19 @@ pub fn build_pipeline_with(
         let e = AuthzEngine::build(&cfg.authz, &src.base_dir, HttpJwksFetcher::shared()).map_err(
             |e| match e {
                 moat_authz::AuthzError::Config(c) => c,
+                e @ moat_authz::AuthzError::Provider(_) => {
+                    engine_error(src, "authz.extension_providers", e)
+                }
                 other => engine_error(src, "authz", other),
             },
         )?;
         p.request_headers.push(e.clone());
         p.engines.authz = Some(e);
+        if !cfg.authz.extension_providers.is_empty() {
+            p.engines.ext_authz = Some(Arc::new(crate::ext_authz::ExtAuthzClients::new(
+                &cfg.authz.extension_providers,
+            )));
+        }
     }
     // After access control (a limit may key on a JWT claim), before inspection.
     match &cfg.ratelimit {

@@ -22,7 +22,7 @@ use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Metrics, Phase};
 use crate::otel::{RequestTrace, TRACEPARENT};
-use crate::pipeline::max_need;
+use crate::pipeline::{max_need, Pipeline};
 use crate::routing::Route;
 use crate::state::{Shared, Snapshot};
 use crate::upstream::{
@@ -97,6 +97,7 @@ pub(crate) async fn handle(
         auth: None,
         events: Vec::new(),
         monitor_only: route.monitor_only,
+        ext_authz: None,
         slots: Default::default(),
     };
     let trace = shared
@@ -168,13 +169,7 @@ async fn proxy(
     body: RequestBody,
 ) -> ProxyResult {
     let pipeline = &st.snap.pipeline;
-    run_phase(
-        &st.shared.metrics,
-        &mut st.trace,
-        Phase::RequestHeaders,
-        &pipeline.request_headers,
-        |p| p.on_request_headers(ctx, parts),
-    )?;
+    request_headers_phase(&st.shared.metrics, &mut st.trace, pipeline, ctx, parts).await?;
     // After-response phases that want the bodies get copies of what was inspected.
     let mut keep_bodies = BodyNeed::None;
     for p in &pipeline.after_response {
@@ -194,6 +189,31 @@ async fn proxy(
         ));
     }
     response_phase(st, ctx, parts, resp, keep_bodies).await
+}
+
+/// The request-headers phase, and the external authorizer an Istio `action: CUSTOM`
+/// policy named in it: CUSTOM decides first (its denial is the reply even when a DENY
+/// policy or another engine refused too), then the phase's own refusal.
+pub(crate) async fn request_headers_phase(
+    metrics: &Metrics,
+    trace: &mut Option<Box<RequestTrace>>,
+    pipeline: &Pipeline,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+) -> Result<(), (Reply, Decision)> {
+    let verdict = run_phase(
+        metrics,
+        trace,
+        Phase::RequestHeaders,
+        &pipeline.request_headers,
+        |p| p.on_request_headers(ctx, parts),
+    );
+    if let (Some(provider), Some(ext)) = (ctx.ext_authz.take(), &pipeline.engines.ext_authz) {
+        ext.check(&provider, ctx, parts)
+            .await
+            .map_err(|reply| (reply, Decision::Block))?;
+    }
+    verdict
 }
 
 /// Which message a buffered body belongs to.
@@ -696,7 +716,7 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 
 /// The request id: a valid incoming `x-request-id`, or a new one. The upstream request
 /// carries it in place of the incoming field (see [`UpstreamRequest::request_id`]).
-fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     if let Some(v) = headers.get(&X_REQUEST_ID) {
         if !v.is_empty() && v.len() <= MAX_REQUEST_ID {
             if let Ok(s) = v.to_str() {
@@ -740,7 +760,7 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 /// Runs one phase's engines in order, timed as that phase (an empty phase is not
 /// timed: the clock is read per request). The first engine that answers ends the
 /// request with its reply.
-fn run_phase<P: ?Sized>(
+pub(crate) fn run_phase<P: ?Sized>(
     metrics: &Metrics,
     trace: &mut Option<Box<RequestTrace>>,
     phase: Phase,
@@ -764,7 +784,7 @@ fn run_phase<P: ?Sized>(
 
 /// A buffered body (or its first `truncated` part) as body phases see it, decoded
 /// according to the message's `Content-Encoding`.
-fn phase_body(data: Bytes, truncated: bool, headers: &HeaderMap) -> Body {
+pub(crate) fn phase_body(data: Bytes, truncated: bool, headers: &HeaderMap) -> Body {
     let encoding = headers
         .get(CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())

@@ -27,6 +27,22 @@ pub(crate) struct ListenerRt {
     pub(crate) xff_hops: u32,
     /// Set for a `protocol: tcp` listener.
     pub(crate) tcp: Option<Arc<TcpListenerRt>>,
+    /// Set for a `protocol: decision` listener.
+    pub(crate) decision: Option<Arc<DecisionRt>>,
+}
+
+/// A `protocol: decision` listener as a snapshot configures it: the workload its
+/// decisions are for (as a route's, for the policies' selectors) and its limits.
+pub(crate) struct DecisionRt {
+    /// The listener's name: the `route` of its requests in records and metrics.
+    pub(crate) name: Arc<str>,
+    pub(crate) labels: Arc<BTreeMap<String, String>>,
+    pub(crate) namespace: Arc<str>,
+    /// Peers whose forwarding headers are believed.
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
+    pub(crate) max_body: u64,
+    pub(crate) monitor_only: bool,
+    pub(crate) metrics: Arc<RouteMetrics>,
 }
 
 /// Where a tcp listener sends a connection: a cluster and its workload (the labels and
@@ -83,6 +99,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The `protocol: decision` listener named `name`, if this snapshot has it.
+    pub(crate) fn decision_listener(&self, name: &str) -> Option<&DecisionRt> {
+        self.listeners
+            .iter()
+            .find(|l| l.name == name)
+            .and_then(|l| l.decision.as_deref())
+    }
+
     /// First route matching host and path.
     #[inline]
     pub fn match_route(&self, host: &str, path: &str) -> Option<&Route> {
@@ -382,17 +406,36 @@ pub(crate) fn build_snapshot(
                 )
             })?),
         };
-        let tcp = match l.protocol {
-            config::ListenerProtocol::Http => None,
+        let (mut tcp, mut decision) = (None, None);
+        match l.protocol {
+            config::ListenerProtocol::Http => {}
             config::ListenerProtocol::Tcp => {
-                Some(Arc::new(tcp_listener(l, &cfg, &clusters, &meta, metrics)))
+                tcp = Some(Arc::new(tcp_listener(l, &cfg, &clusters, &meta, metrics)));
             }
-        };
+            config::ListenerProtocol::Decision => {
+                let d = l.decision.clone().unwrap_or_default();
+                decision = Some(Arc::new(DecisionRt {
+                    name: l.name.value.as_str().into(),
+                    labels: Arc::new(d.labels),
+                    namespace: d.namespace.into(),
+                    // Validated by `config::validate`.
+                    trusted_proxies: d
+                        .trusted_proxies
+                        .iter()
+                        .filter_map(|p| config::parse_net(&p.value))
+                        .collect(),
+                    max_body: d.max_body,
+                    monitor_only: d.monitor_only,
+                    metrics: metrics.route(&l.name.value),
+                }));
+            }
+        }
         listeners.push(ListenerRt {
             name: l.name.value.clone(),
             tls,
             xff_hops: l.xff_trusted_hops,
             tcp,
+            decision,
         });
     }
     let mut pipeline = factory(&cfg, &src)?;

@@ -382,7 +382,7 @@ fn input_errors_exit_2() {
     let (code, _, err) = run(d.path(), &["--policies", "bad.yaml", "--url", "http://x/"]);
     assert_eq!(code, 2);
     assert!(
-        err.contains("bad.yaml:5:") && err.contains("CUSTOM"),
+        err.contains("bad.yaml:4:") && err.contains("CUSTOM"),
         "{err}"
     );
     std::fs::write(d.path().join("bad2.yaml"), "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - to:\n    - operation: {methodz: [GET]}\n").unwrap();

@@ -1,0 +1,249 @@
+//! Decision listeners (`protocol: decision`): moat as the authorization service of a
+//! proxy it does not replace.
+//!
+//! Three front doors lead to one decision ([`decide`]):
+//! * `grpc`: Envoy's ext_authz gRPC service, `envoy.service.auth.v3.Authorization/Check`
+//!   (Envoy itself, Istio's `envoyExtAuthzGrpc` providers);
+//! * `http`: Envoy's HTTP ext_authz service mode (the original request's method, path
+//!   and headers) and forward-auth (nginx `auth_request`, Traefik ForwardAuth, Caddy
+//!   `forward_auth`: the original method, URI, host and client in `X-Original-*` /
+//!   `X-Forwarded-*` headers, believed from `trusted_proxies` only);
+//! * `serve`: one listener speaks both, HTTP/1.1 and HTTP/2 (gRPC) on the same port.
+//!
+//! Each front door turns what it receives into a [`Check`]: the request model the proxy
+//! builds for a request it carries itself (`http::request::Parts`, a `RequestCtx` with
+//! the source as the connection's peer, its certificate as the peer identity), and
+//! [`decide`] runs the pipeline's request phases on it through the functions the proxy
+//! uses ([`run_phase`], [`phase_body`]), then records events, the access record and the
+//! metrics as for a proxied request. The proxy that asked (the caller) is named in the
+//! access record's `upstream` field as `caller`.
+
+mod grpc;
+mod http_check;
+mod serve;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, ACCEPT, USER_AGENT};
+use http::StatusCode;
+use moat_core::{Connection, EventAction, Reply, RequestCtx};
+
+use crate::events::AccessInfo;
+use crate::metrics::{Decision, Phase};
+use crate::proxy::{
+    error_page, phase_body, request_headers_phase, request_host, request_id, run_phase,
+};
+use crate::state::{DecisionRt, Shared, Snapshot};
+
+pub(crate) use serve::serve;
+
+/// Names the security event a request raised (allowed in monitor mode, or denied).
+pub const X_MOAT_EVENT_ID: HeaderName = HeaderName::from_static("x-moat-event-id");
+
+/// One authorization question, whichever front door it came through.
+pub(crate) struct Check {
+    /// The original request's head: method, path and query, headers (with `host`).
+    pub(crate) parts: http::request::Parts,
+    /// The original request's body, when the caller sent it.
+    pub(crate) body: Option<Bytes>,
+    /// The original connection: `remote_addr` is the downstream client as the caller
+    /// saw it (its TCP peer), `local_addr` the destination, `tls` its certificate.
+    pub(crate) conn: Arc<Connection>,
+    /// The original client (`remote.ip`): the source, or what a trusted caller said.
+    pub(crate) client_ip: IpAddr,
+    /// The proxy that asked.
+    pub(crate) caller: SocketAddr,
+}
+
+/// What [`decide`] answers.
+pub(crate) struct Decided {
+    /// The status of the denial; `None` allows.
+    pub(crate) denied: Option<Reply>,
+    /// Allowed: headers the caller adds to the request it forwards (what the phases
+    /// added or changed, e.g. JWT claims copied by `outputClaimToHeaders`, and
+    /// `x-moat-event-id` when an engine reported without blocking). Denied: headers of
+    /// the denial (`x-moat-event-id` among them).
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    /// Allowed: headers the phases removed (e.g. a verified JWT not forwarded).
+    pub(crate) removed: Vec<HeaderName>,
+}
+
+/// Runs the request phases on `check` and records the outcome.
+pub(crate) async fn decide(
+    shared: &Arc<Shared>,
+    snap: &Snapshot,
+    rt: &DecisionRt,
+    check: Check,
+) -> Decided {
+    let start = Instant::now();
+    let Check {
+        mut parts,
+        body,
+        conn,
+        client_ip,
+        caller,
+    } = check;
+    let mut ctx = RequestCtx {
+        request_id: request_id(&parts.headers),
+        route: rt.name.clone(),
+        labels: rt.labels.clone(),
+        namespace: rt.namespace.clone(),
+        conn,
+        client_ip,
+        auth: None,
+        events: Vec::new(),
+        monitor_only: rt.monitor_only,
+        ext_authz: None,
+        slots: Default::default(),
+    };
+    let original = parts.headers.clone();
+    let outcome = run_phases(shared, snap, rt, &mut ctx, &mut parts, body.as_ref()).await;
+    let event_id = ctx
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.action == EventAction::Block)
+        .or_else(|| ctx.events.last())
+        .and_then(|e| HeaderValue::from_str(&e.id).ok());
+    let (decided, decision) = match outcome {
+        Ok(()) => {
+            let mut headers = added_headers(&original, &parts.headers);
+            headers.extend(event_id.map(|id| (X_MOAT_EVENT_ID, id)));
+            let removed = original
+                .keys()
+                .filter(|k| !parts.headers.contains_key(*k))
+                .cloned()
+                .collect();
+            let d = Decided {
+                denied: None,
+                headers,
+                removed,
+            };
+            (d, Decision::Allow)
+        }
+        Err((mut reply, decision)) => {
+            if let Some(id) = event_id {
+                reply.headers.push((X_MOAT_EVENT_ID, id));
+            }
+            let headers = std::mem::take(&mut reply.headers);
+            let d = Decided {
+                denied: Some(reply),
+                headers,
+                removed: Vec::new(),
+            };
+            (d, decision)
+        }
+    };
+    let status = decided.denied.as_ref().map_or(200, |r| r.status.as_u16());
+    rt.metrics.record(decision, status);
+    rt.metrics.duration.observe(start.elapsed());
+    for ev in &ctx.events {
+        shared.metrics.count_security_event(
+            &ctx.route,
+            ev.engine,
+            &ev.rule,
+            moat_events::record::action_name(ev.action),
+        );
+    }
+    record(shared, &ctx, &parts, caller, status, decision, start, &body);
+    decided
+}
+
+/// The request head and body phases; the first refusal ends them.
+async fn run_phases(
+    shared: &Shared,
+    snap: &Snapshot,
+    rt: &DecisionRt,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    body: Option<&Bytes>,
+) -> Result<(), (Reply, Decision)> {
+    if parts.headers.len() > snap.max_headers {
+        let page = error_page(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            parts.headers.get(ACCEPT),
+            "request header fields too large",
+            &ctx.request_id,
+        );
+        return Err((page, Decision::Limit));
+    }
+    if body.is_some_and(|b| b.len() as u64 > rt.max_body) {
+        let page = error_page(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            parts.headers.get(ACCEPT),
+            "request body too large",
+            &ctx.request_id,
+        );
+        return Err((page, Decision::Limit));
+    }
+    let pipeline = &snap.pipeline;
+    request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await?;
+    let Some(body) = body.filter(|b| !b.is_empty()) else {
+        return Ok(());
+    };
+    if pipeline.request_body.is_empty() {
+        return Ok(());
+    }
+    let mut b = phase_body(body.clone(), false, &parts.headers);
+    run_phase(
+        &shared.metrics,
+        &mut None,
+        Phase::RequestBody,
+        &pipeline.request_body,
+        |p| p.on_request_body(ctx, parts, &mut b),
+    )
+}
+
+/// Headers in `after` that `before` did not have with that value.
+fn added_headers(
+    before: &http::HeaderMap,
+    after: &http::HeaderMap,
+) -> Vec<(HeaderName, HeaderValue)> {
+    after
+        .iter()
+        .filter(|(k, v)| !before.get_all(*k).iter().any(|b| b == *v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Security events and the access record, as the proxy writes them for a request.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    shared: &Shared,
+    ctx: &RequestCtx,
+    parts: &http::request::Parts,
+    caller: SocketAddr,
+    status: u16,
+    decision: Decision,
+    start: Instant,
+    body: &Option<Bytes>,
+) {
+    let Some(sink) = shared.events.as_ref() else {
+        return;
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let dropped = ctx
+        .events
+        .iter()
+        .filter(|ev| !sink.security(ctx, ev, &parts.method, path))
+        .count();
+    let caller = caller.to_string();
+    let info = AccessInfo {
+        ctx,
+        method: &parts.method,
+        host: request_host(parts),
+        path,
+        user_agent: parts.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()),
+        status,
+        decision,
+        upstream: Some(("caller", &caller)),
+        duration_us: start.elapsed().as_micros() as u64,
+        bytes_in: body.as_ref().map_or(0, |b| b.len() as u64),
+        bytes_out: 0,
+    };
+    let dropped = dropped + usize::from(!sink.access(&info));
+    shared.metrics.count_dropped_events(dropped as u64);
+}
