@@ -291,7 +291,7 @@ fn print_quickstart(running: &moat_proxy::RunningGateway, data_dir: &Path) {
          curl -s 'http://{admin}/v1/apis'                               # the discovered API\n  \
          curl -s 'http://{admin}/metrics'\n  \
          curl -s 'http://{admin}/config'\n  \
-         open http://{admin}/console                                 # the web console\n  \
+         open 'http://{admin}/console'                               # the web console\n  \
          moat events{data_flag} --since 10m                           # the event store ({dir}/moat-events.db)\n  \
          moat apis list{data_flag}                                    # the API inventory ({dir}/moat-apis.db)\n\n\
          Press Ctrl-C to stop.\n"
