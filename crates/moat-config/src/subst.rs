@@ -54,15 +54,19 @@ impl Expanded {
     }
 }
 
+/// Byte offsets where lines start, with YAML's line breaks: CR LF, LF and a bare CR
+/// (so positions agree with the ones the YAML parser reports).
+fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
+    let b = text.as_bytes();
+    std::iter::once(0).chain(b.iter().enumerate().filter_map(move |(i, &c)| {
+        let breaks = c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n'));
+        breaks.then_some(i + 1)
+    }))
+}
+
 /// Byte offset of a 1-based line and (character) column.
 fn offset_of(text: &str, line: u32, column: u32) -> Option<usize> {
-    let start = if line <= 1 {
-        0
-    } else {
-        text.match_indices('\n')
-            .nth(line as usize - 2)
-            .map(|(i, _)| i + 1)?
-    };
+    let start = line_starts(text).nth((line as usize).max(1) - 1)?;
     let rest = &text[start..];
     let col = column.saturating_sub(1) as usize;
     let within = rest
@@ -75,13 +79,15 @@ fn offset_of(text: &str, line: u32, column: u32) -> Option<usize> {
 
 /// 1-based line and character column of a byte offset.
 fn position_of(text: &str, off: usize) -> (u32, u32) {
-    let mut off = off;
+    let mut off = off.min(text.len());
     while !text.is_char_boundary(off) {
         off -= 1;
     }
-    let before = &text[..off];
-    let line = before.matches('\n').count() as u32 + 1;
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let (mut line, mut line_start) = (0u32, 0);
+    for start in line_starts(text).take_while(|&s| s <= off) {
+        line += 1;
+        line_start = start;
+    }
     let column = text[line_start..off].chars().count() as u32 + 1;
     (line, column)
 }
@@ -680,5 +686,25 @@ mod tests {
         // Inside a substituted value: the `${`.
         let inside = e.original_position(text, 1, 15);
         assert_eq!(inside, (1, 13));
+    }
+}
+
+#[cfg(test)]
+mod line_break_tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_every_yaml_line_break() {
+        // Found by the `config` fuzz target: with a bare CR the error's column ran past
+        // the end of the line the YAML parser counts.
+        let text = "a: 1\rb: ${bad name}\r\nc: 2\nd: 3";
+        let at = text.find("${").unwrap();
+        assert_eq!(position_of(text, at), (2, 4));
+        assert_eq!(offset_of(text, 2, 4), Some(at));
+        assert_eq!(position_of(text, text.find("c:").unwrap()), (3, 1));
+        assert_eq!(position_of(text, text.find("d:").unwrap()), (4, 1));
+        assert_eq!(offset_of(text, 4, 1), text.find("d:"));
+        let e = expand_with(Path::new("x.yaml"), text, &|_| None).unwrap_err();
+        assert_eq!((e.line, e.column), (2, 4), "{e}");
     }
 }
