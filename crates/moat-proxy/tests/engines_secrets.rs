@@ -135,6 +135,11 @@ secrets:
   enabled: true
   action: block
   scan_responses: true
+  # The scan budget is wall-clock: an unoptimised build on a loaded machine can pass the
+  # default 50 ms, and on_limit's default (allow) would then forward the body uninspected.
+  # These tests are about what is detected, so they get a generous budget and fail closed.
+  scan_timeout: 10s
+  on_limit: block
   routes:
     redact: {{ action: redact }}
     strict: {{ response_action: block }}
