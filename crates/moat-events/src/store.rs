@@ -4,11 +4,11 @@
 //! client_ip_hash, request_id_hash)`, where `data` is the record's JSON line and the
 //! other columns are copies of the fields queries filter on, one index on
 //! `(ts, id, client_ip_hash, request_id_hash)`, and the per-slice counts of [`rollup`]
-//! for the timeline and the other filters; see [`schema`] for why, and for the
-//! upgrade of a store written by an older moat. The
-//! background writer inserts one transaction per batch; retention deletes by age
-//! and, past the size limit, the oldest rows, then returns free pages to the OS
-//! with `PRAGMA incremental_vacuum`.
+//! for the timeline and the other filters; see the private `schema` module (and
+//! docs/events.md) for why, and for the upgrade of a store written by an older moat.
+//! The background writer inserts one transaction per batch; retention deletes by age
+//! and, past the size limit, the oldest rows, then returns free pages to the OS with
+//! `PRAGMA incremental_vacuum`.
 //!
 //! Durability: `journal_mode=WAL` with `synchronous=NORMAL` makes a committed
 //! batch survive the death of the process (kill -9); an OS crash or power loss

@@ -15,14 +15,14 @@ fn security(i: u64, ts: u64, engine: &'static str, rule: &str, ip: &str) -> Reco
     Record::Security(SecurityRecord {
         ts,
         request_id: format!("req-{i}"),
-        route: if i % 3 == 0 { "admin" } else { "api" }.into(),
+        route: if i.is_multiple_of(3) { "admin" } else { "api" }.into(),
         client_ip: ip.into(),
         method: "GET".into(),
         path: "/x".into(),
         event: SecurityEvent::new(
             engine,
             rule,
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 EventAction::Block
             } else {
                 EventAction::Monitor
