@@ -915,9 +915,9 @@ impl Ctx<'_> {
     /// Whether `data[start..end]` contains [`ALLOW_SIGNATURE`].
     fn allow_marked(&mut self, start: usize, end: usize) -> bool {
         let data = self.data;
-        let marks = self.allow_marks.get_or_insert_with(|| {
-            memchr::memmem::find_iter(data, ALLOW_SIGNATURE).collect()
-        });
+        let marks = self
+            .allow_marks
+            .get_or_insert_with(|| memchr::memmem::find_iter(data, ALLOW_SIGNATURE).collect());
         let i = marks.partition_point(|&m| m < start);
         marks
             .get(i)
