@@ -61,7 +61,13 @@ pub struct Decoded {
     pub matched: Vec<u8>,
     /// The secret in the decoded text: gitleaks' `Secret`.
     pub secret: Vec<u8>,
+    /// Up to [`PRECEDING_BYTES`] of the decoded text before the match: the
+    /// context an inline decision reads (the raw text is at hand for the others).
+    pub preceding: Vec<u8>,
 }
+
+/// How much decoded text before a decoded match [`Decoded::preceding`] keeps.
+pub const PRECEDING_BYTES: usize = 48;
 
 impl Decoded {
     /// gitleaks' tags: `decoded:<encoding>` for each encoding, then `decode-depth:N`.
@@ -620,6 +626,7 @@ impl Scanner {
                     depth: first.depth,
                     matched: Vec::new(),
                     secret: Vec::new(),
+                    preceding: text[t_start.saturating_sub(PRECEDING_BYTES)..t_start].to_vec(),
                 });
                 current_line = Some(decoded_line(&segs, text));
                 (a, b.max(a))
