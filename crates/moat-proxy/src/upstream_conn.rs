@@ -207,7 +207,7 @@ impl Conn {
 ///
 /// Two bounds keep a burst from pinning connections and their buffers: at most
 /// `max_idle` connections (nginx's `keepalive N`: a connection returned to a full
-/// pool is closed), and the purge ([`EndpointPool::purge`], HAProxy's
+/// pool is closed), and the purge (`clusters[].idle_purge`, HAProxy's
 /// `pool-purge-delay`): every purge interval, half of the connections that stayed
 /// idle the whole interval are closed, the least recently used first, and the
 /// others give their buffers back. Under steady load the pool keeps what the load
