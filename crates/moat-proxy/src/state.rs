@@ -197,30 +197,36 @@ impl Shared {
         };
         if self.events.is_none() && !cfg.telemetry.sinks.is_empty() {
             // No event queue was started: nothing would feed the sinks.
-            tracing::warn!("moat started without any event output: restart it to start event sinks");
+            tracing::warn!(
+                "moat started without any event output: restart it to start event sinks"
+            );
         }
-        t.prepare(&cfg.telemetry, &src.base_dir).map(Some).map_err(|e| {
-            // Locate the sink that could not start (else it was the tracer).
-            let sink = match &e {
-                moat_sinks::SinkError::Sink { name, .. } => cfg
-                    .telemetry
-                    .sinks
-                    .iter()
-                    .enumerate()
-                    .find(|(_, s)| &s.name.value == name),
-                _ => None,
-            };
-            match sink {
-                Some((i, s)) => ConfigError::semantic(
-                    &src.file,
-                    s.name.referenced.line() as u32,
-                    s.name.referenced.column() as u32,
-                    format!("telemetry.sinks[{i}]"),
-                    e.to_string(),
-                ),
-                None => ConfigError::semantic(&src.file, 0, 0, "telemetry.tracing", e.to_string()),
-            }
-        })
+        t.prepare(&cfg.telemetry, &src.base_dir)
+            .map(Some)
+            .map_err(|e| {
+                // Locate the sink that could not start (else it was the tracer).
+                let sink = match &e {
+                    moat_sinks::SinkError::Sink { name, .. } => cfg
+                        .telemetry
+                        .sinks
+                        .iter()
+                        .enumerate()
+                        .find(|(_, s)| &s.name.value == name),
+                    _ => None,
+                };
+                match sink {
+                    Some((i, s)) => ConfigError::semantic(
+                        &src.file,
+                        s.name.referenced.line() as u32,
+                        s.name.referenced.column() as u32,
+                        format!("telemetry.sinks[{i}]"),
+                        e.to_string(),
+                    ),
+                    None => {
+                        ConfigError::semantic(&src.file, 0, 0, "telemetry.tracing", e.to_string())
+                    }
+                }
+            })
     }
 
     /// Validates and installs a new configuration. Listener addresses are not

@@ -157,4 +157,3 @@ impl SinkMetrics {
         }
     }
 }
-

@@ -224,7 +224,9 @@ fn a_reload_keeps_what_an_unchanged_sink_holds() {
         .iter()
         .flat_map(|(_, b)| {
             b.lines()
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["request_id"].to_string())
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["request_id"].to_string()
+                })
                 .collect::<Vec<_>>()
         })
         .collect();

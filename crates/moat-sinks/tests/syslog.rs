@@ -288,10 +288,7 @@ fn a_reload_adds_changes_and_removes_a_sink() {
         .unwrap()
         .commit();
     assert!(added.is_empty() && removed.is_empty());
-    assert!(Arc::ptr_eq(
-        &stats,
-        &telemetry.metrics().get("rl").unwrap()
-    ));
+    assert!(Arc::ptr_eq(&stats, &telemetry.metrics().get("rl").unwrap()));
 
     // A changed entry: the old thread delivers and ends, a new one takes over.
     let (added, removed) = telemetry
@@ -320,7 +317,10 @@ fn a_reload_adds_changes_and_removes_a_sink() {
     writer.shutdown();
     let text = std::fs::read_to_string(&rs.out).unwrap();
     assert_eq!(text.lines().count(), 2, "{text}");
-    assert!(!text.contains("unseen") && !text.contains("\"removed\""), "{text}");
+    assert!(
+        !text.contains("unseen") && !text.contains("\"removed\""),
+        "{text}"
+    );
 }
 
 /// A sink that cannot start (its CA file is missing) refuses the whole change:
