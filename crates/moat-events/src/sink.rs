@@ -30,8 +30,11 @@ use crate::EventsError;
 /// implementation copies what it needs into a bounded buffer of its own,
 /// drained by its own thread, and counts what does not fit.
 pub trait RecordSink: Send {
-    /// Takes (a copy of) the records of one batch, without blocking.
-    fn offer(&mut self, batch: &[Record]);
+    /// Takes (a copy of) the records of one batch, without blocking. `json[i]` is
+    /// `batch[i]` as the writer serialized it for the JSON-lines sink and the store
+    /// (`None` if that failed): a sink writing that format copies it rather than
+    /// serializing the record again.
+    fn offer(&mut self, batch: &[Record], json: &[Option<&[u8]>]);
     /// The writer is stopping: the last batch has been offered. An
     /// implementation may wait here (bounded) to deliver what it holds.
     fn close(&mut self) {}

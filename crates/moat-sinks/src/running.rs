@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use crate::config::{self, SinkConfig, TelemetryConfig, TracingConfig};
-use crate::outbox::{Encoder, Outbox, SinkStats, Transport, Warner};
+use crate::outbox::{spawn, Encoder, Outbox, SinkStats, Warner};
 use crate::{kafka, net, syslog, SinkError, SinkMetrics, Tracer};
 
 /// The running sinks and span exporter of a gateway.
@@ -294,25 +294,6 @@ fn start_sink(s: &SinkConfig, base_dir: &Path) -> Result<OutboxSink, SinkError> 
     })
 }
 
-/// Starts a sink's thread: a current-thread tokio runtime running its delivery loop.
-pub(crate) fn spawn<T: Transport>(
-    name: &str,
-    outbox: Arc<Outbox>,
-    buffer: &config::BufferConfig,
-    transport: T,
-) -> Result<JoinHandle<()>, SinkError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(SinkError::Thread)?;
-    let buffer = buffer.clone();
-    let task_name = name.to_string();
-    std::thread::Builder::new()
-        .name(format!("moat-sink-{name}"))
-        .spawn(move || rt.block_on(crate::outbox::deliver(outbox, transport, buffer, task_name)))
-        .map_err(SinkError::Thread)
-}
-
 /// The event writer's handle on the running sinks (see [`Telemetry::record_sink`]).
 pub struct SinkSet {
     sinks: Arc<Mutex<Vec<OutboxSink>>>,
@@ -325,10 +306,10 @@ impl std::fmt::Debug for SinkSet {
 }
 
 impl moat_events::RecordSink for SinkSet {
-    fn offer(&mut self, batch: &[moat_events::Record]) {
+    fn offer(&mut self, batch: &[moat_events::Record], json: &[Option<&[u8]>]) {
         // One lock per batch; a reload holds it only to swap the list.
         for s in self.sinks.lock().iter_mut() {
-            s.offer(batch);
+            s.offer(batch, json);
         }
     }
 
@@ -366,11 +347,12 @@ impl OutboxSink {
         &self.cfg.name.value
     }
 
-    fn offer(&mut self, batch: &[moat_events::Record]) {
+    fn offer(&mut self, batch: &[moat_events::Record], json: &[Option<&[u8]>]) {
         let mut encode_errors = 0u64;
         let msgs = batch
             .iter()
-            .filter_map(|r| self.encoder.encode(r))
+            .enumerate()
+            .filter_map(|(i, r)| self.encoder.encode(r, json.get(i).copied().flatten()))
             .filter_map(|m| m.map_err(|_| encode_errors += 1).ok())
             .collect::<Vec<_>>();
         let dropped = self.outbox.push(msgs.into_iter());

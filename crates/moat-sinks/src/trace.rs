@@ -272,7 +272,7 @@ impl Tracer {
         let outbox = Outbox::new(&cfg.buffer);
         let sink =
             crate::http::HttpSink::new(&cfg.http(), base_dir)?.with_otlp(cfg.service_name.clone());
-        let thread = crate::running::spawn("tracing", outbox.clone(), &cfg.buffer, sink)?;
+        let thread = crate::outbox::spawn("tracing", outbox.clone(), &cfg.buffer, sink)?;
         Ok(Some(Arc::new(Tracer {
             outbox,
             threshold: (cfg.sample_ratio * u64::MAX as f64) as u64,
