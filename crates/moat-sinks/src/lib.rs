@@ -71,8 +71,11 @@ pub enum SinkError {
 /// cheap to clone, and follows reloads (a clone sees the sinks a reload installs).
 #[derive(Clone, Default)]
 pub struct SinkMetrics {
-    sinks: Arc<RwLock<Vec<(String, Arc<SinkStats>)>>>,
+    sinks: Arc<RwLock<NamedStats>>,
 }
+
+/// Counters by sink name, in configuration order (the tracer's last).
+type NamedStats = Vec<(String, Arc<SinkStats>)>;
 
 impl std::fmt::Debug for SinkMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,7 +96,7 @@ impl SinkMetrics {
     }
 
     /// Replaces the list (a reload changed the sinks).
-    fn set(&self, sinks: Vec<(String, Arc<SinkStats>)>) {
+    fn set(&self, sinks: NamedStats) {
         *self.sinks.write() = sinks;
     }
 
