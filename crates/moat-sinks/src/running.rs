@@ -1,24 +1,5 @@
-//! The running sinks and span exporter, and how a reload changes them.
-//!
-//! [`Telemetry`] owns the sinks (behind the one [`SinkSet`] the event writer
-//! offers its batches to) and the current [`Tracer`]. A reload is two steps, so
-//! that a configuration refused later (by another section) changes nothing:
-//!
-//! - [`Telemetry::prepare`] starts what is new: a sink whose entry was added or
-//!   changed (compared field by field, its position in the file aside), and a
-//!   new tracer when `telemetry.tracing` changed. Nothing running is touched.
-//! - [`Change::commit`] swaps them in under one short lock the writer thread
-//!   takes once per batch: an unchanged sink keeps its buffer, its thread and
-//!   its connection (nothing it holds is lost or resent); a changed or removed
-//!   sink is closed, so its thread delivers what it holds (within its
-//!   `buffer.shutdown_timeout`) and ends. Dropping a `Change` instead stops
-//!   what `prepare` started.
-//!
-//! The request path never waits for any of this: it reads the tracer from the
-//! configuration snapshot the proxy swaps atomically, and records reach the
-//! sinks through the event queue as before. An old tracer keeps exporting the
-//! spans of requests that started before the reload and stops once the last of
-//! them is done (when its last reference goes).
+//! The running sinks and span exporter, and how a reload changes them (see
+//! [`Telemetry`]).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -32,6 +13,26 @@ use crate::outbox::{spawn, Encoder, Outbox, SinkStats, Warner};
 use crate::{kafka, net, syslog, SinkError, SinkMetrics, Tracer};
 
 /// The running sinks and span exporter of a gateway.
+///
+/// [`Telemetry`] owns the sinks (behind the one [`SinkSet`] the event writer
+/// offers its batches to) and the current [`Tracer`]. A reload is two steps, so
+/// that a configuration refused later (by another section) changes nothing:
+///
+/// - [`Telemetry::prepare`] starts what is new: a sink whose entry was added or
+///   changed (compared field by field, its position in the file aside), and a
+///   new tracer when `telemetry.tracing` changed. Nothing running is touched.
+/// - [`Change::commit`] swaps them in under one short lock the writer thread
+///   takes once per batch: an unchanged sink keeps its buffer, its thread and
+///   its connection (nothing it holds is lost or resent); a changed or removed
+///   sink is closed, so its thread delivers what it holds (within its
+///   `buffer.shutdown_timeout`) and ends. Dropping a `Change` instead stops
+///   what `prepare` started.
+///
+/// The request path never waits for any of this: it reads the tracer from the
+/// configuration snapshot the proxy swaps atomically, and records reach the
+/// sinks through the event queue as before. An old tracer keeps exporting the
+/// spans of requests that started before the reload and stops once the last of
+/// them is done (when its last reference goes).
 pub struct Telemetry {
     /// Held from [`prepare`](Telemetry::prepare) to the end of the [`Change`]:
     /// one reload at a time.
@@ -89,8 +90,8 @@ impl Telemetry {
         &self.metrics
     }
 
-    /// Starts what `cfg` adds or changes, without touching what runs; see the
-    /// [module documentation](self). Fails (and starts nothing) when a new
+    /// Starts what `cfg` adds or changes, without touching what runs; see
+    /// [`Telemetry`]. Fails (and starts nothing) when a new
     /// sink or tracer cannot start (an unreadable CA file).
     pub fn prepare(&self, cfg: &TelemetryConfig, base_dir: &Path) -> Result<Change<'_>, SinkError> {
         let serial = self.serial.lock();
@@ -168,7 +169,7 @@ impl Change<'_> {
         }
     }
 
-    /// Installs the change: see the [module documentation](Telemetry). Returns
+    /// Installs the change: see [`Telemetry`]. Returns
     /// the names of the sinks it started and stopped, for the log.
     pub fn commit(self) -> (Vec<String>, Vec<String>) {
         let Change {
