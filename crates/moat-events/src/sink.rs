@@ -32,11 +32,14 @@ use crate::EventsError;
 /// drained by its own thread, and counts what does not fit.
 pub trait RecordSink: Send {
     /// Takes (a copy of) the records of one batch, without blocking: `batch`,
-    /// each standing for itself, and `counted`, the records of closed
-    /// flood-control windows, each standing for [`Counted::count`] occurrences
-    /// between its `ts` and [`Counted::last_ts`] (the JSON-lines sink and the
-    /// store write the same two lists).
-    fn offer(&mut self, batch: &[Record], counted: &[Counted]);
+    /// each standing for itself, with `json[i]` being `batch[i]` as the writer
+    /// serialized it for the JSON-lines sink and the store (`None` if that
+    /// failed; a sink writing that format copies it rather than serializing the
+    /// record again), and `counted`, the records of closed flood-control
+    /// windows, each standing for [`Counted::count`] occurrences between its
+    /// `ts` and [`Counted::last_ts`] (the JSON-lines sink and the store write
+    /// the same lists).
+    fn offer(&mut self, batch: &[Record], json: &[Option<&[u8]>], counted: &[Counted]);
     /// The writer is stopping: the last batch has been offered. An
     /// implementation may wait here (bounded) to deliver what it holds.
     fn close(&mut self) {}

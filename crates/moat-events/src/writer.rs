@@ -440,12 +440,17 @@ impl Worker {
         self.lines.clear();
         // Records the store takes, with the index of their line.
         let mut rows: Vec<(&Record, usize)> = Vec::new();
+        // The line of each record of `batch`, for the extra sinks.
+        let mut line_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
         let counted = self.counted.iter().map(|c| (&c.record, Some(c)));
         for (rec, count) in batch.iter().map(|r| (r, None)).chain(counted) {
             let line = match count {
                 Some(c) => self.lines.push(c),
                 None => self.lines.push(rec),
             };
+            if count.is_none() {
+                line_of.push(line.as_ref().ok().copied());
+            }
             match line {
                 Ok(i) => {
                     if self.store.is_some()
@@ -480,8 +485,15 @@ impl Worker {
             }
         }
         drop(rows);
-        for s in &mut self.extra {
-            s.offer(batch, &self.counted);
+        if !self.extra.is_empty() {
+            let bytes = self.lines.as_bytes();
+            let json: Vec<Option<&[u8]>> = line_of
+                .iter()
+                .map(|l| l.map(|i| &bytes[self.lines.span(i)]))
+                .collect();
+            for s in &mut self.extra {
+                s.offer(batch, &json, &self.counted);
+            }
         }
         batch.clear();
         self.counted.clear();

@@ -136,23 +136,30 @@ impl QueueSink {
         Option<(std::sync::Arc<QueueSink>, moat_events::EventWriter)>,
         moat_events::EventsError,
     > {
-        Self::start_with_sinks(cfg, base_dir, Vec::new())
+        Self::start_with_telemetry(cfg, base_dir, None)
     }
 
-    /// [`start_if_enabled`](Self::start_if_enabled) with further sinks (moat-sinks'
-    /// Kafka, syslog, HTTP) fed by the same writer; any sink enables the pipeline.
+    /// [`start_if_enabled`](Self::start_if_enabled) with moat-sinks' Kafka, syslog
+    /// and HTTP sinks fed by the same writer; any sink enables the pipeline. The
+    /// writer offers its batches to the sinks `telemetry` runs at that moment, so
+    /// sinks a reload adds get records too (when the pipeline runs at all).
     #[allow(clippy::type_complexity)]
-    pub fn start_with_sinks(
+    pub fn start_with_telemetry(
         cfg: &moat_events::EventsConfig,
         base_dir: &std::path::Path,
-        extra: Vec<Box<dyn moat_events::RecordSink>>,
+        telemetry: Option<&moat_sinks::Telemetry>,
     ) -> Result<
         Option<(std::sync::Arc<QueueSink>, moat_events::EventWriter)>,
         moat_events::EventsError,
     > {
-        if cfg.sink.kind == moat_events::SinkKind::None && cfg.store.is_none() && extra.is_empty() {
+        let sinks = telemetry.is_some_and(|t| t.has_sinks());
+        if cfg.sink.kind == moat_events::SinkKind::None && cfg.store.is_none() && !sinks {
             return Ok(None);
         }
+        let extra: Vec<Box<dyn moat_events::RecordSink>> = telemetry
+            .map(|t| Box::new(t.record_sink()) as Box<dyn moat_events::RecordSink>)
+            .into_iter()
+            .collect();
         let (queue, writer) = moat_events::EventWriter::start_with(cfg, base_dir, extra)?;
         Ok(Some((std::sync::Arc::new(QueueSink { queue }), writer)))
     }

@@ -32,8 +32,9 @@ pub struct GatewayOptions {
     pub events: Option<Arc<dyn EventSink>>,
     /// Admin routes added to the built-in ones.
     pub admin: AdminRouter,
-    /// The span exporter (`telemetry.tracing`); none when tracing is off.
-    pub tracer: Option<Arc<moat_sinks::Tracer>>,
+    /// The event sinks and span exporter (`telemetry:`), reconfigured by reloads;
+    /// none: no tracing, and a reload does not start sinks.
+    pub telemetry: Option<Arc<moat_sinks::Telemetry>>,
 }
 
 impl Default for GatewayOptions {
@@ -42,7 +43,7 @@ impl Default for GatewayOptions {
             pipeline_factory: default_factory(),
             events: None,
             admin: AdminRouter::new(),
-            tracer: None,
+            telemetry: None,
         }
     }
 }
@@ -66,18 +67,20 @@ impl Gateway {
             let sink = sink.clone();
             metrics.set_queue_gauge(Arc::new(move || sink.gauge()));
         }
+        let tracer = opts.telemetry.as_ref().and_then(|t| t.tracer());
         let snap = build_snapshot(
             cfg,
             src,
             &metrics,
             opts.events.as_ref(),
             &opts.pipeline_factory,
+            tracer,
         )?;
         let shared = Arc::new(Shared {
             snapshot: ArcSwap::from_pointee(snap),
             metrics,
             events: opts.events,
-            tracer: opts.tracer,
+            telemetry: opts.telemetry,
             pipeline_factory: opts.pipeline_factory,
             ready: false.into(),
             draining: false.into(),

@@ -100,7 +100,7 @@ pub(crate) async fn handle(
         ext_authz: None,
         slots: Default::default(),
     };
-    let trace = shared
+    let trace = snap
         .tracer
         .as_ref()
         .and_then(|t| RequestTrace::begin(t, &parts.headers, start));

@@ -96,6 +96,8 @@ pub struct Snapshot {
     pub(crate) max_headers: usize,
     pub(crate) max_header_bytes: usize,
     pub(crate) no_route: Arc<RouteMetrics>,
+    /// The span exporter for requests on this snapshot (a reload may change it).
+    pub(crate) tracer: Option<Arc<moat_sinks::Tracer>>,
 }
 
 impl Snapshot {
@@ -123,8 +125,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Event sink, if any.
     pub events: Option<Arc<dyn EventSink>>,
-    /// The span exporter, when tracing is on.
-    pub tracer: Option<Arc<moat_sinks::Tracer>>,
+    /// The event sinks and span exporter, reconfigured by each reload.
+    pub telemetry: Option<Arc<moat_sinks::Telemetry>>,
     pub(crate) pipeline_factory: PipelineFactory,
     pub(crate) ready: std::sync::atomic::AtomicBool,
     pub(crate) draining: std::sync::atomic::AtomicBool,
@@ -168,14 +170,63 @@ impl CachedSnapshot {
 
 impl Shared {
     /// Builds a snapshot from a validated configuration.
-    fn build(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<Snapshot, ConfigError> {
+    fn build(
+        &self,
+        cfg: GatewayConfig,
+        src: ConfigSource,
+        tracer: Option<Arc<moat_sinks::Tracer>>,
+    ) -> Result<Snapshot, ConfigError> {
         build_snapshot(
             cfg,
             src,
             &self.metrics,
             self.events.as_ref(),
             &self.pipeline_factory,
+            tracer,
         )
+    }
+
+    /// Starts the sinks and tracer `cfg` adds or changes (committed with the snapshot).
+    fn prepare_telemetry(
+        &self,
+        cfg: &GatewayConfig,
+        src: &ConfigSource,
+    ) -> Result<Option<moat_sinks::Change<'_>>, ConfigError> {
+        let Some(t) = &self.telemetry else {
+            return Ok(None);
+        };
+        if self.events.is_none() && !cfg.telemetry.sinks.is_empty() {
+            // No event queue was started: nothing would feed the sinks.
+            tracing::warn!(
+                "moat started without any event output: restart it to start event sinks"
+            );
+        }
+        t.prepare(&cfg.telemetry, &src.base_dir)
+            .map(Some)
+            .map_err(|e| {
+                // Locate the sink that could not start (else it was the tracer).
+                let sink = match &e {
+                    moat_sinks::SinkError::Sink { name, .. } => cfg
+                        .telemetry
+                        .sinks
+                        .iter()
+                        .enumerate()
+                        .find(|(_, s)| &s.name.value == name),
+                    _ => None,
+                };
+                match sink {
+                    Some((i, s)) => ConfigError::semantic(
+                        &src.file,
+                        s.name.referenced.line() as u32,
+                        s.name.referenced.column() as u32,
+                        format!("telemetry.sinks[{i}]"),
+                        e.to_string(),
+                    ),
+                    None => {
+                        ConfigError::semantic(&src.file, 0, 0, "telemetry.tracing", e.to_string())
+                    }
+                }
+            })
     }
 
     /// Validates and installs a new configuration. Listener addresses are not
@@ -209,9 +260,16 @@ impl Shared {
     }
 
     fn install(&self, cfg: GatewayConfig, src: ConfigSource) -> Result<(), ConfigError> {
-        let result = config::validate(&src, &cfg).and_then(|_| self.build(cfg, src));
+        let result = config::validate(&src, &cfg).and_then(|_| {
+            let change = self.prepare_telemetry(&cfg, &src)?;
+            let tracer = match &change {
+                Some(c) => c.tracer(),
+                None => None,
+            };
+            Ok((self.build(cfg, src, tracer)?, change))
+        });
         match result {
-            Ok(snap) => {
+            Ok((snap, change)) => {
                 let old = self.snapshot.load();
                 for l in &snap.config.listeners {
                     let before = old
@@ -225,6 +283,12 @@ impl Shared {
                 }
                 if old.config.admin.address.value != snap.config.admin.address.value {
                     tracing::warn!("admin address changed: restart moat to apply it");
+                }
+                if let Some(change) = change {
+                    let (added, removed) = change.commit();
+                    if !added.is_empty() || !removed.is_empty() {
+                        tracing::info!(?added, ?removed, "event sinks started and stopped");
+                    }
                 }
                 self.snapshot.store(Arc::new(snap));
                 self.generation.fetch_add(1, Ordering::Release);
@@ -338,6 +402,7 @@ pub(crate) fn build_snapshot(
     metrics: &Arc<Metrics>,
     events: Option<&Arc<dyn EventSink>>,
     factory: &PipelineFactory,
+    tracer: Option<Arc<moat_sinks::Tracer>>,
 ) -> Result<Snapshot, ConfigError> {
     let mut clusters: HashMap<&str, Arc<Cluster>> = HashMap::new();
     let mut meta: HashMap<&str, WorkloadMeta> = HashMap::new();
@@ -453,5 +518,6 @@ pub(crate) fn build_snapshot(
         routes,
         pipeline,
         listeners,
+        tracer,
     })
 }

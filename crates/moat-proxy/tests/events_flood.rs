@@ -263,9 +263,9 @@ async fn aggregated_counts_reach_a_real_syslog_receiver_in_every_format() {
     );
     std::fs::write(&file, yaml).unwrap();
     let (cfg, src) = config::load_file(&file).unwrap();
-    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir).unwrap();
+    let telemetry = moat_sinks::Telemetry::start(&cfg.telemetry, &src.base_dir).unwrap();
     let (events, writer) =
-        QueueSink::start_with_sinks(&cfg.events, &src.base_dir, sinks.record_sinks)
+        QueueSink::start_with_telemetry(&cfg.events, &src.base_dir, Some(&telemetry))
             .unwrap()
             .unwrap();
     let opts = GatewayOptions {

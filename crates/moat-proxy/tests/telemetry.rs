@@ -29,35 +29,35 @@ const SQLI: &str = "1%27%20UNION%20SELECT%20username%2C%20password%20FROM%20user
 struct Running {
     gw: moat_proxy::RunningGateway,
     writer: Option<moat_events::EventWriter>,
-    tracer: Option<Arc<moat_sinks::Tracer>>,
+    telemetry: Arc<moat_sinks::Telemetry>,
 }
 
 async fn start(dir: &Path, yaml: &str) -> Running {
     let file = dir.join("moat.yaml");
     std::fs::write(&file, yaml).unwrap();
     let (cfg, src) = config::load_file(&file).unwrap();
-    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir).unwrap();
-    let tracer = moat_sinks::Tracer::start(&cfg.telemetry.tracing, &src.base_dir).unwrap();
-    let metrics = match &tracer {
-        Some(t) => sinks.metrics.with("tracing", t.stats().clone()),
-        None => sinks.metrics.clone(),
-    };
+    let telemetry = Arc::new(moat_sinks::Telemetry::start(&cfg.telemetry, &src.base_dir).unwrap());
+    let metrics = telemetry.metrics().clone();
     let events =
-        QueueSink::start_with_sinks(&cfg.events, &src.base_dir, sinks.record_sinks).unwrap();
+        QueueSink::start_with_telemetry(&cfg.events, &src.base_dir, Some(&telemetry)).unwrap();
     let (sink, writer) = match events {
         Some((s, w)) => (Some(s as Arc<dyn moat_proxy::EventSink>), Some(w)),
         None => (None, None),
     };
     let opts = GatewayOptions {
         events: sink,
-        tracer: tracer.clone(),
+        telemetry: Some(telemetry.clone()),
         ..GatewayOptions::default()
     };
     let gw = gateway_from(cfg, src, opts).await;
     gw.shared()
         .metrics
         .add_renderer(Arc::new(move |out: &mut String| metrics.render(out)));
-    Running { gw, writer, tracer }
+    Running {
+        gw,
+        writer,
+        telemetry,
+    }
 }
 
 /// A receiver for the HTTP sink: keeps every NDJSON line it is sent.
@@ -213,7 +213,7 @@ async fn a_waf_block_reaches_the_sink_and_the_metrics() {
     }
     // Tracing is off: no exporter series.
     assert!(!text.contains("sink=\"tracing\""));
-    assert!(run.tracer.is_none());
+    assert!(run.telemetry.tracer().is_none());
     drop(run.writer);
 }
 
@@ -342,7 +342,7 @@ async fn sampled_requests_reach_a_real_collector_and_traceparent_goes_upstream()
         !text.contains("0af7651916cd43dd8448eb211c80319c"),
         "an unsampled trace was exported"
     );
-    let tracer = run.tracer.clone().unwrap();
+    let tracer = run.telemetry.tracer().unwrap();
     assert_eq!(
         tracer
             .stats()
@@ -354,4 +354,83 @@ async fn sampled_requests_reach_a_real_collector_and_traceparent_goes_upstream()
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A request to `path`, without `traceparent`.
+async fn get_path(c: &common::TestClient, addr: SocketAddr, path: &str) {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (s, _, _) = send(c, req).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+/// Waits until the collector has logged `needle`.
+async fn collector_saw(log: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{needle} not received: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_sampling_and_turns_tracing_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_collector, port, log)) = collector(dir.path()) else {
+        return;
+    };
+    let up = upstream("a").await;
+    let tracing = |ratio: &str, enabled: bool| {
+        format!(
+            "telemetry:\n  tracing:\n    enabled: {enabled}\n    sample_ratio: {ratio}\n    endpoint: \"http://127.0.0.1:{port}/v1/traces\"\n    buffer: {{ retry_backoff: 20ms }}\n"
+        )
+    };
+    let run = start(dir.path(), &base_yaml(up.addr, &tracing("0", true))).await;
+    let addr = run.gw.listener_addr("main").unwrap();
+    let c = client();
+    get_path(&c, addr, "/before-reload").await;
+    let before = Arc::downgrade(&run.telemetry.tracer().unwrap());
+
+    // Ratio 1: every new trace is sampled, on the same keep-alive connection too.
+    let file = dir.path().join("moat.yaml");
+    std::fs::write(&file, base_yaml(up.addr, &tracing("1", true))).unwrap();
+    run.gw.shared().reload_from_file().unwrap();
+    get_path(&c, addr, "/after-reload").await;
+    collector_saw(&log, "/after-reload").await;
+    // The old tracer goes with the last connection that held its snapshot.
+    drop(c);
+    gone(before, "the replaced tracer").await;
+
+    // Off: no tracer, no exporter series; the last tracer stops.
+    let last = Arc::downgrade(&run.telemetry.tracer().unwrap());
+    std::fs::write(&file, base_yaml(up.addr, &tracing("1", false))).unwrap();
+    run.gw.shared().reload_from_file().unwrap();
+    assert!(run.telemetry.tracer().is_none());
+    let c = client();
+    get_path(&c, addr, "/after-off").await;
+    drop(c);
+    gone(last, "the tracer turned off").await;
+    let c = client();
+    let admin = run.gw.admin_addr();
+    let (_, _, text) = get(&c, &format!("http://{admin}/metrics")).await;
+    assert!(!String::from_utf8_lossy(&text).contains("sink=\"tracing\""));
+    // Give a wrongly exported span time to arrive, then check none did.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("/before-reload"), "{text}");
+    assert!(!text.contains("/after-off"), "{text}");
+}
+
+/// Waits until nothing holds `t` any more.
+async fn gone(t: std::sync::Weak<moat_sinks::Tracer>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while t.upgrade().is_some() {
+        assert!(Instant::now() < deadline, "{what} is still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

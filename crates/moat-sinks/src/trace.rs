@@ -272,7 +272,7 @@ impl Tracer {
         let outbox = Outbox::new(&cfg.buffer);
         let sink =
             crate::http::HttpSink::new(&cfg.http(), base_dir)?.with_otlp(cfg.service_name.clone());
-        let thread = crate::spawn("tracing", outbox.clone(), &cfg.buffer, sink)?;
+        let thread = crate::outbox::spawn("tracing", outbox.clone(), &cfg.buffer, sink)?;
         Ok(Some(Arc::new(Tracer {
             outbox,
             threshold: (cfg.sample_ratio * u64::MAX as f64) as u64,
@@ -334,8 +334,11 @@ impl Tracer {
 }
 
 impl Drop for Tracer {
+    /// Asks the exporter thread to deliver what is buffered and end, without
+    /// waiting: the last reference may go on the request path (a reload replaced
+    /// this tracer and the last request that held it is done).
     fn drop(&mut self) {
-        self.shutdown();
+        self.outbox.close();
     }
 }
 

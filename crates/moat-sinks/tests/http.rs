@@ -1,5 +1,6 @@
 //! The HTTP sink against a receiver on a real loopback socket (hyper's HTTP/1.1 server):
-//! batches arrive as NDJSON, a 503 is retried with backoff, a 400 refuses the batch for good.
+//! batches arrive as NDJSON, a 503 is retried with backoff, a 400 refuses the batch for good,
+//! and a reload leaves what an unchanged sink holds in place.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -182,4 +183,58 @@ fn a_dead_receiver_never_blocks_and_drops_are_counted() {
         stats.dropped.load(Ordering::Relaxed) + stats.delivered.load(Ordering::Relaxed),
         500
     );
+}
+
+/// Records an unchanged sink holds while its destination fails are neither lost
+/// nor sent twice when a reload adds another sink next to it.
+#[test]
+fn a_reload_keeps_what_an_unchanged_sink_holds() {
+    let rx = receiver(|n| if n < 3 { 503 } else { 200 });
+    let other = receiver(|_| 200);
+    let dir = tempfile::tempdir().unwrap();
+    let one = format!(
+        "  - name: held\n    buffer: {{ retry_backoff: 200ms }}\n    http: {{ url: \"http://{}/\" }}\n",
+        rx.addr
+    );
+    let (queue, writer, telemetry) = common::start_telemetry(&format!("sinks:\n{one}"), dir.path());
+    let held = telemetry.metrics().get("held").unwrap();
+    for i in 0..10 {
+        queue.push(common::access(&format!("r{i}"), "10.1.2.1"));
+    }
+    common::wait_for(Duration::from_secs(10), || {
+        (held.send_errors.load(Ordering::Relaxed) >= 1).then_some(())
+    })
+    .expect("the receiver's 503 was not seen");
+    let two = format!(
+        "sinks:\n  - name: added\n    http: {{ url: \"http://{}/\" }}\n{one}",
+        other.addr
+    );
+    let cfg = common::parse(&two, dir.path());
+    let (added, removed) = telemetry.prepare(&cfg, dir.path()).unwrap().commit();
+    assert_eq!((added, removed), (vec!["added".to_string()], vec![]));
+    queue.push(common::access("r10", "10.1.2.1"));
+    common::wait_for(Duration::from_secs(10), || {
+        (held.delivered.load(Ordering::Relaxed) >= 11).then_some(())
+    })
+    .expect("what the sink held was not delivered after the reload");
+    writer.shutdown();
+    let ids: Vec<String> = rx
+        .bodies
+        .lock()
+        .iter()
+        .flat_map(|(_, b)| {
+            b.lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["request_id"].to_string()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let want: Vec<String> = (0..=10).map(|i| format!("\"r{i}\"")).collect();
+    assert_eq!(ids, want, "each record once, in order");
+    assert_eq!(held.dropped.load(Ordering::Relaxed), 0);
+    // The added sink saw only what came after it.
+    let got = other.bodies.lock();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.contains("\"r10\""), "{got:?}");
 }

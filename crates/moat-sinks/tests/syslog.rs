@@ -1,10 +1,13 @@
 //! The syslog sink against a real rsyslog (Debian's rsyslogd, run in the foreground with
-//! its own configuration in a temp dir): RFC 5424 over UDP, TCP and TLS, in each mapping.
+//! its own configuration in a temp dir): RFC 5424 over UDP, TCP and TLS, in each mapping,
+//! and sinks added, changed and removed by a reload.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use moat_testkit::rsyslog::{Rsyslog, TlsFiles};
@@ -155,4 +158,113 @@ fn tcp_sink_reconnects_after_the_receiver_restarts() {
     let s = metrics.get("tcp").unwrap();
     assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(s.send_errors.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+}
+
+/// A reload adds a sink (its records reach rsyslog), changes it (a new sink
+/// thread with the new settings) and removes it (its thread ends); an entry that
+/// only moved in the file is left running.
+#[test]
+fn a_reload_adds_changes_and_removes_a_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(rs) = rsyslog(dir.path()) else {
+        return;
+    };
+    let (queue, writer, telemetry) = common::start_telemetry("sinks: []\n", dir.path());
+    assert!(queue.push(common::access("unseen", "10.0.0.9")));
+    // The writer takes it (every 20 ms) before the sink exists: it goes nowhere.
+    std::thread::sleep(Duration::from_millis(300));
+    let sink = |app: &str| {
+        format!(
+            "sinks:\n  - name: rl\n    records: [access]\n    syslog: {{ address: \"127.0.0.1:{}\", app_name: {app} }}\n",
+            rs.ports.tcp
+        )
+    };
+
+    let (added, removed) = telemetry
+        .prepare(&common::parse(&sink("first"), dir.path()), dir.path())
+        .unwrap()
+        .commit();
+    assert_eq!((added, removed), (vec!["rl".to_string()], vec![]));
+    // The thread names itself once it runs.
+    common::wait_for(Duration::from_secs(5), || {
+        common::thread_named("moat-sink-rl").then_some(())
+    })
+    .expect("no sink thread");
+    let stats = telemetry.metrics().get("rl").unwrap();
+    assert!(queue.push(common::access("added", "10.0.0.9")));
+    let got = lines(&rs, 1);
+    assert!(got[0].starts_with("first|access|"), "{got:?}");
+    assert!(got[0].contains("\"request_id\":\"added\""), "{got:?}");
+
+    // The same entry two lines further down: nothing restarts.
+    let moved = format!("# moved\n\n{}", sink("first"));
+    let (added, removed) = telemetry
+        .prepare(&common::parse(&moved, dir.path()), dir.path())
+        .unwrap()
+        .commit();
+    assert!(added.is_empty() && removed.is_empty());
+    assert!(Arc::ptr_eq(&stats, &telemetry.metrics().get("rl").unwrap()));
+
+    // A changed entry: the old thread delivers and ends, a new one takes over.
+    let (added, removed) = telemetry
+        .prepare(&common::parse(&sink("second"), dir.path()), dir.path())
+        .unwrap()
+        .commit();
+    assert_eq!((added.len(), removed.len()), (1, 1));
+    assert!(queue.push(common::access("changed", "10.0.0.9")));
+    let got = lines(&rs, 2);
+    assert!(got[1].starts_with("second|access|"), "{got:?}");
+    assert_eq!(stats.delivered.load(Ordering::Relaxed), 1);
+
+    // Removed: its thread ends, its series go, its records go nowhere.
+    let (added, removed) = telemetry
+        .prepare(&common::parse("sinks: []\n", dir.path()), dir.path())
+        .unwrap()
+        .commit();
+    assert_eq!((added, removed), (vec![], vec!["rl".to_string()]));
+    common::wait_for(Duration::from_secs(5), || {
+        (!common::thread_named("moat-sink-rl")).then_some(())
+    })
+    .expect("the removed sink's thread is still running");
+    assert!(telemetry.metrics().get("rl").is_none());
+    assert!(queue.push(common::access("removed", "10.0.0.9")));
+    std::thread::sleep(Duration::from_millis(300));
+    writer.shutdown();
+    let text = std::fs::read_to_string(&rs.out).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        !text.contains("unseen") && !text.contains("\"removed\""),
+        "{text}"
+    );
+}
+
+/// A sink that cannot start (its CA file is missing) refuses the whole change:
+/// nothing running is touched and nothing new is left running.
+#[test]
+fn a_reload_with_a_sink_that_cannot_start_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = moat_testkit::free_port().unwrap();
+    let (_queue, writer, telemetry) = common::start_telemetry(
+        &format!("sinks:\n  - name: ok1\n    syslog: {{ address: \"127.0.0.1:{port}\" }}\n"),
+        dir.path(),
+    );
+    let yaml = format!(
+        "sinks:\n  - name: new1\n    syslog: {{ address: \"127.0.0.1:{port}\" }}\n  - name: bad1\n    syslog: {{ transport: tls, address: \"127.0.0.1:{port}\", tls: {{ ca_file: missing.pem }} }}\n"
+    );
+    let err = telemetry
+        .prepare(&common::parse(&yaml, dir.path()), dir.path())
+        .unwrap_err();
+    assert!(err.to_string().starts_with("sink `bad1`: "), "{err}");
+    assert!(telemetry.metrics().get("ok1").is_some());
+    assert!(telemetry.metrics().get("new1").is_none());
+    common::wait_for(Duration::from_secs(5), || {
+        (!common::thread_named("moat-sink-new1")).then_some(())
+    })
+    .expect("the sink started for the refused change still runs");
+    common::wait_for(Duration::from_secs(5), || {
+        common::thread_named("moat-sink-ok1").then_some(())
+    })
+    .expect("the running sink stopped");
+    writer.shutdown();
+    assert!(!common::thread_named("moat-sink-ok1"));
 }

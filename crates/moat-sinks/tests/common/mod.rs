@@ -56,13 +56,24 @@ pub fn tls() -> Record {
     })
 }
 
-/// Parses a `telemetry:` section and starts the event writer with its sinks
-/// (no JSON-lines sink, no store).
-pub fn start(yaml: &str, dir: &Path) -> (EventQueue, EventWriter, moat_sinks::SinkMetrics) {
+/// Parses and validates a `telemetry:` section.
+pub fn parse(yaml: &str, dir: &Path) -> moat_sinks::TelemetryConfig {
     let file = dir.join("moat.yaml");
     let cfg: moat_sinks::TelemetryConfig = moat_config::from_str(&file, yaml).unwrap();
     cfg.validate(&file).unwrap();
-    let started = moat_sinks::start(&cfg, dir).unwrap();
+    cfg
+}
+
+/// Parses a `telemetry:` section and starts the event writer with its sinks
+/// (no JSON-lines sink, no store).
+pub fn start(yaml: &str, dir: &Path) -> (EventQueue, EventWriter, moat_sinks::SinkMetrics) {
+    let (queue, writer, telemetry) = start_telemetry(yaml, dir);
+    (queue, writer, telemetry.metrics().clone())
+}
+
+/// [`start`], keeping the [`moat_sinks::Telemetry`] for reloads.
+pub fn start_telemetry(yaml: &str, dir: &Path) -> (EventQueue, EventWriter, moat_sinks::Telemetry) {
+    let telemetry = moat_sinks::Telemetry::start(&parse(yaml, dir), dir).unwrap();
     // A store is what sets the writer's batch interval (20 ms keeps the tests quick).
     let events = EventsConfig {
         store: Some(moat_events::StoreConfig {
@@ -72,8 +83,17 @@ pub fn start(yaml: &str, dir: &Path) -> (EventQueue, EventWriter, moat_sinks::Si
         }),
         ..EventsConfig::default()
     };
-    let (queue, writer) = EventWriter::start_with(&events, dir, started.record_sinks).unwrap();
-    (queue, writer, started.metrics)
+    let (queue, writer) =
+        EventWriter::start_with(&events, dir, vec![Box::new(telemetry.record_sink())]).unwrap();
+    (queue, writer, telemetry)
+}
+
+/// Whether a thread of this process is named `name` (Linux truncates names to 15 bytes).
+pub fn thread_named(name: &str) -> bool {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .any(|comm| comm.trim_end() == name)
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, up to `timeout`.

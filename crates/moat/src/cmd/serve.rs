@@ -204,19 +204,16 @@ async fn serve(
         tracing::info!(address = %demo, "demo app listening");
     }
     let drain = cfg.runtime.shutdown_timeout;
-    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir)
-        .map_err(|e| anyhow::anyhow!("telemetry: {e}"))?;
-    let tracer = moat_sinks::Tracer::start(&cfg.telemetry.tracing, &src.base_dir)
-        .map_err(|e| anyhow::anyhow!("telemetry.tracing: {e}"))?;
+    let telemetry = Arc::new(
+        moat_sinks::Telemetry::start(&cfg.telemetry, &src.base_dir)
+            .map_err(|e| anyhow::anyhow!("telemetry: {e}"))?,
+    );
     // The span exporter's buffer is reported like a sink's, as `sink="tracing"`.
-    let sink_metrics = match &tracer {
-        Some(t) => sinks.metrics.with("tracing", t.stats().clone()),
-        None => sinks.metrics.clone(),
-    };
-    let events = moat_proxy::events::QueueSink::start_with_sinks(
+    let sink_metrics = telemetry.metrics().clone();
+    let events = moat_proxy::events::QueueSink::start_with_telemetry(
         &cfg.events,
         &src.base_dir,
-        sinks.record_sinks,
+        Some(&telemetry),
     )
     .map_err(|e| anyhow::anyhow!("events: {e}"))?;
     let (sink, writer) = match events {
@@ -229,7 +226,7 @@ async fn serve(
         .map(Path::to_path_buf);
     let opts = GatewayOptions {
         events: sink,
-        tracer: tracer.clone(),
+        telemetry: Some(telemetry.clone()),
         admin: moat_console::console_routes(
             moat_proxy::engine_api::engine_routes(AdminRouter::new(), store_path.clone()),
             store_path,
@@ -258,9 +255,7 @@ async fn serve(
     if let Some(writer) = writer {
         let _ = tokio::task::spawn_blocking(move || writer.shutdown()).await;
     }
-    if let Some(t) = tracer {
-        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
-    }
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
 }
 
