@@ -115,6 +115,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn template_bytes_are_the_same_for_one_template() {
+        let bytes = |p: &str| {
+            let mut v = Vec::new();
+            template_bytes(p, |b| v.extend_from_slice(b));
+            v
+        };
+        assert_eq!(bytes("/users/1"), bytes("/users/2?x=1"));
+        assert_eq!(
+            bytes("/users/1/orders/9f1c2a7e"),
+            bytes("/users/7/orders/0a0b0c0d0e")
+        );
+        assert_ne!(bytes("/users/1"), bytes("/users/me"));
+        assert_ne!(bytes("/users/1"), bytes("/users/1/"));
+        assert_ne!(bytes("/users/1"), bytes("/users/1/orders"));
+    }
+
+    #[test]
     fn templates() {
         assert_eq!(template("/users/123"), "/users/{id}");
         assert_eq!(template("/orders/9f1c2a7e4b3d"), "/orders/{id}", "hex id");
