@@ -1051,15 +1051,19 @@ fn split_documents(text: &str) -> Vec<(u32, &str)> {
     let mut docs = Vec::new();
     let mut start_byte = 0;
     let mut start_line = 0u32;
-    let mut offset = 0;
-    for (idx, line) in text.split_inclusive('\n').enumerate() {
-        let t = line.trim_end();
+    // YAML's line breaks (a bare CR too), so that the lines counted here are the
+    // ones the parser counts inside each document.
+    let mut starts = moat_config::subst::line_starts(text).peekable();
+    let mut idx = 0u32;
+    while let Some(offset) = starts.next() {
+        let end = starts.peek().copied().unwrap_or(text.len());
+        let t = text[offset..end].trim_end();
         if t == "---" || t.starts_with("--- ") || t == "..." {
             docs.push((start_line, &text[start_byte..offset]));
-            start_byte = offset + line.len();
-            start_line = idx as u32 + 1;
+            start_byte = end;
+            start_line = idx + 1;
         }
-        offset += line.len();
+        idx += 1;
     }
     docs.push((start_line, &text[start_byte..]));
     docs
@@ -1428,6 +1432,20 @@ mod tests {
         parse_text(Path::new("p.yaml"), text, &mut set)?;
         check_duplicates(&set)?;
         Ok(set)
+    }
+
+    #[test]
+    fn error_lines_count_a_bare_cr_in_a_document_separator() {
+        // Found by the `config` fuzz target: the separator line held a bare CR (a line
+        // break in YAML), which the document split did not count, so the next document
+        // began a line late and its error (the `\u{2}` of line 3) was placed on line 2,
+        // column 5, past the end of that line. The document is line 2 on.
+        let text = "--- {5!$\r&\u{17}2\n+` #\u{2} \r [";
+        let e = parse(text).unwrap_err();
+        assert_eq!((e.line, e.column), (2, 1), "the anchor of line 2: {e}");
+        // A third document after CR LF and bare CR lines (the first two are comments).
+        let e = parse("# a\r\n---\r# b\r---\r\n\u{2}").unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
     }
 
     #[test]

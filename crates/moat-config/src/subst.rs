@@ -55,8 +55,9 @@ impl Expanded {
 }
 
 /// Byte offsets where lines start, with YAML's line breaks: CR LF, LF and a bare CR
-/// (so positions agree with the ones the YAML parser reports).
-fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
+/// (so positions agree with the ones the YAML parser reports). The first is 0; a
+/// text ending with a line break ends with `text.len()`.
+pub fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
     let b = text.as_bytes();
     std::iter::once(0).chain(b.iter().enumerate().filter_map(move |(i, &c)| {
         let breaks = c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n'));

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::aggregate::Counted;
 use crate::config::{SinkConfig, SinkKind};
 use crate::record::Record;
 use crate::EventsError;
@@ -30,8 +31,12 @@ use crate::EventsError;
 /// implementation copies what it needs into a bounded buffer of its own,
 /// drained by its own thread, and counts what does not fit.
 pub trait RecordSink: Send {
-    /// Takes (a copy of) the records of one batch, without blocking.
-    fn offer(&mut self, batch: &[Record]);
+    /// Takes (a copy of) the records of one batch, without blocking: `batch`,
+    /// each standing for itself, and `counted`, the records of closed
+    /// flood-control windows, each standing for [`Counted::count`] occurrences
+    /// between its `ts` and [`Counted::last_ts`] (the JSON-lines sink and the
+    /// store write the same two lists).
+    fn offer(&mut self, batch: &[Record], counted: &[Counted]);
     /// The writer is stopping: the last batch has been offered. An
     /// implementation may wait here (bounded) to deliver what it holds.
     fn close(&mut self) {}

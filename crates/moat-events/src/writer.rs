@@ -481,7 +481,7 @@ impl Worker {
         }
         drop(rows);
         for s in &mut self.extra {
-            s.offer(batch);
+            s.offer(batch, &self.counted);
         }
         batch.clear();
         self.counted.clear();

@@ -279,9 +279,15 @@ pub struct ClusterConfig {
     /// Idle keep-alive connections to the upstream are closed after this.
     #[serde(default = "default_idle_timeout", with = "duration")]
     pub idle_timeout: Duration,
-    /// Maximum idle pooled connections per endpoint.
+    /// Maximum idle pooled connections per endpoint (a connection returned to a
+    /// full pool is closed).
     #[serde(default = "default_max_idle")]
     pub max_idle_per_endpoint: usize,
+    /// Every `idle_purge`, half of the pooled connections that stayed idle the whole
+    /// interval are closed and the rest free their buffers, so the pool a burst
+    /// opened shrinks by half each interval; `0s` turns it off.
+    #[serde(default = "default_idle_purge", with = "duration")]
+    pub idle_purge: Duration,
     /// Passive ejection of failing endpoints.
     #[serde(default)]
     pub ejection: EjectionConfig,
@@ -305,6 +311,13 @@ fn default_idle_timeout() -> Duration {
 fn default_max_idle() -> usize {
     256
 }
+/// HAProxy's `pool-purge-delay` default.
+fn default_idle_purge() -> Duration {
+    Duration::from_secs(5)
+}
+/// Bounds of a nonzero `clusters[].idle_purge`: the reaper wakes that often.
+const MIN_IDLE_PURGE: Duration = Duration::from_millis(100);
+const MAX_IDLE_PURGE: Duration = Duration::from_secs(3600);
 
 /// `clusters[].ejection`: passive health checking.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -647,6 +660,17 @@ pub fn validate(src: &ConfigSource, cfg: &GatewayConfig) -> Result<(), ConfigErr
                 return Err(err_at(src, e, format!("clusters[{i}].endpoints[{j}]"), m));
             }
         }
+        if !c.idle_purge.is_zero() && !(MIN_IDLE_PURGE..=MAX_IDLE_PURGE).contains(&c.idle_purge) {
+            return Err(err_at(
+                src,
+                &c.name,
+                format!("clusters[{i}].idle_purge"),
+                format!(
+                    "must be 0s (off) or between 100ms and 1h, got {:?}",
+                    c.idle_purge
+                ),
+            ));
+        }
     }
     for (i, l) in cfg.listeners.iter().enumerate() {
         check_tcp_clusters(src, i, l, cfg)?;
@@ -901,5 +925,30 @@ mod tests {
             (ok.limits.max_headers, ok.limits.max_header_bytes),
             (512, 1024)
         );
+    }
+
+    #[test]
+    fn idle_purge_is_bounded() {
+        for bad in ["10ms", "2h"] {
+            let text = format!(
+                "clusters:\n  - name: app\n    endpoints: [\"a:1\"]\n    idle_purge: {bad}\n"
+            );
+            let e = parse(&src(), &text).unwrap_err();
+            assert_eq!(e.field, "clusters[0].idle_purge", "{e}");
+            assert_eq!(e.line, 2, "{e}");
+            assert!(e.to_string().contains("between 100ms and 1h"), "{e}");
+        }
+        for (ok, want) in [("0s", 0), ("100ms", 100), ("", 5000)] {
+            let text = format!(
+                "clusters:\n  - name: app\n    endpoints: [\"a:1\"]\n{}",
+                if ok.is_empty() {
+                    String::new()
+                } else {
+                    format!("    idle_purge: {ok}\n")
+                }
+            );
+            let cfg = parse(&src(), &text).unwrap();
+            assert_eq!(cfg.clusters[0].idle_purge, Duration::from_millis(want));
+        }
     }
 }

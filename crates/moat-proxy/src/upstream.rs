@@ -224,6 +224,7 @@ pub struct Cluster {
     tls: Option<Arc<moat_tls::UpstreamConnector>>,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    idle_purge: Duration,
     /// Time allowed for the response head.
     pub request_timeout: Duration,
     eject_after: u32,
@@ -281,6 +282,7 @@ impl Cluster {
             tls,
             connect_timeout: cfg.connect_timeout,
             idle_timeout: cfg.idle_timeout,
+            idle_purge: cfg.idle_purge,
             request_timeout: cfg.request_timeout,
             eject_after: cfg.ejection.consecutive_failures,
             eject_after_5xx: cfg.ejection.consecutive_5xx,
@@ -425,6 +427,13 @@ impl Cluster {
         }
     }
 
+    /// Ends a purge interval of every endpoint's pool (see [`EndpointPool`]): half
+    /// of the connections left idle since the previous call are closed. Returns how
+    /// many were closed. The reaper calls it every `idle_purge`.
+    pub fn purge_idle(&self) -> usize {
+        self.endpoints.iter().map(|e| e.pool.purge()).sum()
+    }
+
     /// The idle timeout of pooled connections.
     pub fn idle_timeout(&self) -> Duration {
         self.idle_timeout
@@ -536,14 +545,21 @@ pub fn spawn_reaper(cluster: &Arc<Cluster>) {
         return;
     };
     let weak = Arc::downgrade(cluster);
-    let every =
+    let purge = cluster.idle_purge;
+    let mut every =
         (cluster.idle_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    if !purge.is_zero() {
+        every = every.min(purge);
+    }
     handle.spawn(async move {
+        let mut last_purge = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(every).await;
-            match weak.upgrade() {
-                Some(c) => c.prune_idle(),
-                None => break,
+            let Some(c) = weak.upgrade() else { break };
+            c.prune_idle();
+            if !purge.is_zero() && last_purge.elapsed() >= purge {
+                last_purge = tokio::time::Instant::now();
+                c.purge_idle();
             }
         }
     });

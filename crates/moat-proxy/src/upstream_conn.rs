@@ -116,6 +116,15 @@ impl Conn {
         })
     }
 
+    /// Frees the read and write buffers of an idle connection (its read buffer is
+    /// empty: see [`EndpointPool::put`]).
+    fn release_buffers(&mut self) {
+        if self.rbuf.is_empty() {
+            self.rbuf = BytesMut::new();
+        }
+        self.wbuf = Vec::new();
+    }
+
     /// True when the idle connection is still open: a read that does not wait finds
     /// neither end of file nor unexpected bytes.
     fn is_open(&mut self) -> bool {
@@ -195,24 +204,42 @@ impl Conn {
 }
 
 /// Idle keep-alive connections of one endpoint (most recently used last).
-#[derive(Debug, Default)]
+///
+/// Two bounds keep a burst from pinning connections and their buffers: at most
+/// `max_idle` connections (nginx's `keepalive N`: a connection returned to a full
+/// pool is closed), and the purge (`clusters[].idle_purge`, HAProxy's
+/// `pool-purge-delay`): every purge interval, half of the connections that stayed
+/// idle the whole interval are closed, the least recently used first, and the
+/// others give their buffers back. Under steady load the pool keeps what the load
+/// reuses; after a burst it shrinks by half every interval.
+#[derive(Debug)]
 pub struct EndpointPool {
-    idle: Mutex<Vec<(Box<Conn>, Instant)>>,
+    idle: Mutex<Idle>,
     max_idle: usize,
+}
+
+#[derive(Debug, Default)]
+struct Idle {
+    /// Oldest first: `put` pushes and `checkout` pops at the end.
+    conns: Vec<(Box<Conn>, Instant)>,
+    /// The fewest connections the pool held since the last purge: the first
+    /// `unused` of `conns` were not taken once in that interval.
+    unused: usize,
 }
 
 impl EndpointPool {
     /// A pool that keeps at most `max_idle` idle connections.
     pub(crate) fn new(max_idle: usize) -> EndpointPool {
         EndpointPool {
-            idle: Mutex::new(Vec::new()),
+            idle: Mutex::new(Idle::default()),
             max_idle,
         }
     }
 
     pub(crate) fn checkout(&self, idle_timeout: Duration) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock();
-        while let Some((mut conn, since)) = idle.pop() {
+        while let Some((mut conn, since)) = idle.conns.pop() {
+            idle.unused = idle.unused.min(idle.conns.len());
             if since.elapsed() < idle_timeout && conn.is_open() {
                 conn.reused = true;
                 return Some(conn);
@@ -221,23 +248,53 @@ impl EndpointPool {
         None
     }
 
-    /// Returns a connection whose exchange is complete (its read buffer is empty).
+    /// Returns a connection whose exchange is complete (its read buffer is empty);
+    /// a full pool closes it.
     pub(crate) fn put(&self, conn: Box<Conn>) {
         let mut idle = self.idle.lock();
-        if idle.len() < self.max_idle {
-            idle.push((conn, Instant::now()));
+        if idle.conns.len() < self.max_idle {
+            idle.conns.push((conn, Instant::now()));
         }
     }
 
+    /// Closes the connections idle longer than `idle_timeout` or closed by the upstream.
     pub(crate) fn prune(&self, idle_timeout: Duration) {
-        self.idle
-            .lock()
-            .retain_mut(|(conn, since)| since.elapsed() < idle_timeout && conn.is_open());
+        let mut idle = self.idle.lock();
+        let Idle { conns, unused } = &mut *idle;
+        // Those closed among the first `unused` shorten the untouched prefix.
+        let (mut i, mut closed_unused) = (0, 0);
+        conns.retain_mut(|(conn, since)| {
+            let keep = since.elapsed() < idle_timeout && conn.is_open();
+            if !keep && i < *unused {
+                closed_unused += 1;
+            }
+            i += 1;
+            keep
+        });
+        *unused = (*unused).min(i) - closed_unused;
+    }
+
+    /// Ends a purge interval: closes half (rounded up) of the connections not taken
+    /// since the previous call, oldest first, and frees the buffers of the rest of
+    /// them (a connection taken again allocates them anew). Returns how many were
+    /// closed.
+    pub(crate) fn purge(&self) -> usize {
+        let mut idle = self.idle.lock();
+        let unused = idle.unused.min(idle.conns.len());
+        let close = unused.div_ceil(2);
+        // Dropped outside the lock: closing a TLS connection sends its close_notify.
+        let closed: Vec<_> = idle.conns.drain(..close).collect();
+        for (conn, _) in &mut idle.conns[..unused - close] {
+            conn.release_buffers();
+        }
+        idle.unused = idle.conns.len();
+        drop(idle);
+        closed.len()
     }
 
     /// Idle connections held now.
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.lock().conns.len()
     }
 }
 

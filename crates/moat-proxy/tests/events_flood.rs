@@ -216,3 +216,128 @@ async fn an_attack_flood_is_stored_aggregated_with_exact_counts() {
         store.used_bytes().unwrap()
     );
 }
+
+/// The sum of the counts in one sink's output per (rule, location) of the WAF's
+/// findings, and whether one record stood for more than one occurrence with its
+/// first and last times. `count`, `first` and `last` read a record of the sink's format.
+fn tally(
+    records: &[Value],
+    key: impl Fn(&Value) -> String,
+    count: impl Fn(&Value) -> u64,
+    span: impl Fn(&Value) -> Option<(String, String)>,
+) -> (std::collections::BTreeMap<String, u64>, bool) {
+    let mut sums = std::collections::BTreeMap::new();
+    let mut spanned = false;
+    for r in records {
+        let n = count(r);
+        *sums.entry(key(r)).or_insert(0) += n;
+        if n > 1 {
+            let (first, last) = span(r).unwrap_or_else(|| panic!("a count without times: {r}"));
+            assert!(first <= last, "{r}");
+            spanned = true;
+        }
+    }
+    (sums, spanned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn aggregated_counts_reach_a_real_syslog_receiver_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(rs) = moat_testkit::rsyslog::Rsyslog::start(dir.path(), None) else {
+        return;
+    };
+    let up = upstream("a").await;
+    let file = dir.path().join("moat.yaml");
+    let tcp = rs.ports.tcp;
+    let sink = |name: &str, format: &str| {
+        format!(
+            "    - {{ name: {name}, format: {format}, records: [security], syslog: {{ address: \"127.0.0.1:{tcp}\", app_name: {name} }} }}\n"
+        )
+    };
+    let yaml = format!(
+        "{}telemetry:\n  sinks:\n{}{}{}",
+        yaml(up.addr),
+        sink("moat", "moat"),
+        sink("ecs", "ecs"),
+        sink("ocsf", "ocsf")
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let (cfg, src) = config::load_file(&file).unwrap();
+    let sinks = moat_sinks::start(&cfg.telemetry, &src.base_dir).unwrap();
+    let (events, writer) =
+        QueueSink::start_with_sinks(&cfg.events, &src.base_dir, sinks.record_sinks)
+            .unwrap()
+            .unwrap();
+    let opts = GatewayOptions {
+        events: Some(events as Arc<dyn moat_proxy::EventSink>),
+        ..GatewayOptions::default()
+    };
+    let gw = gateway_from(cfg, src, opts).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let statuses = flood(
+        addr,
+        vec!["/search?q=1%27%20OR%201%3D1--".to_string(); REPEATS],
+        16,
+    )
+    .await;
+    assert!(
+        statuses.iter().all(|&s| s == 403),
+        "every attack is blocked"
+    );
+    // The writer's shutdown closes the open windows and gives each sink its
+    // shutdown time to deliver them.
+    gw.shutdown(Duration::from_secs(5)).await;
+    writer.shutdown();
+
+    let parse = |app: &str, lines: &[String]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("{app}|security|")))
+            .map(|l| serde_json::from_str(l.split_once('|').unwrap().1).unwrap())
+            .collect()
+    };
+    // Every identical attack raises the same findings: each (rule, location)
+    // must add up to the requests sent, in every format.
+    let complete = |sums: &std::collections::BTreeMap<String, u64>| {
+        !sums.is_empty() && sums.values().all(|&n| n == REPEATS as u64)
+    };
+    let str_of = |v: &Value| {
+        v.as_str()
+            .map(str::to_string)
+            .or(v.as_u64().map(|n| format!("{n:020}")))
+    };
+    let moat_key = |r: &Value| format!("{}@{}", r["event"]["rule"], r["event"]["location"]);
+    let moat_span = |r: &Value| Some((str_of(&r["ts"])?, str_of(&r["last_ts"])?));
+    let lines = rs.wait_until(Duration::from_secs(15), |lines| {
+        complete(&tally(&parse("moat", lines), moat_key, count, moat_span).0)
+    });
+    let moat = tally(&parse("moat", &lines), moat_key, count, moat_span);
+    let ecs = tally(
+        &parse("ecs", &lines),
+        |r| format!("{}@{}", r["rule"]["id"], r["moat"]["location"]),
+        |r| r["moat"]["count"].as_u64().unwrap_or(1),
+        |r| Some((str_of(&r["event"]["start"])?, str_of(&r["event"]["end"])?)),
+    );
+    let ocsf = tally(
+        &parse("ocsf", &lines),
+        |r| {
+            format!(
+                "{}@{}",
+                r["finding_info"]["analytic"]["uid"], r["evidences"][0]["data"]["location"]
+            )
+        },
+        |r| r["count"].as_u64().unwrap_or(1),
+        |r| Some((str_of(&r["start_time"])?, str_of(&r["end_time"])?)),
+    );
+    for (name, (sums, spanned)) in [("moat", &moat), ("ecs", &ecs), ("ocsf", &ocsf)] {
+        assert!(complete(sums), "{name}: {sums:?}");
+        assert!(*spanned, "{name}: no record carried a count");
+        assert_eq!(sums, &moat.0, "{name} counts differ from moat's own format");
+    }
+    // Aggregated: far fewer messages than findings.
+    let messages = parse("moat", &lines).len();
+    assert!(
+        messages < REPEATS / 10,
+        "{messages} messages for {REPEATS} attacks"
+    );
+}

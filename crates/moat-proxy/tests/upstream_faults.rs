@@ -21,10 +21,12 @@ use tokio::net::{TcpListener, TcpStream};
 /// Descriptor counts are per process: the tests of this file run one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The hostile upstream: its address and the connections open on its side now.
+/// The hostile upstream: its address, the connections open on its side now and
+/// those it accepted since it started.
 struct Hostile {
     addr: SocketAddr,
     open: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
 }
 
 /// Decrements the open-connection count when a connection task ends.
@@ -64,11 +66,13 @@ async fn hostile_upstream() -> Hostile {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let open = Arc::new(AtomicUsize::new(0));
-    let count = open.clone();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (count, total) = (open.clone(), accepted.clone());
     tokio::spawn(async move {
         let mut seq = 0u64;
         while let Ok((mut s, _)) = listener.accept().await {
             count.fetch_add(1, Ordering::SeqCst);
+            total.fetch_add(1, Ordering::SeqCst);
             let guard = Open(count.clone());
             seq += 1;
             let mut rng = seq;
@@ -87,6 +91,15 @@ async fn hostile_upstream() -> Hostile {
                         }
                         "/garbage" => {
                             let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").await;
+                        }
+                        // Holds its connection a while: concurrent requests need
+                        // as many upstream connections.
+                        "/hold" => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if s.write_all(ok).await.is_err() {
+                                return;
+                            }
                         }
                         "/slow" => {
                             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -114,7 +127,11 @@ async fn hostile_upstream() -> Hostile {
             });
         }
     });
-    Hostile { addr, open }
+    Hostile {
+        addr,
+        open,
+        accepted,
+    }
 }
 
 fn config(endpoints: &[SocketAddr], consecutive_failures: u32) -> String {
@@ -316,4 +333,93 @@ async fn a_hostile_endpoint_is_ejected() {
         );
         gw.shutdown(Duration::from_secs(2)).await;
     }
+}
+
+/// A burst of concurrent requests opens as many upstream connections; the pool
+/// keeps at most `max_idle_per_endpoint` of them (the rest are closed as they come
+/// back), the purge then closes the idle ones by halves, and it never closes a
+/// connection that steady traffic keeps reusing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_pool_stays_under_its_cap_and_a_burst_is_purged() {
+    let _serial = SERIAL.lock().await;
+    let up = hostile_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    const CAP: usize = 8;
+    const BURST: usize = 64;
+    let cfg = config(&[up.addr], 0).replace(
+        "    request_timeout: 300ms\n",
+        &format!(
+            "    request_timeout: 5s\n    max_idle_per_endpoint: {CAP}\n    idle_purge: 300ms\n"
+        ),
+    );
+    let gw = gateway(dir.path(), &cfg, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let baseline = open_fds();
+
+    let burst: Vec<_> = (0..BURST)
+        .map(|_| {
+            tokio::spawn(async move {
+                raw(
+                    addr,
+                    b"GET /hold HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+                )
+                .await
+            })
+        })
+        .collect();
+    // Sampled while the burst runs and ends: never more than the cap pooled.
+    let mut most = 0;
+    while !burst.iter().all(|t| t.is_finished()) {
+        most = most.max(pooled(&gw));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for t in burst {
+        let resp = t.await.unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
+    }
+    most = most.max(pooled(&gw));
+    assert!(most <= CAP, "{most} idle connections pooled, cap {CAP}");
+    assert!(
+        up.accepted.load(Ordering::SeqCst) >= BURST / 2,
+        "the burst was not concurrent: {} upstream connections",
+        up.accepted.load(Ordering::SeqCst)
+    );
+    // The surplus was closed on both sides at once: nothing but the pool is open.
+    assert_no_leak(&gw, &up, baseline).await;
+
+    // Steady traffic (a request every 50 ms, several purge intervals): the one
+    // connection it reuses is never purged.
+    let before = up.accepted.load(Ordering::SeqCst);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        let resp = raw(
+            addr,
+            b"GET /ok HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        up.accepted.load(Ordering::SeqCst) - before <= 1,
+        "steady traffic reconnected: {} new upstream connections",
+        up.accepted.load(Ordering::SeqCst) - before
+    );
+
+    // Idle: halved every 300 ms down to nothing, on both sides.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pooled(&gw) > 0 || up.open.load(Ordering::SeqCst) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "idle pool not purged: {} pooled, {} open upstream",
+            pooled(&gw),
+            up.open.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        open_fds() <= baseline,
+        "{} fds, baseline {baseline}",
+        open_fds()
+    );
 }

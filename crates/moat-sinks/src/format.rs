@@ -4,7 +4,7 @@
 //! `serde_json` values on the event writer's thread (never on the request path),
 //! then serialized once into the message body.
 
-use moat_events::{AccessRecord, Record, SecurityRecord, TcpRecord, TlsRecord};
+use moat_events::{AccessRecord, Counted, Record, SecurityRecord, TcpRecord, TlsRecord};
 use serde_json::{json, Value};
 
 use crate::config::Format;
@@ -14,12 +14,72 @@ pub const ECS_VERSION: &str = "8.11.0";
 /// The OCSF schema version the mapping follows.
 pub const OCSF_VERSION: &str = "1.3.0";
 
-/// Serializes `rec` in `format` into `out` (appended; one JSON object, no newline).
-pub fn encode(format: Format, rec: &Record, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+/// What the event writer offers a sink: a record, or a record that stands for
+/// the repeats of one flood-control window ([`moat_events::aggregate`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Entry<'a> {
+    /// One occurrence.
+    One(&'a Record),
+    /// `count` occurrences from the record's `ts` to `last_ts`.
+    Counted(&'a Counted),
+}
+
+impl<'a> Entry<'a> {
+    /// The record (of the first occurrence, for a counted one).
+    pub fn record(self) -> &'a Record {
+        match self {
+            Entry::One(r) => r,
+            Entry::Counted(c) => &c.record,
+        }
+    }
+}
+
+/// Serializes `entry` in `format` into `out` (appended; one JSON object, no newline).
+///
+/// A counted entry carries its count and its first and last times in every format:
+/// `count` and `last_ts` beside the record's fields in moat's own (as the JSON-lines
+/// sink and the store write it), `event.start`, `event.end` and `moat.count` in ECS
+/// (which has no count field), `count`, `start_time` and `end_time` in OCSF (its base
+/// event's attributes for an aggregate).
+pub fn encode(
+    format: Format,
+    entry: Entry<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    let rec = entry.record();
+    let counted = match entry {
+        Entry::One(_) => None,
+        Entry::Counted(c) => Some(c),
+    };
     match format {
-        Format::Moat => serde_json::to_writer(out, rec),
-        Format::Ecs => serde_json::to_writer(out, &ecs(rec)),
-        Format::Ocsf => serde_json::to_writer(out, &ocsf(rec)),
+        Format::Moat => match counted {
+            None => serde_json::to_writer(out, rec),
+            Some(c) => serde_json::to_writer(out, c),
+        },
+        Format::Ecs => {
+            let mut v = ecs(rec);
+            if let (Some(c), Some(m)) = (counted, v.as_object_mut()) {
+                let event = m.entry("event").or_insert_with(|| json!({}));
+                if let Some(e) = event.as_object_mut() {
+                    e.insert("start".into(), rfc3339(rec.ts()).into());
+                    e.insert("end".into(), rfc3339(c.last_ts).into());
+                }
+                let moat = m.entry("moat").or_insert_with(|| json!({}));
+                if let Some(o) = moat.as_object_mut() {
+                    o.insert("count".into(), c.count.into());
+                }
+            }
+            serde_json::to_writer(out, &v)
+        }
+        Format::Ocsf => {
+            let mut v = ocsf(rec);
+            if let (Some(c), Some(m)) = (counted, v.as_object_mut()) {
+                m.insert("count".into(), c.count.into());
+                m.insert("start_time".into(), rec.ts().into());
+                m.insert("end_time".into(), c.last_ts.into());
+            }
+            serde_json::to_writer(out, &v)
+        }
     }
 }
 
@@ -320,5 +380,65 @@ pub fn prune_nulls(v: &mut Value) {
         }
         Value::Array(a) => a.iter_mut().for_each(prune_nulls),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use moat_core::{EventAction, SecurityEvent};
+
+    fn encoded(format: Format, entry: Entry<'_>) -> Value {
+        let mut out = Vec::new();
+        encode(format, entry, &mut out).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn a_counted_record_carries_its_count_and_times_in_every_format() {
+        let record = Record::Security(SecurityRecord {
+            ts: 1_700_000_000_000,
+            request_id: "r1".into(),
+            route: "api".into(),
+            client_ip: "10.0.0.1".into(),
+            method: "GET".into(),
+            path: "/search".into(),
+            event: SecurityEvent::new("waf", "sqli", EventAction::Block, "SQL injection"),
+            request: None,
+        });
+        let c = Counted {
+            record: record.clone(),
+            count: 41,
+            last_ts: 1_700_000_009_500,
+        };
+        let moat = encoded(Format::Moat, Entry::Counted(&c));
+        assert_eq!(
+            (moat["count"].as_u64(), moat["last_ts"].as_u64()),
+            (Some(41), Some(1_700_000_009_500))
+        );
+        assert_eq!(moat["ts"], 1_700_000_000_000u64);
+        let ecs = encoded(Format::Ecs, Entry::Counted(&c));
+        assert_eq!(ecs["moat"]["count"], 41);
+        assert_eq!(ecs["event"]["start"], "2023-11-14T22:13:20.000Z");
+        assert_eq!(ecs["event"]["end"], "2023-11-14T22:13:29.500Z");
+        assert_eq!(ecs["event"]["kind"], "alert", "the mapping is kept");
+        let ocsf = encoded(Format::Ocsf, Entry::Counted(&c));
+        assert_eq!(ocsf["count"], 41);
+        assert_eq!(ocsf["start_time"], 1_700_000_000_000u64);
+        assert_eq!(ocsf["end_time"], 1_700_000_009_500u64);
+        assert_eq!(ocsf["class_uid"], 2004);
+        // A single record has none of these.
+        for f in [Format::Moat, Format::Ecs, Format::Ocsf] {
+            let v = encoded(f, Entry::One(&record));
+            assert!(
+                v.get("count").is_none() && v.get("start_time").is_none(),
+                "{v}"
+            );
+            assert!(
+                v["moat"].get("count").is_none() && v["event"].get("start").is_none(),
+                "{v}"
+            );
+        }
     }
 }

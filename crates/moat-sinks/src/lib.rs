@@ -261,11 +261,14 @@ struct OutboxSink {
 }
 
 impl moat_events::RecordSink for OutboxSink {
-    fn offer(&mut self, batch: &[moat_events::Record]) {
+    fn offer(&mut self, batch: &[moat_events::Record], counted: &[moat_events::Counted]) {
         let mut encode_errors = 0u64;
-        let msgs = batch
+        let entries = batch
             .iter()
-            .filter_map(|r| self.encoder.encode(r))
+            .map(format::Entry::One)
+            .chain(counted.iter().map(format::Entry::Counted));
+        let msgs = entries
+            .filter_map(|e| self.encoder.encode(e))
             .filter_map(|m| m.map_err(|_| encode_errors += 1).ok())
             .collect::<Vec<_>>();
         let dropped = self.outbox.push(msgs.into_iter());

@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::config::{BufferConfig, Format, RecordKind};
+use crate::format::Entry;
 
 /// Syslog severity of a record (RFC 5424 numbering), also used by other mappings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,14 +314,15 @@ pub(crate) struct Encoder {
 }
 
 impl Encoder {
-    /// The message of a record, or `None` when this sink does not take its kind.
-    pub(crate) fn encode(&self, rec: &Record) -> Option<Result<Message, serde_json::Error>> {
+    /// The message of an entry, or `None` when this sink does not take its kind.
+    pub(crate) fn encode(&self, entry: Entry<'_>) -> Option<Result<Message, serde_json::Error>> {
+        let rec = entry.record();
         let kind = RecordKind::of(rec);
         if !self.kinds[kind.index()] {
             return None;
         }
         let mut body = Vec::with_capacity(512);
-        if let Err(e) = crate::format::encode(self.format, rec, &mut body) {
+        if let Err(e) = crate::format::encode(self.format, entry, &mut body) {
             return Some(Err(e));
         }
         Some(Ok(Message {

@@ -5,92 +5,30 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use moat_testkit::{free_port, real_part, wait_for_port, ChildGuard};
+use moat_testkit::rsyslog::{Rsyslog, TlsFiles};
 
-struct Rsyslog {
-    _child: ChildGuard,
-    out: std::path::PathBuf,
-    udp: u16,
-    tcp: u16,
-    tls: u16,
-}
-
-/// Starts rsyslogd with a UDP, a TCP and a TLS input, writing every message as
-/// `APP-NAME|MSGID|PRI|MSG` lines into `out.log`.
+/// rsyslogd with a UDP, a TCP and a TLS input (a certificate of a test CA, whose
+/// certificate is `dir/ca.pem` for the sinks to trust).
 fn rsyslog(dir: &Path) -> Option<Rsyslog> {
-    let bin = real_part("rsyslogd", "scripts/ensure-apt rsyslog rsyslog-gnutls")?;
     let ca = moat_tls::testing::TestCa::new("syslog test CA");
     let server = ca.server_cert(&["localhost"]);
     let (cert, key) = server.write(dir, "server").unwrap();
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let (udp, tcp, tls) = (
-        free_port().unwrap(),
-        free_port().unwrap(),
-        free_port().unwrap(),
-    );
-    let out = dir.join("out.log");
-    let conf = format!(
-        r#"global(workDirectory="{d}" defaultNetstreamDriverCAFile="{ca}" defaultNetstreamDriverCertFile="{cert}" defaultNetstreamDriverKeyFile="{key}")
-module(load="imudp")
-module(load="imtcp" maxSessions="16")
-input(type="imudp" address="127.0.0.1" port="{udp}")
-input(type="imtcp" address="127.0.0.1" port="{tcp}")
-input(type="imtcp" address="127.0.0.1" port="{tls}" streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="anon")
-template(name="t" type="string" string="%app-name%|%msgid%|%pri%|%msg%\n")
-action(type="omfile" file="{out}" template="t" flushOnTXEnd="on" asyncWriting="off")
-"#,
-        d = dir.display(),
-        ca = ca_file.display(),
-        cert = cert.display(),
-        key = key.display(),
-        out = out.display(),
-    );
-    let conf_file = dir.join("rsyslog.conf");
-    std::fs::write(&conf_file, conf).unwrap();
-    let child = Command::new(bin)
-        .arg("-n")
-        .arg("-f")
-        .arg(&conf_file)
-        .arg("-i")
-        .arg(dir.join("rsyslog.pid"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let child = ChildGuard(child);
-    assert!(
-        wait_for_port(tcp, Duration::from_secs(10)),
-        "rsyslogd did not listen on tcp"
-    );
-    assert!(
-        wait_for_port(tls, Duration::from_secs(10)),
-        "rsyslogd did not listen on tls"
-    );
-    Some(Rsyslog {
-        _child: child,
-        out,
-        udp,
-        tcp,
-        tls,
-    })
+    Rsyslog::start(
+        dir,
+        Some(TlsFiles {
+            ca: &ca_file,
+            cert: &cert,
+            key: &key,
+        }),
+    )
 }
 
-fn lines(out: &Path, n: usize) -> Vec<String> {
-    common::wait_for(Duration::from_secs(15), || {
-        let text = std::fs::read_to_string(out).unwrap_or_default();
-        let l: Vec<String> = text.lines().map(str::to_string).collect();
-        (l.len() >= n).then_some(l)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "rsyslog wrote fewer than {n} lines: {:?}",
-            std::fs::read_to_string(out).unwrap_or_default()
-        )
-    })
+fn lines(rs: &Rsyslog, n: usize) -> Vec<String> {
+    rs.wait_until(Duration::from_secs(15), |l| l.len() >= n)
 }
 
 #[test]
@@ -113,14 +51,14 @@ fn rsyslog_receives_udp_tcp_and_tls_in_every_mapping() {
     format: ocsf
     syslog: {{ transport: tls, address: "127.0.0.1:{}", app_name: moat-tls, tls: {{ ca_file: ca.pem, server_name: localhost }} }}
 "#,
-        rs.udp, rs.tcp, rs.tls
+        rs.ports.udp, rs.ports.tcp, rs.ports.tls
     );
     let (queue, writer, metrics) = common::start(&yaml, dir.path());
     assert!(queue.push(common::security("r1", "10.0.0.1")));
     assert!(queue.push(common::access("r1", "10.0.0.1")));
     assert!(queue.push(common::tls()));
     // udp: 1 (security); tcp: 2 (security, access); tls: 3 (all)
-    let got = lines(&rs.out, 6);
+    let got = lines(&rs, 6);
     writer.shutdown();
     let by_app = |app: &str| -> Vec<&String> {
         got.iter()
@@ -188,12 +126,12 @@ fn tcp_sink_reconnects_after_the_receiver_restarts() {
     };
     let yaml = format!(
         "sinks:\n  - name: tcp\n    buffer: {{ retry_backoff: 20ms, retry_backoff_max: 200ms }}\n    syslog: {{ address: \"127.0.0.1:{}\" }}\n",
-        rs.tcp
+        rs.ports.tcp
     );
     let (queue, writer, metrics) = common::start(&yaml, dir.path());
     queue.push(common::access("before", "10.0.0.2"));
-    lines(&rs.out, 1);
-    let (udp, tcp, tls, out) = (rs.udp, rs.tcp, rs.tls, rs.out.clone());
+    lines(&rs, 1);
+    let (ports, out) = (rs.ports, rs.out.clone());
     drop(rs);
     // Records pushed while the receiver is down wait in the sink's buffer.
     for i in 0..5 {
@@ -201,10 +139,11 @@ fn tcp_sink_reconnects_after_the_receiver_restarts() {
     }
     std::thread::sleep(Duration::from_millis(300));
     // The same ports again: a restarted receiver.
-    let rs = restart(dir.path(), udp, tcp, tls, out);
-    let Some(rs) = rs else { return };
+    let Some(rs) = Rsyslog::restart(dir.path(), ports, out) else {
+        return;
+    };
     queue.push(common::access("after", "10.0.0.2"));
-    let got = lines(&rs.out, 7);
+    let got = lines(&rs, 7);
     writer.shutdown();
     let text = got.join("\n");
     for id in ["before", "down-0", "down-4", "after"] {
@@ -216,28 +155,4 @@ fn tcp_sink_reconnects_after_the_receiver_restarts() {
     let s = metrics.get("tcp").unwrap();
     assert_eq!(s.dropped.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert!(s.send_errors.load(std::sync::atomic::Ordering::Relaxed) >= 1);
-}
-
-/// rsyslogd again on the same ports and output file (its config is still in `dir`).
-fn restart(dir: &Path, udp: u16, tcp: u16, tls: u16, out: std::path::PathBuf) -> Option<Rsyslog> {
-    let bin = real_part("rsyslogd", "scripts/ensure-apt rsyslog rsyslog-gnutls")?;
-    let child = Command::new(bin)
-        .arg("-n")
-        .arg("-f")
-        .arg(dir.join("rsyslog.conf"))
-        .arg("-i")
-        .arg(dir.join("rsyslog.pid"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let child = ChildGuard(child);
-    assert!(wait_for_port(tcp, Duration::from_secs(10)));
-    Some(Rsyslog {
-        _child: child,
-        out,
-        udp,
-        tcp,
-        tls,
-    })
 }

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod rsyslog;
+
 /// The environment variable that turns a missing real component into a test failure.
 pub const REQUIRE_VAR: &str = "MOAT_REQUIRE_REAL_PARTS";
 
