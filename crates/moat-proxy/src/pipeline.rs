@@ -250,18 +250,12 @@ fn ratelimit(
     }
     let background = match slot.as_ref() {
         Some(c) => c.background.clone(),
-        None => {
-            let url = match &rl.store {
-                moat_ratelimit::StoreConfig::Local => None,
-                moat_ratelimit::StoreConfig::Redis(u) => Some(u.as_str()),
-            };
-            Background::start(url, rl.store_timeout)
-                .map_err(|e| engine_error(src, "ratelimit.store", e))?
-        }
+        None => Background::start(&rl.store, rl.store_timeout)
+            .map_err(|e| engine_error(src, "ratelimit.store", e))?,
     };
     let shared: Option<Arc<dyn moat_ratelimit::LeaseStore>> = match rl.store {
         moat_ratelimit::StoreConfig::Local => None,
-        moat_ratelimit::StoreConfig::Redis(_) => Some(background.clone()),
+        _ => Some(background.clone()),
     };
     let routes: Vec<&str> = cfg.routes.iter().map(|r| r.name.value.as_str()).collect();
     let previous = slot.as_ref().map(|c| c.engine.clone());

@@ -213,6 +213,29 @@ async fn limits_per_header_route_and_path_template() {
     assert_eq!(ok, 5);
 }
 
+/// A rule keyed on the discovered template: no template in the config, yet every
+/// `/users/{id}` shares one bucket, and every other endpoint has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_per_discovered_path_template() {
+    let s = start(
+        "ratelimit:\n  rules:\n    - name: per-endpoint\n      key: [template]\n      rate: 3\n      per: 1m\n",
+    )
+    .await;
+    let mut ok = 0;
+    for id in ["1", "2", "42", "123e4567-e89b-12d3-a456-426614174000", "7"] {
+        ok += passes(&s, 1, &format!("/users/{id}?q={id}"), "192.0.2.20", &[]).await;
+    }
+    assert_eq!(ok, 3, "/users/{{id}} is one endpoint");
+    // Whatever the client: the key is the endpoint alone.
+    assert_eq!(passes(&s, 1, "/users/8", "192.0.2.21", &[]).await, 0);
+    // Other templates have buckets of their own.
+    assert_eq!(passes(&s, 4, "/users/9/orders", "192.0.2.20", &[]).await, 3);
+    assert_eq!(passes(&s, 4, "/users/me", "192.0.2.20", &[]).await, 3);
+    let (st, h, _) = get_from(&s, "/users/5", "192.0.2.22", &[]).await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(h["ratelimit-policy"], "\"per-endpoint\";q=3;w=60");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn monitor_mode_lets_requests_through_with_an_event() {
     let s = start(
@@ -383,6 +406,12 @@ fn config_errors_name_file_line_and_field() {
         ("ratelimit:\n  rules:\n    - name: x\n      rate: 1\n      per: 1s\n    - name: x\n      rate: 1\n      per: 1s\n", 20, "ratelimit.rules[1].name", "duplicate"),
         ("ratelimit:\n  challenge: { routes: [api], difficulty: 40 }\n", 16, "ratelimit.challenge.difficulty", "1 to 32"),
         ("ratelimit:\n  rules:\n    - name: x\n      rate: 1\n      per: 1s\n      surprise: 1\n", 20, "ratelimit.rules[0]", "surprise"),
+        ("ratelimit:\n  store: { redis: \"http://cache:6379\" }\n", 16, "ratelimit.store", "starts with `redis://`"),
+        ("ratelimit:\n  store: { redis: \"redis://:secret@/0\" }\n", 16, "ratelimit.store", "needs a host"),
+        ("ratelimit:\n  store:\n    redis_cluster: []\n", 17, "ratelimit.store", "1 to 64 URLs"),
+        ("ratelimit:\n  store:\n    redis_sentinel:\n      urls: [\"redis://127.0.0.1:26379\"]\n", 18, "ratelimit.store", "master_name"),
+        ("ratelimit:\n  store:\n    redis_sentinel:\n      urls: [\"redis://127.0.0.1:26379\"]\n      master_name: \"\"\n", 19, "ratelimit.store", "master name"),
+        ("ratelimit:\n  store: { memcached: \"127.0.0.1:1\" }\n", 16, "ratelimit.store", "memcached"),
     ] {
         let file = dir.path().join("moat.yaml");
         std::fs::write(&file, yaml("127.0.0.1:1".parse().unwrap(), rl)).unwrap();

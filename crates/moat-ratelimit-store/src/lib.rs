@@ -2,13 +2,18 @@
 //! path ever waits for it.
 //!
 //! [`Background`] runs once a second: it re-reads the allow/deny list files that
-//! changed and forgets expired bans. With `ratelimit.store: { redis: URL }` it also
-//! is the [`LeaseStore`]: lease reservations queued by the engine
-//! ([`moat_ratelimit::lease`]) are sent to Redis as one atomic script per key (GCRA on
-//! Redis's own clock, so instances' clocks need not agree), concurrently on one
+//! changed and forgets expired bans. With a Redis store (`redis`, `redis_cluster` or
+//! `redis_sentinel`) it also is the [`LeaseStore`]: lease reservations queued by the
+//! engine ([`moat_ratelimit::lease`]) are sent to Redis as one atomic script per key
+//! (GCRA on Redis's own clock, so instances' clocks need not agree), concurrently on one
 //! multiplexed connection; bans are written to a sorted set (`moat:bans`, score = end
 //! of the ban) and the set is read back every second, so every instance refuses the
 //! IPs any of them banned.
+//!
+//! Every operation touches a single key, which is what lets the same code run on a
+//! Redis Cluster (each script goes to the node owning its key's slot; the bans are one
+//! key, so on one node) and behind Sentinel (the master is asked of the sentinels at
+//! each connection, so a reconnection after a failover finds the new one).
 //!
 //! Failure handling: every Redis call has a deadline (`ratelimit.store_timeout`); a
 //! failure marks the store unhealthy (the engine then follows `on_store_error`),
@@ -22,8 +27,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use moat_ratelimit::{bans::unix_ms, Ban, Bans, LeaseRequest, LeaseStore};
+use moat_ratelimit::{bans::unix_ms, Ban, Bans, LeaseRequest, LeaseStore, StoreConfig};
 use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use tokio::sync::mpsc;
 
 /// Reservations and ban updates waiting for the worker.
@@ -54,8 +62,107 @@ impl Failure {
 impl From<redis::RedisError> for Failure {
     fn from(e: redis::RedisError) -> Self {
         Failure {
-            lost: e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+            // A master demoted by a failover answers READONLY: find the new one.
+            lost: e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.kind() == redis::ErrorKind::ReadOnly,
             message: e.to_string(),
+        }
+    }
+}
+
+/// How the worker reaches Redis.
+enum Client {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster, from seed nodes.
+    Cluster(redis::cluster::ClusterClient),
+    /// The master Sentinel names (asked again at each connection).
+    Sentinel(Box<SentinelClient>),
+}
+
+impl Client {
+    /// The client for `store`; `None` for the local store.
+    fn open(store: &StoreConfig) -> Result<Option<Client>, String> {
+        let urls = |v: &[moat_ratelimit::config::RedisUrl]| -> Vec<String> {
+            v.iter().map(|u| u.0.clone()).collect()
+        };
+        Ok(Some(match store {
+            StoreConfig::Local => return Ok(None),
+            StoreConfig::Redis(url) => Client::Single(
+                redis::Client::open(url.0.as_str())
+                    .map_err(|e| format!("redis URL `{}`: {e}", url.0))?,
+            ),
+            StoreConfig::RedisCluster(seeds) => Client::Cluster(
+                redis::cluster::ClusterClient::new(urls(seeds))
+                    .map_err(|e| format!("redis_cluster: {e}"))?,
+            ),
+            StoreConfig::RedisSentinel(s) => {
+                let node = SentinelNodeConnectionInfo {
+                    tls_mode: None,
+                    redis_connection_info: Some(redis::RedisConnectionInfo {
+                        password: s.password.clone(),
+                        ..Default::default()
+                    }),
+                };
+                Client::Sentinel(Box::new(
+                    SentinelClient::build(
+                        urls(&s.urls),
+                        s.master_name.clone(),
+                        Some(node),
+                        SentinelServerType::Master,
+                    )
+                    .map_err(|e| format!("redis_sentinel: {e}"))?,
+                ))
+            }
+        }))
+    }
+
+    async fn connect(&mut self) -> redis::RedisResult<Conn> {
+        Ok(match self {
+            Client::Single(c) => Conn::Single(c.get_multiplexed_async_connection().await?),
+            Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
+            Client::Sentinel(c) => Conn::Single(c.get_async_connection().await?),
+        })
+    }
+}
+
+/// A connection to one server (or the master) or to a cluster; both multiplex, so
+/// clones share it.
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -141,7 +248,7 @@ pub struct Background {
 }
 
 /// The Redis client, the queue's receiving end and the operation deadline.
-type Worker = (Option<redis::Client>, Option<mpsc::Receiver<Op>>, Duration);
+type Worker = (Option<Client>, Option<mpsc::Receiver<Op>>, Duration);
 
 impl std::fmt::Debug for Background {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,11 +260,9 @@ impl std::fmt::Debug for Background {
 }
 
 impl Background {
-    /// Starts the worker thread; `redis` is the store's URL when there is one.
-    pub fn start(redis: Option<&str>, timeout: Duration) -> Result<Arc<Self>, String> {
-        let client = redis
-            .map(|url| redis::Client::open(url).map_err(|e| format!("redis URL `{url}`: {e}")))
-            .transpose()?;
+    /// Starts the worker (at once with a Redis store, else when bans need it).
+    pub fn start(store: &StoreConfig, timeout: Duration) -> Result<Arc<Self>, String> {
+        let client = Client::open(store)?;
         let (tx, rx) = match client {
             Some(_) => {
                 let (tx, rx) = mpsc::channel(QUEUE);
@@ -304,12 +409,12 @@ impl LeaseStore for Background {
 /// The worker's loop: housekeeping every second, Redis operations as they come.
 async fn run(
     bg: Weak<Background>,
-    client: Option<redis::Client>,
+    mut client: Option<Client>,
     mut rx: Option<mpsc::Receiver<Op>>,
     timeout: Duration,
 ) {
     let script = redis::Script::new(TAKE);
-    let mut con: Option<redis::aio::MultiplexedConnection> = None;
+    let mut con: Option<Conn> = None;
     let mut backoff = Duration::from_millis(100);
     let mut next_connect = Instant::now();
     let mut next_tick = Instant::now();
@@ -326,11 +431,11 @@ async fn run(
             next_tick = Instant::now() + Duration::from_secs(1);
             housekeeping(&me);
         }
-        if let (Some(client), None) = (&client, &con) {
+        if let (Some(client), None) = (&mut client, &con) {
             if Instant::now() >= next_connect {
                 match tokio::time::timeout(
                     timeout.max(Duration::from_millis(200)),
-                    client.get_multiplexed_async_connection(),
+                    client.connect(),
                 )
                 .await
                 {
@@ -433,7 +538,7 @@ fn housekeeping(bg: &Background) {
 /// connection pipelines them), then ban writes and the ban sync.
 async fn execute(
     bg: &Background,
-    con: &mut redis::aio::MultiplexedConnection,
+    con: &mut Conn,
     script: &redis::Script,
     ops: Vec<Op>,
     timeout: Duration,

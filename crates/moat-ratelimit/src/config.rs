@@ -15,8 +15,9 @@ use serde_saphyr::Spanned;
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
-    /// Where counters live: `local` (this process) or `{ redis: "redis://host:6379" }`
-    /// (shared by every instance using the same Redis).
+    /// Where counters live: `local` (this process), or shared by every instance using
+    /// the same Redis: `{ redis: URL }`, `{ redis_cluster: [URL, ...] }` or
+    /// `{ redis_sentinel: { urls: [URL, ...], master_name: NAME } }`.
     #[serde(default)]
     pub store: StoreConfig,
     /// What a request gets when the shared store cannot be reached.
@@ -60,13 +61,105 @@ fn default_max_keys() -> usize {
 
 /// `ratelimit.store`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum StoreConfig {
     /// Counters in this process only.
     #[default]
     Local,
-    /// Counters and bans in Redis (`redis://[:password@]host:port[/db]`, or `rediss://`).
-    Redis(String),
+    /// Counters and bans in one Redis server (`redis://[:password@]host:port[/db]`).
+    Redis(RedisUrl),
+    /// Counters and bans in a Redis Cluster: the URLs of some of its nodes (the rest of
+    /// the cluster is discovered from them). Each key lives on the node owning its slot.
+    RedisCluster(#[serde(deserialize_with = "redis_urls")] Vec<RedisUrl>),
+    /// Counters and bans in the master that Redis Sentinel names, followed across
+    /// failovers.
+    RedisSentinel(SentinelConfig),
+}
+
+/// `ratelimit.store.redis_sentinel`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    /// The sentinels' URLs (`redis://host:26379`), asked in order for the master.
+    #[serde(deserialize_with = "redis_urls")]
+    pub urls: Vec<RedisUrl>,
+    /// The name the sentinels monitor the master under (`sentinel monitor NAME ...`).
+    #[serde(deserialize_with = "master_name")]
+    pub master_name: String,
+    /// The password of the master (and its replicas), when they require one; the
+    /// sentinels' own passwords go in their URLs.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+/// Most URLs in a cluster or sentinel list: a handful of seeds is what clients use.
+pub const MAX_STORE_URLS: usize = 64;
+
+/// A Redis URL, checked when read: `redis://host[:port][/db]`, with an optional
+/// `[user][:password]@` before the host. Written out (the admin API's and the console's
+/// view of the config) with the password masked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisUrl(pub String);
+
+impl Serialize for RedisUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let url = &self.0;
+        let authority_end = url
+            .get("redis://".len()..)
+            .and_then(|r| r.find(['/', '?']))
+            .map_or(url.len(), |i| i + "redis://".len());
+        let password = url[..authority_end]
+            .rfind('@')
+            .and_then(|at| Some((url[..at].rfind(':')? + 1, at)))
+            .filter(|(colon, _)| *colon > "redis://".len());
+        match password {
+            Some((from, to)) => {
+                s.serialize_str(&format!("{}<redacted>{}", &url[..from], &url[to..]))
+            }
+            None => s.serialize_str(url),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RedisUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        // The host, after any credentials, up to a port or a database number.
+        let host = s
+            .strip_prefix("redis://")
+            .map(|rest| rest.rsplit_once('@').map_or(rest, |(_, h)| h))
+            .map(|h| h.split(['/', '?']).next().unwrap_or(""));
+        match host {
+            Some(h) if !h.is_empty() && !h.starts_with(':') => Ok(RedisUrl(s)),
+            Some(_) => Err(serde::de::Error::custom(format!(
+                "`{s}`: a Redis URL needs a host (`redis://host:6379`)"
+            ))),
+            None => Err(serde::de::Error::custom(format!(
+                "`{s}`: a Redis URL starts with `redis://` (TLS to Redis is not built in)"
+            ))),
+        }
+    }
+}
+
+fn redis_urls<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RedisUrl>, D::Error> {
+    let v = Vec::<RedisUrl>::deserialize(d)?;
+    if v.is_empty() || v.len() > MAX_STORE_URLS {
+        return Err(serde::de::Error::custom(format!(
+            "1 to {MAX_STORE_URLS} URLs, got {}",
+            v.len()
+        )));
+    }
+    Ok(v)
+}
+
+fn master_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() || s.len() > 128 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(serde::de::Error::custom(format!(
+            "`{s}`: a master name is 1 to 128 printable ASCII characters"
+        )));
+    }
+    Ok(s)
 }
 
 /// `ratelimit.on_store_error`.
@@ -122,7 +215,7 @@ pub struct RuleConfig {
     #[serde(default)]
     pub methods: Vec<MethodName>,
     /// What a request is counted against: any combination of `ip`, `route`, `path`,
-    /// `{ header: NAME }`, `{ claim: NAME }`. Default `[ip]`.
+    /// `template`, `{ header: NAME }`, `{ claim: NAME }`. Default `[ip]`.
     #[serde(default = "ip_key")]
     pub key: Vec<KeyPart>,
     /// Token bucket (default) or sliding window.
@@ -170,6 +263,9 @@ pub enum KeyPart {
     Route,
     /// The rule's path template, or the request path for other rules.
     Path,
+    /// The request path's template as API discovery writes it (`/users/42` and
+    /// `/users/7` are both `/users/{id}`): a bucket per endpoint without listing them.
+    Template,
     /// A request header's value (absent = empty).
     Header(HeaderName),
     /// A claim of the JWT verified by request authentication (absent = empty).
@@ -399,5 +495,29 @@ mod positive_duration {
 
     pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         moat_config::duration::serialize(d, s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls_are_written_without_their_password() {
+        for (url, shown) in [
+            (
+                "redis://:s3cret@cache:6379/0",
+                "redis://:<redacted>@cache:6379/0",
+            ),
+            ("redis://moat:s3cret@cache", "redis://moat:<redacted>@cache"),
+            ("redis://moat@cache:6379", "redis://moat@cache:6379"),
+            (
+                "redis://cache:6379/0?x=a:b@c",
+                "redis://cache:6379/0?x=a:b@c",
+            ),
+        ] {
+            let v = serde_json::to_value(RedisUrl(url.into())).unwrap();
+            assert_eq!(v, shown, "{url}");
+        }
     }
 }

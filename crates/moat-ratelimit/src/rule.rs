@@ -1,12 +1,15 @@
 //! Rules compiled from the configuration: what a rule matches, and the key a request
 //! is counted against.
 
+use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 use http::HeaderValue;
 use moat_core::RequestCtx;
+use moat_schema::template::template_bytes;
 
 use crate::bucket::{Limit, State};
 use crate::config::{KeyPart, PathConfig, RuleConfig};
@@ -39,6 +42,7 @@ impl HostPattern {
     }
 
     /// True when `host` (without port) matches.
+    #[inline]
     pub fn matches(&self, host: &str) -> bool {
         match self {
             HostPattern::Any => true,
@@ -202,14 +206,15 @@ impl Rule {
         for k in &self.key {
             match k {
                 KeyPart::Ip => match ctx.client_ip {
-                    std::net::IpAddr::V4(a) => out(&a.octets()),
-                    std::net::IpAddr::V6(a) => out(&a.octets()),
+                    IpAddr::V4(a) => out(&a.octets()),
+                    IpAddr::V6(a) => out(&a.octets()),
                 },
                 KeyPart::Route => out(ctx.route.as_bytes()),
                 KeyPart::Path => match &self.path {
                     Some(PathMatch::Template(t)) => out(t.as_str().as_bytes()),
                     _ => out(parts.uri.path().as_bytes()),
                 },
+                KeyPart::Template => template_bytes(parts.uri.path(), &mut out),
                 KeyPart::Header(h) => {
                     out(parts.headers.get(&h.0).map_or(&[][..], |v| v.as_bytes()))
                 }
@@ -240,7 +245,7 @@ impl Rule {
         let digest = d.finish();
         let mut s = format!("moat:rl:{}:", self.name);
         for b in &digest.as_ref()[..16] {
-            s.push_str(&format!("{b:02x}"));
+            let _ = write!(s, "{b:02x}");
         }
         s.into()
     }

@@ -34,6 +34,14 @@ impl Hasher for Identity {
 
 type Map<V> = HashMap<u64, V, BuildHasherDefault<Identity>>;
 
+/// The shard of a hash: middle bits, because the map inside uses the others (the low
+/// bits place a key, the top 7 are its tag in the probe groups: shard bits there would
+/// leave keys of one shard few distinct tags, and probes more false matches).
+#[inline]
+fn shard_of(hash: u64) -> usize {
+    (hash >> 32) as usize % SHARDS
+}
+
 struct Shard<V> {
     map: Map<V>,
     overflow: Option<V>,
@@ -71,8 +79,7 @@ impl<V> Table<V> {
         idle: impl Fn(&V) -> bool,
         f: impl FnOnce(&mut V) -> R,
     ) -> R {
-        // The high bits pick the shard; the map uses all of them.
-        let mut shard = self.shards[(hash >> 60) as usize % SHARDS].lock();
+        let mut shard = self.shards[shard_of(hash)].lock();
         let shard = &mut *shard;
         if let Some(v) = shard.map.get_mut(&hash) {
             return f(v);
@@ -89,7 +96,7 @@ impl<V> Table<V> {
 
     /// Runs `f` on the state of `hash` if it exists.
     pub fn get<R>(&self, hash: u64, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        let mut shard = self.shards[(hash >> 60) as usize % SHARDS].lock();
+        let mut shard = self.shards[shard_of(hash)].lock();
         shard.map.get_mut(&hash).map(f)
     }
 

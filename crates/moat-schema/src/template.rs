@@ -87,25 +87,49 @@ pub fn template(path: &str) -> String {
 pub fn hash_template(h: &mut impl Hasher, method: &str, path: &str) {
     h.write(method.as_bytes());
     h.write_u8(b' ');
+    template_bytes(path, |b| h.write(b));
+}
+
+/// Walks `template(path)` as byte pieces without allocating: two paths with the same
+/// template give the same pieces. A parameter is the single byte `0xff` (never part of
+/// a literal segment, which is valid UTF-8) rather than its `{id}` name, which
+/// [`template`] numbers.
+pub fn template_bytes(path: &str, mut out: impl FnMut(&[u8])) {
     let path = path.split(['?', '#']).next().unwrap_or("");
     for (i, seg) in path.split('/').enumerate() {
         if i > MAX_SEGMENTS {
-            h.write(b"/{rest}");
+            out(b"/{rest}");
             break;
         }
-        h.write_u8(b'/');
-        if is_param(seg) {
-            // Never the bytes of a literal segment (those are valid UTF-8).
-            h.write_u8(0xff);
+        out(b"/");
+        out(if is_param(seg) {
+            &[0xff]
         } else {
-            h.write(seg.as_bytes());
-        }
+            seg.as_bytes()
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn template_bytes_are_the_same_for_one_template() {
+        let bytes = |p: &str| {
+            let mut v = Vec::new();
+            template_bytes(p, |b| v.extend_from_slice(b));
+            v
+        };
+        assert_eq!(bytes("/users/1"), bytes("/users/2?x=1"));
+        assert_eq!(
+            bytes("/users/1/orders/9f1c2a7e"),
+            bytes("/users/7/orders/0a0b0c0d0e")
+        );
+        assert_ne!(bytes("/users/1"), bytes("/users/me"));
+        assert_ne!(bytes("/users/1"), bytes("/users/1/"));
+        assert_ne!(bytes("/users/1"), bytes("/users/1/orders"));
+    }
 
     #[test]
     fn templates() {

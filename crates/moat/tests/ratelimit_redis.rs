@@ -1,7 +1,8 @@
 //! Limits and bans shared through a real `redis-server` by real `moat serve` processes:
 //! two gateways hold one combined limit; a ban made through one (with `moat bans`)
 //! reaches the other; Redis killed and restarted mid-run (no stall, the configured
-//! outcome, recovery).
+//! outcome, recovery); the same through a real Redis Cluster (three masters made with
+//! `redis-cli --cluster create`) and through Redis Sentinel, across a failover.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,9 +16,12 @@ use std::time::{Duration, Instant};
 
 use moat_testkit::{free_port, real_part, wait_for_port, ChildGuard};
 
-fn redis_server(port: u16) -> Option<ChildGuard> {
+/// A `redis-server` on `port` (loopback, nothing written to disk), with `extra`
+/// arguments.
+fn redis_server(port: u16, extra: &[&str]) -> Option<ChildGuard> {
     let bin = real_part("redis-server", "scripts/ensure-apt redis-server")?;
     let child = Command::new(bin)
+        .args(extra)
         .args([
             "--port",
             &port.to_string(),
@@ -153,33 +157,26 @@ fn admin_get(admin: SocketAddr, path: &str) -> String {
     out
 }
 
-/// Two gateways, one Redis: 100 requests/s (burst 10) for the fleet, offered far more
-/// through both for 10 s (the issue says 30 s; 10 s keeps the test's wall time modest
-/// and the bound is on the total, which the lease batches offset by a constant).
-#[test]
-fn two_gateways_hold_one_combined_limit_and_share_bans() {
-    let port = free_port().unwrap();
-    let Some(_redis) = redis_server(port) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let up = upstream();
-    let rl = format!("  store: {{ redis: \"redis://127.0.0.1:{port}\" }}\n  bans: {{ after_blocks: 0 }}\n  rules:\n    - name: fleet\n      rate: 100\n      per: 1s\n      burst: 10\n");
-    let (_a, a, admin_a) = moat(dir.path(), "a", up, &rl);
-    let (_b, b, admin_b) = moat(dir.path(), "b", up, &rl);
-    let window = Duration::from_secs(10);
+/// Offers far more than the limit through `addrs` (one client thread each, keep-alive,
+/// cycling through `paths`) for `window`; returns the requests passed, sent, and the
+/// seconds it took.
+fn offer_load(addrs: &[SocketAddr], window: Duration, paths: &[&str]) -> (usize, usize, f64) {
     let ok = Arc::new(AtomicUsize::new(0));
     let total = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
-    let clients: Vec<_> = [a, a, b, b]
-        .into_iter()
-        .map(|addr| {
+    let clients: Vec<_> = addrs
+        .iter()
+        .map(|&addr| {
             let (ok, total) = (ok.clone(), total.clone());
+            let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
             thread::spawn(move || {
                 let mut c = Conn::open(addr);
-                while start.elapsed() < window {
+                for path in paths.iter().cycle() {
+                    if start.elapsed() >= window {
+                        break;
+                    }
                     total.fetch_add(1, Ordering::Relaxed);
-                    match c.get("/x") {
+                    match c.get(path) {
                         200 => {
                             ok.fetch_add(1, Ordering::Relaxed);
                         }
@@ -193,70 +190,279 @@ fn two_gateways_hold_one_combined_limit_and_share_bans() {
     for c in clients {
         c.join().unwrap();
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let ok = ok.load(Ordering::Relaxed) as f64;
-    let total = total.load(Ordering::Relaxed);
-    let expected = 10.0 + 100.0 * elapsed;
-    eprintln!("fleet: {ok} of {total} requests passed in {elapsed:.2} s; limit {expected:.0}");
+    (
+        ok.load(Ordering::Relaxed),
+        total.load(Ordering::Relaxed),
+        start.elapsed().as_secs_f64(),
+    )
+}
+
+/// The fleet passed `burst + rate × seconds` requests, within `tolerance` (a fraction),
+/// while offered more than twice that.
+fn assert_combined(
+    what: &str,
+    (ok, total, secs): (usize, usize, f64),
+    rate: f64,
+    burst: f64,
+    tolerance: f64,
+) {
+    let expected = burst + rate * secs;
+    let ok = ok as f64;
+    eprintln!("{what}: {ok} of {total} requests passed in {secs:.2} s; limit {expected:.0}");
     assert!(
         total as f64 > 2.0 * expected,
-        "the offered load must exceed the limit: {total}"
+        "{what}: the offered load must exceed the limit: {total}"
     );
     assert!(
-        ok <= expected * 1.05,
-        "over the limit by more than 5%: {ok} > {expected:.0}"
+        ok <= expected * (1.0 + tolerance),
+        "{what}: over the limit by more than {tolerance}: {ok} > {expected:.0}"
     );
     assert!(
-        ok >= expected * 0.95,
-        "under the limit by more than 5%: {ok} < {expected:.0}"
+        ok >= expected * (1.0 - tolerance),
+        "{what}: under the limit by more than {tolerance}: {ok} < {expected:.0}"
     );
+}
 
-    // A ban made through gateway a with the CLI reaches gateway b.
+/// Runs `moat bans ARGS --admin ADMIN` and returns its standard output.
+fn moat_bans(admin: SocketAddr, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_moat"))
-        .args(["bans", "add", "127.0.0.1", "--for", "1m", "--admin"])
-        .arg(admin_a.to_string())
+        .arg("bans")
+        .args(args)
+        .arg("--admin")
+        .arg(admin.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "moat bans {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `done` every 100 ms until it holds; fails after `timeout`.
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A ban of 127.0.0.1 made through gateway `a` with the CLI reaches gateway `b`; lifted
+/// through `b`, it is lifted on `a`.
+fn ban_is_shared((a, admin_a): (SocketAddr, SocketAddr), (b, admin_b): (SocketAddr, SocketAddr)) {
+    moat_bans(admin_a, &["add", "127.0.0.1", "--for", "1m"]);
+    wait_until("the ban reaching gateway b", Duration::from_secs(5), || {
+        Conn::open(b).get("/y") == 403
+    });
+    assert!(moat_bans(admin_b, &["list"]).contains("127.0.0.1"));
+    moat_bans(admin_b, &["delete", "127.0.0.1"]);
+    wait_until(
+        "the lifted ban reaching gateway a",
+        Duration::from_secs(5),
+        || Conn::open(a).get("/y") != 403,
+    );
+}
+
+/// The value of the first sample of `metric` (name and labels as written).
+fn metric(admin: SocketAddr, metric: &str) -> Option<f64> {
+    admin_get(admin, "/metrics")
+        .lines()
+        .find_map(|l| l.strip_prefix(metric)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until the gateway's store is connected for the `n`th time.
+fn wait_store_connected(admin: SocketAddr, n: f64) {
+    wait_until(
+        "the rate limit store connecting",
+        Duration::from_secs(20),
+        || {
+            metric(admin, "moat_ratelimit_store_up") == Some(1.0)
+                && metric(admin, "moat_ratelimit_store_total{what=\"reconnects\"}") >= Some(n)
+        },
+    );
+}
+
+/// Two gateways, one Redis: 100 requests/s (burst 10) for the fleet, offered far more
+/// through both for 30 s, as the issue asks.
+#[test]
+fn two_gateways_hold_one_combined_limit_and_share_bans() {
+    let port = free_port().unwrap();
+    let Some(_redis) = redis_server(port, &[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream();
+    let rl = format!("  store: {{ redis: \"redis://127.0.0.1:{port}\" }}\n  bans: {{ after_blocks: 0 }}\n  rules:\n    - name: fleet\n      rate: 100\n      per: 1s\n      burst: 10\n");
+    let (_a, a, admin_a) = moat(dir.path(), "a", up, &rl);
+    let (_b, b, admin_b) = moat(dir.path(), "b", up, &rl);
+    let load = offer_load(&[a, a, b, b], Duration::from_secs(30), &["/x"]);
+    assert_combined("fleet", load, 100.0, 10.0, 0.05);
+    ban_is_shared((a, admin_a), (b, admin_b));
+}
+
+/// `redis-cli ARGS` against the server on `port`; its standard output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let bin = real_part("redis-cli", "scripts/ensure-apt redis-tools").unwrap();
+    let out = Command::new(bin)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rule of the cluster and sentinel tests: 100 requests/s, burst 10, for the fleet.
+const FLEET_RULE: &str = "  bans: { after_blocks: 0 }\n  rules:\n    - name: fleet\n      rate: 100\n      per: 1s\n      burst: 10\n";
+
+/// A real three-master Redis Cluster: two gateways, each given a different seed node,
+/// hold one combined limit and share bans; keys spread over the masters.
+#[test]
+fn redis_cluster_holds_one_combined_limit_and_shares_bans() {
+    if real_part("redis-server", "scripts/ensure-apt redis-server").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Three masters; the cluster bus ports are chosen too (port + 10000 may not be free).
+    let ports: Vec<u16> = (0..3).map(|_| free_port().unwrap()).collect();
+    let _nodes: Vec<ChildGuard> = ports
+        .iter()
+        .map(|&p| {
+            let bus = free_port().unwrap().to_string();
+            let conf = dir.path().join(format!("nodes-{p}.conf"));
+            redis_server(
+                p,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-config-file",
+                    conf.to_str().unwrap(),
+                    "--cluster-node-timeout",
+                    "2000",
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    let cli = real_part("redis-cli", "scripts/ensure-apt redis-tools").unwrap();
+    let out = Command::new(cli)
+        .arg("--cluster")
+        .arg("create")
+        .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stdout)
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if Conn::open(b).get("/y") == 403 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the ban did not reach gateway b");
-        thread::sleep(Duration::from_millis(100));
+    wait_until("the cluster forming", Duration::from_secs(20), || {
+        ports
+            .iter()
+            .all(|&p| redis_cli(p, &["cluster", "info"]).contains("cluster_state:ok"))
+    });
+    let up = upstream();
+    // A second rule keyed on the path puts keys in many slots, so on every master.
+    let rl = |seed: u16| {
+        format!("  store: {{ redis_cluster: [\"redis://127.0.0.1:{seed}\"] }}\n{FLEET_RULE}    - name: per-path\n      key: [path]\n      rate: 100000\n      per: 1s\n")
+    };
+    let (_a, a, admin_a) = moat(dir.path(), "a", up, &rl(ports[0]));
+    let (_b, b, admin_b) = moat(dir.path(), "b", up, &rl(ports[1]));
+    wait_store_connected(admin_a, 1.0);
+    wait_store_connected(admin_b, 1.0);
+    let paths: Vec<String> = (0..16).map(|i| format!("/p{i}")).collect();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let load = offer_load(&[a, a, b, b], Duration::from_secs(4), &paths);
+    // A short run: the lease batches (10 tokens per gateway) weigh more than over 30 s.
+    assert_combined("cluster", load, 100.0, 10.0, 0.1);
+    let holding = ports
+        .iter()
+        .filter(|&&p| redis_cli(p, &["--scan", "--pattern", "moat:rl:*"]).contains("moat:rl:"))
+        .count();
+    assert_eq!(holding, 3, "every master holds some of the keys");
+    ban_is_shared((a, admin_a), (b, admin_b));
+}
+
+/// Redis Sentinel watching a master with one replica: two gateways find the master
+/// through the sentinel, hold one combined limit and share bans; the master is killed,
+/// the sentinel promotes the replica, and both gateways follow it (bans written after
+/// the failover land in the new master).
+#[test]
+fn redis_sentinel_finds_the_master_and_follows_a_failover() {
+    if real_part("redis-server", "scripts/ensure-apt redis-server").is_none() {
+        return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
-        .args(["bans", "list", "--admin"])
-        .arg(admin_b.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("127.0.0.1"),
-        "{out:?}"
+    let dir = tempfile::tempdir().unwrap();
+    let (m, r, s) = (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_moat"))
-        .args(["bans", "delete", "127.0.0.1", "--admin"])
-        .arg(admin_b.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let master = redis_server(m, &[]).unwrap();
+    let _replica = redis_server(r, &["--replicaof", "127.0.0.1", &m.to_string()]).unwrap();
+    wait_until("the replica syncing", Duration::from_secs(20), || {
+        redis_cli(r, &["info", "replication"]).contains("master_link_status:up")
+    });
+    let conf = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!("port {s}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {m} 1\nsentinel down-after-milliseconds main 500\nsentinel failover-timeout main 5000\n", dir.path().display()),
+    )
+    .unwrap();
+    let bin = real_part("redis-server", "scripts/ensure-apt redis-server").unwrap();
+    let _sentinel = ChildGuard(
+        Command::new(bin)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Conn::open(a).get("/y") == 403 {
-        assert!(
-            Instant::now() < deadline,
-            "the lifted ban did not reach gateway a"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
+    assert!(
+        wait_for_port(s, Duration::from_secs(10)),
+        "sentinel did not start"
+    );
+    wait_until(
+        "the sentinel seeing the replica",
+        Duration::from_secs(20),
+        || redis_cli(s, &["sentinel", "replicas", "main"]).contains(&r.to_string()),
+    );
+    let up = upstream();
+    let rl = format!("  store:\n    redis_sentinel: {{ urls: [\"redis://127.0.0.1:{s}\"], master_name: main }}\n{FLEET_RULE}");
+    let (_a, a, admin_a) = moat(dir.path(), "a", up, &rl);
+    let (_b, b, admin_b) = moat(dir.path(), "b", up, &rl);
+    wait_store_connected(admin_a, 1.0);
+    wait_store_connected(admin_b, 1.0);
+    let load = offer_load(&[a, a, b, b], Duration::from_secs(3), &["/x"]);
+    assert_combined("sentinel", load, 100.0, 10.0, 0.1);
+    assert!(redis_cli(m, &["--scan", "--pattern", "moat:rl:*"]).contains("moat:rl:fleet:"));
+    ban_is_shared((a, admin_a), (b, admin_b));
+
+    // Failover: the master dies, the sentinel promotes the replica.
+    drop(master);
+    wait_until(
+        "the sentinel promoting the replica",
+        Duration::from_secs(30),
+        || redis_cli(s, &["sentinel", "get-master-addr-by-name", "main"]).contains(&r.to_string()),
+    );
+    wait_store_connected(admin_a, 2.0);
+    wait_store_connected(admin_b, 2.0);
+    let load = offer_load(&[a, a, b, b], Duration::from_secs(3), &["/x"]);
+    assert_combined("sentinel after failover", load, 100.0, 10.0, 0.1);
+    moat_bans(admin_a, &["add", "127.0.0.1", "--for", "1m"]);
+    wait_until(
+        "the ban reaching the new master",
+        Duration::from_secs(5),
+        || redis_cli(r, &["zrange", "moat:bans", "0", "-1"]).contains("127.0.0.1"),
+    );
+    wait_until("the ban reaching gateway b", Duration::from_secs(5), || {
+        Conn::open(b).get("/y") == 403
+    });
 }
 
 /// Redis killed mid-run: requests keep being answered promptly with each gateway's
@@ -265,7 +471,7 @@ fn two_gateways_hold_one_combined_limit_and_share_bans() {
 #[test]
 fn redis_killed_and_restarted_mid_run() {
     let port = free_port().unwrap();
-    let Some(redis) = redis_server(port) else {
+    let Some(redis) = redis_server(port, &[]) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -320,7 +526,7 @@ fn redis_killed_and_restarted_mid_run() {
     assert!(errors > 0, "{metrics}");
     assert!(metrics.contains("moat_ratelimit_store_up 0"), "{metrics}");
     // Back on the same port: both recover (reconnection backs off to at most 5 s).
-    let _redis = redis_server(port).unwrap();
+    let _redis = redis_server(port, &[]).unwrap();
     wait_for(&mut cd, 200, "deny after restart");
     wait_for(&mut ca, 200, "allow after restart");
     // The allow gateway answers 200 either way: its store gauge says it is back.
