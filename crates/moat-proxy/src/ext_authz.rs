@@ -206,7 +206,10 @@ impl ExtAuthzClients {
             };
         };
         let t = Instant::now();
-        let answer = match tokio::time::timeout(p.timeout, p.call(ctx, parts, body)).await {
+        // Boxed: the clients' futures are large, and inline they would be part of every
+        // request's future (moved on each spawn), CUSTOM or not.
+        let call = Box::pin(p.call(ctx, parts, body));
+        let answer = match tokio::time::timeout(p.timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(format!("no answer within {:?}", p.timeout)),
         };
@@ -281,7 +284,8 @@ impl ExtAuthzClients {
         let req = CheckRequest {
             attributes: Some(connection_attributes(conn)),
         };
-        let answer = match tokio::time::timeout(p.timeout, grpc_check(client, req)).await {
+        let call = Box::pin(grpc_check(client, req));
+        let answer = match tokio::time::timeout(p.timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(format!("no answer within {:?}", p.timeout)),
         };
@@ -413,7 +417,7 @@ fn check_request(
             path,
             host,
             scheme: scheme.into(),
-            protocol: format!("{:?}", parts.version),
+            protocol: protocol(parts.version).into(),
             size,
             body: text,
             raw_body: raw,
@@ -423,6 +427,17 @@ fn check_request(
     });
     CheckRequest {
         attributes: Some(attributes),
+    }
+}
+
+/// The protocol as Envoy names it in `AttributeContext.HttpRequest.protocol`.
+fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
     }
 }
 
