@@ -73,15 +73,17 @@ struct Provider {
     kind: Kind,
 }
 
+/// Boxed: the clients are large, and a provider is looked up by reference.
 enum Kind {
-    Grpc {
-        endpoint: Endpoint,
-        connector: Connector,
-        /// Made on first use: a tonic channel needs the runtime.
-        client: OnceLock<AuthorizationClient<Channel>>,
-    },
-    /// Boxed: the pooled client is large, and a provider is looked up by reference.
+    Grpc(Box<GrpcProvider>),
     Http(Box<HttpProvider>),
+}
+
+struct GrpcProvider {
+    endpoint: Endpoint,
+    connector: Connector,
+    /// Made on first use: a tonic channel needs the runtime.
+    client: OnceLock<AuthorizationClient<Channel>>,
 }
 
 struct HttpProvider {
@@ -133,14 +135,14 @@ impl ExtAuthzClients {
             };
             let authority = authority(c.service, c.port);
             let kind = match &p.envoy_ext_authz_http {
-                None => Kind::Grpc {
+                None => Kind::Grpc(Box::new(GrpcProvider {
                     // Always `http`: tonic refuses `https` without its own TLS feature;
                     // the connector decides, the scheme only names it.
                     endpoint: Endpoint::from_shared(format!("http://{authority}"))
                         .map_err(|e| format!("provider `{}`: {e}", p.name))?,
                     connector,
                     client: OnceLock::new(),
-                },
+                })),
                 Some(h) => {
                     let scheme = if c.tls.is_some() { "https" } else { "http" };
                     Kind::Http(Box::new(HttpProvider {
@@ -317,7 +319,7 @@ impl Provider {
         body: Option<CheckBody<'_>>,
     ) -> Result<Answer, String> {
         match &self.kind {
-            Kind::Grpc { .. } => {
+            Kind::Grpc(_) => {
                 let client = self.grpc_client().ok_or("not a gRPC provider")?;
                 let pack = self.body.is_some_and(|b| b.pack_as_bytes);
                 grpc_check(client, check_request(ctx, parts, body, pack)).await
@@ -328,16 +330,11 @@ impl Provider {
 
     /// The gRPC client (a clone shares the channel), made on first use.
     fn grpc_client(&self) -> Option<AuthorizationClient<Channel>> {
-        let Kind::Grpc {
-            endpoint,
-            connector,
-            client,
-        } = &self.kind
-        else {
+        let Kind::Grpc(g) = &self.kind else {
             return None;
         };
-        let c = client.get_or_init(|| {
-            AuthorizationClient::new(endpoint.connect_with_connector_lazy(connector.clone()))
+        let c = g.client.get_or_init(|| {
+            AuthorizationClient::new(g.endpoint.connect_with_connector_lazy(g.connector.clone()))
         });
         Some(c.clone())
     }
