@@ -222,15 +222,20 @@ pub struct HandshakeRecord {
     pub sni: Option<String>,
     /// Whether the session was resumed.
     pub resumed: bool,
-    /// Client certificate subject, SANs and fingerprint when one was presented.
+    /// The other side's leaf certificate when one was presented: the client
+    /// certificate on accept (mTLS), the server certificate on upstream connect.
     pub peer: Option<PeerIdentitySummary>,
+    /// Our own leaf certificate as presented: on accept, the one the listener served
+    /// for the SNI. Absent on resumed handshakes (no certificate is sent) and on
+    /// upstream connections.
+    pub certificate: Option<PeerIdentitySummary>,
     /// Handshake duration in microseconds.
     pub handshake_us: u64,
     /// Peer address.
     pub peer_addr: Option<SocketAddr>,
 }
 
-/// Serializable summary of a client certificate.
+/// Serializable summary of a certificate of a handshake (the peer's or our own).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PeerIdentitySummary {
     /// Subject (RFC 4514).
@@ -239,6 +244,9 @@ pub struct PeerIdentitySummary {
     pub sans: Vec<String>,
     /// SHA-256 of the DER certificate, hex.
     pub fingerprint_sha256: String,
+    /// End of the validity period (X.509 `notAfter`), unix seconds; absent when the
+    /// certificate could not be parsed.
+    pub not_after: Option<i64>,
 }
 
 /// Inspects request headers (method, URI, headers) before any body is read.

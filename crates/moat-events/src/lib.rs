@@ -42,7 +42,7 @@ pub use record::{
     now_ms, AccessRecord, Record, RequestSummary, SecurityRecord, TcpRecord, TlsRecord,
 };
 pub use sink::RecordSink;
-pub use store::{EventQuery, EventStore, QueryError};
+pub use store::{EventQuery, EventStore, QueryError, Timeline};
 pub use writer::{EventQueue, EventWriter};
 
 use std::path::PathBuf;

@@ -259,6 +259,25 @@ impl Record {
         }
     }
 
+    /// Rule, detector or policy of a security event; the deciding policy of a tcp record.
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            Record::Security(r) => Some(&r.event.rule),
+            Record::Tcp(r) => r.rule.as_deref(),
+            Record::Access(_) | Record::Tls(_) => None,
+        }
+    }
+
+    /// The client IP, if the record has one.
+    pub fn client_ip(&self) -> Option<&str> {
+        match self {
+            Record::Access(r) => Some(&r.client_ip),
+            Record::Security(r) => Some(&r.client_ip),
+            Record::Tcp(r) => Some(&r.client_ip),
+            Record::Tls(_) => None,
+        }
+    }
+
     /// The request id, if the record belongs to a request.
     pub fn request_id(&self) -> Option<&str> {
         match self {

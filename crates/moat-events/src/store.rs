@@ -1,10 +1,14 @@
 //! The persistent event store: SQLite in WAL mode.
 //!
-//! One table, `events(id, ts, kind, engine, route, action, request_id, data)`,
-//! where `data` is the record's JSON line and the other columns are indexed
-//! copies used by queries. The background writer inserts one transaction per
-//! batch; retention deletes by age and, past the size limit, the oldest rows,
-//! then returns free pages to the OS with `PRAGMA incremental_vacuum`.
+//! One table, `events(id, ts, kind, engine, route, action, request_id, data, rule,
+//! client_ip_hash, request_id_hash)`, where `data` is the record's JSON line and the
+//! other columns are copies of the fields queries filter on, one index on
+//! `(ts, id, client_ip_hash, request_id_hash)`, and the per-slice counts of [`rollup`]
+//! for the timeline and the other filters; see the private `schema` module (and
+//! docs/events.md) for why, and for the upgrade of a store written by an older moat.
+//! The background writer inserts one transaction per batch; retention deletes by age
+//! and, past the size limit, the oldest rows, then returns free pages to the OS with
+//! `PRAGMA incremental_vacuum`.
 //!
 //! Durability: `journal_mode=WAL` with `synchronous=NORMAL` makes a committed
 //! batch survive the death of the process (kill -9); an OS crash or power loss
@@ -19,24 +23,16 @@ use rusqlite::{params_from_iter, Connection, OpenFlags};
 use crate::record::Record;
 use crate::EventsError;
 
+pub mod rollup;
+mod schema;
+
+use rollup::{stored_ts, BatchCounts};
+use schema::{key_hash, SchemaError};
+
 /// Default number of events a query returns.
 pub const DEFAULT_QUERY_LIMIT: usize = 100;
 /// Largest number of events a query returns.
 pub const MAX_QUERY_LIMIT: usize = 10_000;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY,
-    ts INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    engine TEXT,
-    route TEXT,
-    action TEXT,
-    request_id TEXT,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
-";
 
 /// A handle on the event database. Shareable between threads (`Arc<EventStore>`);
 /// each handle has its own SQLite connection, so readers never wait for the writer's batches.
@@ -209,7 +205,8 @@ pub fn parse_time(s: &str, now_ms: u64) -> Result<u64, String> {
 }
 
 impl EventStore {
-    /// Opens (creating if needed) the database for reading and writing.
+    /// Opens (creating if needed) the database for reading and writing, upgrading a
+    /// store written by an older moat (see `schema`): this is what the event writer calls.
     pub fn open(path: &Path) -> Result<EventStore, EventsError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| EventsError::Io {
@@ -218,7 +215,7 @@ impl EventStore {
             })?;
         }
         let err = store_err(path);
-        let conn = Connection::open(path).map_err(err)?;
+        let mut conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
         // auto_vacuum must be chosen before the first table exists.
         conn.execute_batch(
@@ -230,14 +227,15 @@ impl EventStore {
              PRAGMA temp_store=MEMORY;",
         )
         .map_err(err)?;
-        conn.execute_batch(SCHEMA).map_err(err)?;
+        schema::prepare(&mut conn).map_err(schema_err(path))?;
         Ok(EventStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
         })
     }
 
-    /// Opens an existing database for queries only (`moat events`, the admin API).
+    /// Opens an existing database for queries only (`moat events`, the admin API, the
+    /// console). A store of another schema version is refused with a message naming it.
     pub fn open_read_only(path: &Path) -> Result<EventStore, EventsError> {
         let err = store_err(path);
         let conn = Connection::open_with_flags(
@@ -263,6 +261,7 @@ impl EventStore {
                 )))
             }
         })?;
+        schema::check(&conn).map_err(schema_err(path))?;
         Ok(EventStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
@@ -290,31 +289,39 @@ impl EventStore {
         self.insert_serialized(&rows)
     }
 
-    /// Inserts already serialized records (record, its JSON) in one transaction.
+    /// Inserts already serialized records (record, its JSON) in one transaction, and
+    /// adds them to the timeline's counts.
     pub fn insert_serialized(&self, rows: &[(&Record, &str)]) -> Result<usize, EventsError> {
         let err = store_err(&self.path);
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(err)?;
+        let mut counts = BatchCounts::default();
         {
             let mut stmt = tx
                 .prepare_cached(
-                    "INSERT INTO events (ts, kind, engine, route, action, request_id, data)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO events (ts, kind, engine, route, action, request_id, data,
+                                         rule, client_ip_hash, request_id_hash)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 )
                 .map_err(err)?;
             for (rec, json) in rows {
                 stmt.execute(rusqlite::params![
-                    rec.ts().min(i64::MAX as u64) as i64,
+                    stored_ts(rec.ts()),
                     rec.kind(),
                     rec.engine(),
                     rec.route(),
                     rec.action(),
                     rec.request_id(),
                     json,
+                    rec.rule(),
+                    rec.client_ip().map(key_hash),
+                    rec.request_id().map(key_hash),
                 ])
                 .map_err(err)?;
+                counts.add(rec);
             }
         }
+        counts.write(&tx).map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(rows.len())
     }
@@ -322,6 +329,10 @@ impl EventStore {
     /// Deletes records older than `max_age` before `now_ms`, then the oldest
     /// records until the live data fits in `max_bytes`, and returns freed
     /// pages to the OS. Returns the number of deleted records.
+    ///
+    /// Both cuts go by time (the size cut in `(ts, id)` order), so the timeline's
+    /// counts stay exact: the slices before the oldest remaining record are dropped
+    /// and the one it is in is recounted.
     pub fn apply_retention(
         &self,
         now_ms: u64,
@@ -329,37 +340,40 @@ impl EventStore {
         max_bytes: u64,
     ) -> Result<u64, EventsError> {
         let err = store_err(&self.path);
-        let conn = self.lock();
+        let mut conn = self.lock();
         let cutoff = now_ms.saturating_sub(max_age.as_millis().min(u64::MAX as u128) as u64);
-        let mut deleted = conn
-            .execute(
-                "DELETE FROM events WHERE ts < ?1",
-                [cutoff.min(i64::MAX as u64) as i64],
-            )
+        let tx = conn.transaction().map_err(err)?;
+        let mut deleted = tx
+            .execute("DELETE FROM events WHERE ts < ?1", [stored_ts(cutoff)])
             .map_err(err)? as u64;
         // Size: live pages (page_count - freelist_count) x page_size.
         for _ in 0..64 {
-            let used = used_bytes(&conn).map_err(err)?;
+            let used = used_bytes(&tx).map_err(err)?;
             if used <= max_bytes {
                 break;
             }
-            let (min_id, max_id): (Option<i64>, Option<i64>) = conn
-                .query_row("SELECT min(id), max(id) FROM events", [], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+            let rows: i64 = tx
+                .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
                 .map_err(err)?;
-            let (Some(min_id), Some(max_id)) = (min_id, max_id) else {
+            if rows == 0 {
                 break;
-            };
+            }
             // Delete the oldest share of rows that brings the size to 90% of the limit.
-            let span = (max_id - min_id + 1).max(1) as u128;
             let target = (max_bytes as u128) * 9 / 10;
             let excess = (used as u128).saturating_sub(target);
-            let n = ((span * excess).div_ceil(used.max(1) as u128)).max(1) as i64;
-            deleted += conn
-                .execute("DELETE FROM events WHERE id < ?1", [min_id + n])
+            let n = ((rows as u128 * excess).div_ceil(used.max(1) as u128)).clamp(1, rows as u128);
+            deleted += tx
+                .execute(
+                    "DELETE FROM events WHERE id IN \
+                     (SELECT id FROM events ORDER BY ts, id LIMIT ?1)",
+                    [n as i64],
+                )
                 .map_err(err)? as u64;
         }
+        if deleted > 0 {
+            rollup::trim(&tx).map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
         if deleted > 0 {
             conn.execute_batch("PRAGMA incremental_vacuum;")
                 .map_err(err)?;
@@ -396,23 +410,29 @@ impl EventStore {
     }
 
     /// Returns matching records, newest first, each as its JSON object plus its store `id`.
+    ///
+    /// A filter on the columns the counts have (type or engine, rule, action, route) may
+    /// match a few rows scattered among many: the counts name the time spans holding its
+    /// newest matches, and only the rows of those spans are read.
     pub fn query(&self, q: &EventQuery) -> Result<Vec<serde_json::Value>, EventsError> {
-        let (mut sql, mut args) = q.where_clause("SELECT id, data FROM events");
-        sql.push_str(" ORDER BY ts DESC, id DESC LIMIT ?");
-        args.push((q.limit.clamp(1, MAX_QUERY_LIMIT) as i64).into());
-
+        let limit = q.limit.clamp(1, MAX_QUERY_LIMIT);
         let err = store_err(&self.path);
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
-        let rows = stmt
-            .query_map(params_from_iter(args), |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(err)?;
         let mut out = Vec::new();
-        for row in rows {
-            let (id, data) = row.map_err(err)?;
-            out.push(with_id(id, data));
+        if !q.counts_answer_where() {
+            select(&conn, q, limit, &mut out).map_err(err)?;
+            return Ok(out);
+        }
+        for (from, to) in rollup::matching_spans(&conn, q, limit).map_err(err)? {
+            let span = EventQuery {
+                since: Some(from),
+                until: Some(to),
+                ..q.clone()
+            };
+            select(&conn, &span, limit - out.len(), &mut out).map_err(err)?;
+            if out.len() >= limit {
+                break;
+            }
         }
         Ok(out)
     }
@@ -431,28 +451,48 @@ impl EventStore {
         }
     }
 
-    /// Counts the records matching `q` (its limit and `before` ignored) in `buckets`
-    /// equal time slices of `[since, until)`: the timeline of a listing. One indexed
-    /// range scan, whatever the number of buckets.
-    pub fn histogram(
+    /// Counts the records matching `q` (its time bounds, limit and `before` ignored)
+    /// over `[since, until)` in at most `max_slices + 1` equal slices aligned on their
+    /// width (see [`rollup`]): the timeline of a listing.
+    ///
+    /// Without a client IP or request id filter, the counts come from the per-slice
+    /// counts table (a few hundred rows for an hour, whatever the traffic); with one,
+    /// from the rows of the time range in the `events_scan` index.
+    pub fn timeline(
         &self,
         q: &EventQuery,
         since: u64,
         until: u64,
-        buckets: usize,
-    ) -> Result<Vec<u64>, EventsError> {
-        let buckets = buckets.clamp(1, MAX_HISTOGRAM_BUCKETS);
-        let width = (until.saturating_sub(since) / buckets as u64).max(1);
+        max_slices: usize,
+    ) -> Result<Timeline, EventsError> {
+        let (start, width, n) =
+            rollup::layout(since, until, max_slices.clamp(1, MAX_TIMELINE_SLICES));
+        let end = start.saturating_add(width.saturating_mul(n as u64));
+        let mut args: Vec<rusqlite::types::Value> =
+            vec![stored_ts(start).into(), stored_ts(width).into()];
         let q = EventQuery {
-            since: Some(since),
-            until: Some(until),
+            since: Some(start),
+            until: Some(end),
             before_id: None,
             ..q.clone()
         };
-        let (mut sql, mut args) = q.where_clause("SELECT (ts - ?) / ?, count(*) FROM events");
-        args.insert(0, (width.min(i64::MAX as u64) as i64).into());
-        args.insert(0, (since.min(i64::MAX as u64) as i64).into());
-        sql.push_str(" GROUP BY 1");
+        let sql = if q.client_ip.is_some() || q.request_id.is_some() {
+            let (mut sql, more) = q.where_clause("SELECT (ts - ?) / ?, count(*) FROM events");
+            args.extend(more);
+            sql.push_str(" GROUP BY 1");
+            sql
+        } else {
+            let slice = rollup::SLICE_MS as i64;
+            let mut sql = format!(
+                "SELECT (slice * {slice} - ?) / ?, sum(n) FROM event_counts \
+                 WHERE slice >= ? AND slice < ?"
+            );
+            args.push((stored_ts(start) / slice).into());
+            args.push((stored_ts(end) / slice).into());
+            q.push_column_filters(&mut sql, &mut args);
+            sql.push_str(" GROUP BY 1");
+            sql
+        };
         let err = store_err(&self.path);
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
@@ -461,31 +501,36 @@ impl EventStore {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
             })
             .map_err(err)?;
-        let mut out = vec![0u64; buckets];
+        let mut counts = vec![0u64; n];
         for row in rows {
-            let (b, n) = row.map_err(err)?;
-            // The last slice also holds the remainder of an uneven division.
-            let i = (b.max(0) as usize).min(buckets - 1);
-            out[i] += n.max(0) as u64;
+            let (b, c) = row.map_err(err)?;
+            if let Some(slot) = usize::try_from(b).ok().and_then(|b| counts.get_mut(b)) {
+                *slot += c.max(0) as u64;
+            }
         }
-        Ok(out)
+        Ok(Timeline {
+            start,
+            width,
+            counts,
+        })
     }
 
-    /// Security records at or after `since` (unix ms), counted by `(engine, action)`.
+    /// Security records from `since` (unix ms, rounded down to a count slice of
+    /// [`rollup::SLICE_MS`]), counted by `(engine, action)`.
     pub fn count_security(&self, since: u64) -> Result<Vec<(String, String, u64)>, EventsError> {
         let err = store_err(&self.path);
         let conn = self.lock();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT engine, action, count(*) FROM events
-                 WHERE ts >= ?1 AND kind = 'security' GROUP BY engine, action",
+                "SELECT engine, action, sum(n) FROM event_counts
+                 WHERE slice >= ?1 AND kind = 'security' GROUP BY engine, action",
             )
             .map_err(err)?;
         let rows = stmt
-            .query_map([since.min(i64::MAX as u64) as i64], |r| {
+            .query_map([stored_ts(since) / rollup::SLICE_MS as i64], |r| {
                 Ok((
-                    r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
                     r.get::<_, i64>(2)?.max(0) as u64,
                 ))
             })
@@ -494,51 +539,52 @@ impl EventStore {
     }
 }
 
-/// Largest number of slices of [`EventStore::histogram`].
-pub const MAX_HISTOGRAM_BUCKETS: usize = 1_000;
+/// Record counts in equal time slices: what [`EventStore::timeline`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeline {
+    /// Start of the first slice, unix ms.
+    pub start: u64,
+    /// Width of every slice, ms.
+    pub width: u64,
+    /// Records in each slice, oldest first.
+    pub counts: Vec<u64>,
+}
+
+impl Timeline {
+    /// End of the last slice, unix ms.
+    pub fn end(&self) -> u64 {
+        self.start
+            .saturating_add(self.width.saturating_mul(self.counts.len() as u64))
+    }
+}
+
+/// Largest number of slices of [`EventStore::timeline`] (plus one: see there).
+pub const MAX_TIMELINE_SLICES: usize = 1_000;
 
 impl EventQuery {
     /// `base` followed by the WHERE clause of the filters, and its arguments.
     fn where_clause(&self, base: &str) -> (String, Vec<rusqlite::types::Value>) {
         let mut sql = format!("{base} WHERE 1=1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        let ms = |v: u64| rusqlite::types::Value::from(v.min(i64::MAX as u64) as i64);
         if let Some(s) = self.since {
             sql.push_str(" AND ts >= ?");
-            args.push(ms(s));
+            args.push(stored_ts(s).into());
         }
         if let Some(u) = self.until {
             sql.push_str(" AND ts < ?");
-            args.push(ms(u));
+            args.push(stored_ts(u).into());
         }
-        if let Some(k) = &self.kind {
-            sql.push_str(" AND (kind = ? OR engine = ?)");
-            args.push(k.clone().into());
-            args.push(k.clone().into());
-        }
-        if let Some(r) = &self.route {
-            sql.push_str(" AND route = ?");
-            args.push(r.clone().into());
-        }
-        if let Some(a) = &self.action {
-            sql.push_str(" AND action = ?");
-            args.push(a.clone().into());
+        self.push_column_filters(&mut sql, &mut args);
+        // The hash is in the index: only the rows it matches are read and compared.
+        if let Some(ip) = &self.client_ip {
+            sql.push_str(" AND client_ip_hash = ? AND json_extract(data, '$.client_ip') = ?");
+            args.push(key_hash(ip).into());
+            args.push(ip.clone().into());
         }
         if let Some(r) = &self.request_id {
-            sql.push_str(" AND request_id = ?");
+            sql.push_str(" AND request_id_hash = ? AND request_id = ?");
+            args.push(key_hash(r).into());
             args.push(r.clone().into());
-        }
-        // Rule and client IP live in the JSON only (no column, no migration of existing
-        // stores): the other filters and the time index narrow the rows first.
-        if let Some(r) = &self.rule {
-            sql.push_str(
-                " AND coalesce(json_extract(data, '$.event.rule'), json_extract(data, '$.rule')) = ?",
-            );
-            args.push(r.clone().into());
-        }
-        if let Some(ip) = &self.client_ip {
-            sql.push_str(" AND json_extract(data, '$.client_ip') = ?");
-            args.push(ip.clone().into());
         }
         if let Some(b) = self.before_id {
             // After record `b` in the listing order (ts, id descending); the plain `ts`
@@ -552,6 +598,60 @@ impl EventQuery {
         }
         (sql, args)
     }
+
+    /// Whether the counts table can say where the matches are: a filter on its columns,
+    /// and none on the client IP or the request id (which the counts do not have).
+    fn counts_answer_where(&self) -> bool {
+        self.client_ip.is_none()
+            && self.request_id.is_none()
+            && (self.kind.is_some()
+                || self.route.is_some()
+                || self.action.is_some()
+                || self.rule.is_some())
+    }
+
+    /// The filters on the columns `events` and `event_counts` share: type or engine,
+    /// route, action, rule.
+    fn push_column_filters(&self, sql: &mut String, args: &mut Vec<rusqlite::types::Value>) {
+        if let Some(k) = &self.kind {
+            sql.push_str(" AND (kind = ? OR engine = ?)");
+            args.push(k.clone().into());
+            args.push(k.clone().into());
+        }
+        for (column, value) in [
+            ("route", &self.route),
+            ("action", &self.action),
+            ("rule", &self.rule),
+        ] {
+            if let Some(v) = value {
+                sql.push_str(" AND ");
+                sql.push_str(column);
+                sql.push_str(" = ?");
+                args.push(v.clone().into());
+            }
+        }
+    }
+}
+
+/// Appends the newest `limit` records matching `q` to `out`.
+fn select(
+    conn: &Connection,
+    q: &EventQuery,
+    limit: usize,
+    out: &mut Vec<serde_json::Value>,
+) -> rusqlite::Result<()> {
+    let (mut sql, mut args) = q.where_clause("SELECT id, data FROM events");
+    sql.push_str(" ORDER BY ts DESC, id DESC LIMIT ?");
+    args.push((limit as i64).into());
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args), |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+    })?;
+    for row in rows {
+        let (id, data) = row?;
+        out.push(with_id(id, data));
+    }
+    Ok(())
 }
 
 /// A stored JSON line as a value, with its store `id` added.
@@ -569,6 +669,29 @@ fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
     let page_count: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
     let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
     Ok(((page_count - free).max(0) as u64) * page_size.max(0) as u64)
+}
+
+fn schema_err(path: &Path) -> impl Fn(SchemaError) -> EventsError + '_ {
+    move |e| {
+        match e {
+        SchemaError::Sql(source) => EventsError::Store {
+            path: path.to_path_buf(),
+            source,
+        },
+        SchemaError::Newer(v) => EventsError::Config(format!(
+            "{}: event store schema version {v} was written by a newer moat (this one reads version {})",
+            path.display(),
+            schema::VERSION
+        )),
+        SchemaError::Older(v) => EventsError::Config(format!(
+            "{}: event store schema version {} is older than this moat's ({}); the event writer \
+             of `moat serve` upgrades it when it opens the store",
+            path.display(),
+            v.max(1),
+            schema::VERSION
+        )),
+    }
+    }
 }
 
 fn store_err(path: &Path) -> impl Fn(rusqlite::Error) -> EventsError + Copy + '_ {

@@ -47,6 +47,8 @@ pub enum Accepted {
 pub struct TlsAcceptor {
     inner: tokio_rustls::TlsAcceptor,
     config: Arc<ServerConfig>,
+    /// The certificates by SNI, also read after a handshake for the one it served.
+    resolver: Arc<SniResolver>,
     mode: ClientAuthMode,
     timeout: Duration,
 }
@@ -64,10 +66,12 @@ impl std::fmt::Debug for TlsAcceptor {
 impl TlsAcceptor {
     /// Loads certificates, keys and the client CA (paths relative to `base_dir`).
     pub fn new(config: &ServerTlsConfig, base_dir: &Path) -> Result<Self, TlsError> {
-        let server_config = Arc::new(build_server_config(config, base_dir)?);
+        let (server_config, resolver) = build_server_config(config, base_dir)?;
+        let server_config = Arc::new(server_config);
         Ok(TlsAcceptor {
             inner: tokio_rustls::TlsAcceptor::from(server_config.clone()),
             config: server_config,
+            resolver,
             mode: config.client_auth.mode,
             timeout: config.handshake_timeout,
         })
@@ -109,7 +113,15 @@ impl TlsAcceptor {
         }
         let (result, signature) = CaptureSignatureScheme::new(self.inner.accept(tcp)).await;
         let stream = result.map_err(TlsError::Handshake)?;
-        let (session, handshake) = describe(&stream, signature, started.elapsed(), peer_addr);
+        let (session, mut handshake) = describe(&stream, signature, started.elapsed(), peer_addr);
+        if !handshake.resumed {
+            // The resolver picks by SNI alone, so asking it again names the
+            // certificate it served.
+            handshake.certificate = self
+                .resolver
+                .pick(handshake.sni.as_deref())
+                .map(|served| served.summary.clone());
+        }
         Ok(Accepted::Tls {
             stream,
             session,
@@ -149,11 +161,12 @@ fn describe(
     (session, record)
 }
 
-/// Builds the rustls server configuration described by `config`.
+/// Builds the rustls server configuration described by `config`, and its certificate
+/// resolver.
 fn build_server_config(
     config: &ServerTlsConfig,
     base_dir: &Path,
-) -> Result<ServerConfig, TlsError> {
+) -> Result<(ServerConfig, Arc<SniResolver>), TlsError> {
     if config.certificates.is_empty() {
         return Err(TlsError::Config(
             "`certificates` must list at least one certificate".into(),
@@ -171,7 +184,15 @@ fn build_server_config(
             Some(names) => names.clone(),
             None => ck.cert.first().map(|d| dns_sans(d)).unwrap_or_default(),
         };
-        let ck = Arc::new(ck);
+        let summary = ck
+            .cert
+            .first()
+            .map(|d| CertInfo::parse(d).to_summary())
+            .unwrap_or_default();
+        let ck = Arc::new(Served {
+            key: Arc::new(ck),
+            summary,
+        });
         if i == 0 {
             resolver.default = Some(ck.clone());
         }
@@ -214,28 +235,42 @@ fn build_server_config(
         }
     };
 
+    let resolver = Arc::new(resolver);
     let mut server = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(config.min_version.rustls_versions())
         .map_err(|e| TlsError::Config(format!("protocol versions: {e}")))?
         .with_client_cert_verifier(verifier)
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver.clone());
     server.alpn_protocols = alpn_bytes(&config.alpn)?;
-    Ok(server)
+    Ok((server, resolver))
 }
 
 fn normalize_name(name: &str) -> String {
     name.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// A listener certificate and its audit summary (made once, at load).
+#[derive(Debug)]
+struct Served {
+    key: Arc<CertifiedKey>,
+    summary: moat_core::PeerIdentitySummary,
+}
+
 /// Picks the certificate by SNI: exact name, then `*.parent` wildcard, then the default.
 #[derive(Debug, Default)]
 struct SniResolver {
-    by_name: HashMap<String, Arc<CertifiedKey>>,
-    default: Option<Arc<CertifiedKey>>,
+    by_name: HashMap<String, Arc<Served>>,
+    default: Option<Arc<Served>>,
 }
 
 impl SniResolver {
-    fn lookup(&self, sni: &str) -> Option<&Arc<CertifiedKey>> {
+    /// The certificate for a (lowercase) SNI, or for none.
+    fn pick(&self, sni: Option<&str>) -> Option<&Arc<Served>> {
+        sni.and_then(|sni| self.lookup(sni.trim_end_matches('.')))
+            .or(self.default.as_ref())
+    }
+
+    fn lookup(&self, sni: &str) -> Option<&Arc<Served>> {
         if let Some(ck) = self.by_name.get(sni) {
             return Some(ck);
         }
@@ -250,10 +285,6 @@ impl SniResolver {
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         // rustls hands over the SNI lowercased.
-        hello
-            .server_name()
-            .and_then(|sni| self.lookup(sni.trim_end_matches('.')))
-            .or(self.default.as_ref())
-            .cloned()
+        self.pick(hello.server_name()).map(|s| s.key.clone())
     }
 }

@@ -93,6 +93,8 @@ pub(crate) fn record_with_peer(
         sni: sni.map(str::to_string),
         resumed: matches!(conn.handshake_kind(), Some(HandshakeKind::Resumed)),
         peer,
+        // The acceptor knows which certificate it served; a bare connection does not.
+        certificate: None,
         handshake_us: u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         peer_addr,
     }

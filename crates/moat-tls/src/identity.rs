@@ -13,6 +13,8 @@ pub(crate) struct CertInfo {
     pub uri_sans: Vec<String>,
     pub dns_sans: Vec<String>,
     pub fingerprint_sha256: String,
+    /// `notAfter`, unix seconds.
+    pub not_after: Option<i64>,
 }
 
 impl CertInfo {
@@ -29,6 +31,7 @@ impl CertInfo {
         let mut info = CertInfo {
             subject: rfc4514(cert.subject()),
             fingerprint_sha256,
+            not_after: Some(cert.validity().not_after.timestamp()),
             ..CertInfo::default()
         };
         if let Ok(Some(san)) = cert.subject_alternative_name() {
@@ -67,6 +70,7 @@ impl CertInfo {
             subject: self.subject.clone(),
             sans,
             fingerprint_sha256: self.fingerprint_sha256.clone(),
+            not_after: self.not_after,
         }
     }
 }
@@ -79,7 +83,8 @@ pub fn peer_identity(der: &[u8]) -> PeerIdentity {
     CertInfo::parse(der).to_identity()
 }
 
-/// Audit summary of a certificate (DER): subject, URI then DNS SANs, SHA-256 fingerprint.
+/// Audit summary of a certificate (DER): subject, URI then DNS SANs, SHA-256
+/// fingerprint, `notAfter`.
 pub fn peer_summary(der: &[u8]) -> PeerIdentitySummary {
     CertInfo::parse(der).to_summary()
 }

@@ -119,6 +119,24 @@ impl TestCa {
         self.issue(params, alg)
     }
 
+    /// A server certificate like [`server_cert`](Self::server_cert) valid until
+    /// `not_after` (unix seconds): a certificate about to expire.
+    pub fn server_cert_until(&self, dns_names: &[&str], not_after: i64) -> TestCert {
+        let names: Vec<String> = dns_names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names).expect("server params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(
+            DnType::CommonName,
+            dns_names.first().copied().unwrap_or("server"),
+        );
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.not_after = x509_parser::time::ASN1Time::from_timestamp(not_after)
+            .expect("not_after in range")
+            .to_datetime();
+        self.issue(params, KeyAlg::EcdsaP256)
+    }
+
     /// A client certificate (EKU clientAuth) with this common name and, when
     /// given, a URI SAN such as `spiffe://td/ns/N/sa/S`.
     pub fn client_cert(&self, common_name: &str, uri_san: Option<&str>) -> TestCert {

@@ -414,6 +414,53 @@ async fn handshake_records_for_tls12_and_tls13() {
     }
 }
 
+/// The record names the certificate the listener served (the one picked by SNI) and
+/// the client's, each with its expiry, as the TLS page of the console reads them.
+#[tokio::test]
+async fn handshake_records_carry_the_certificates_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::generate(dir.path()).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // Expires in 10 days; the default certificate (for other names) in 4096.
+    let soon = now + 10 * 86_400;
+    let short = pki.ca.server_cert_until(&["soon.moat.test"], soon);
+    short.write(dir.path(), "soon").unwrap();
+    let mut config = pki.server_tls_config(ClientAuthMode::Strict);
+    config.certificates.push(CertificateConfig {
+        cert: "soon.crt".into(),
+        key: "soon.key".into(),
+        server_names: None,
+    });
+    let acc = TlsAcceptor::new(&config, dir.path()).unwrap();
+    let cc = client_config(&pki.ca, Some(&pki.client), &[], &[&rustls::version::TLS13]);
+
+    let (_, r) = roundtrip(&acc, cc.clone(), "soon.moat.test").await.unwrap();
+    let served = r.certificate.as_ref().expect("the served certificate");
+    assert_eq!(served.fingerprint_sha256, fingerprint(&short.cert_der));
+    assert_eq!(served.subject, "CN=soon.moat.test");
+    assert_eq!(served.not_after, Some(soon));
+    let client = r.peer.as_ref().expect("the client certificate");
+    assert_eq!(client.fingerprint_sha256, fingerprint(&pki.client.cert_der));
+    assert!(client.not_after.is_some_and(|t| t > now + 365 * 86_400));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["certificate"]["not_after"], soon);
+    assert_eq!(json["peer"]["subject"], "O=moat tests,CN=frontend");
+
+    // Another name: the default certificate is the one recorded.
+    let (_, r) = roundtrip(&acc, cc.clone(), "localhost").await.unwrap();
+    let served = r.certificate.expect("the served certificate");
+    assert_eq!(served.fingerprint_sha256, fingerprint(&pki.server.cert_der));
+    assert!(served.not_after.is_some_and(|t| t > soon));
+
+    // A resumed handshake presents no certificate, and records none.
+    let (_, r) = roundtrip(&acc, cc, "localhost").await.unwrap();
+    assert!(r.resumed);
+    assert!(r.certificate.is_none());
+}
+
 #[tokio::test]
 async fn signature_scheme_follows_the_server_key() {
     let dir = tempfile::tempdir().unwrap();

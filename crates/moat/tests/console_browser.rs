@@ -517,7 +517,12 @@ fn console_in_a_real_browser() {
         assert!(Instant::now() < deadline, "no audited handshake");
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(d.text("#certs").contains("days"), "certificate expiry");
+    // The served certificate, from the audit record, with its expiry.
+    let certs = d.text("#certs");
+    assert!(
+        certs.contains("served") && certs.contains("days left"),
+        "certificate expiry: {certs}"
+    );
     d.screenshot(&shots, "tls");
     eprintln!("screenshots in {}", shots.display());
 }

@@ -13,8 +13,8 @@ use crate::web;
 
 /// Events per page.
 pub const PAGE_SIZE: usize = 50;
-/// Slices of the timeline chart.
-const TIMELINE_BUCKETS: usize = 60;
+/// Slices of the timeline chart (one more when the range is not aligned on them).
+const TIMELINE_SLICES: usize = 60;
 
 /// The filters of the listing: query parameter, label.
 const FILTERS: [(&str, &str); 7] = [
@@ -76,8 +76,7 @@ pub fn list(c: &Console, req: &Req) -> AdminResponse {
     let result = if errors.is_empty() {
         let from = q.since.unwrap_or(0);
         let to = q.until.unwrap_or(now).max(from + 1);
-        c.with_events(|s| Ok((s.query(&q)?, s.histogram(&q, from, to, TIMELINE_BUCKETS)?)))
-            .map(|(rows, hist)| (rows, hist, from, to))
+        c.with_events(|s| Ok((s.query(&q)?, s.timeline(&q, from, to, TIMELINE_SLICES)?)))
     } else {
         Err(errors.join("; "))
     };
@@ -108,8 +107,8 @@ pub fn list(c: &Console, req: &Req) -> AdminResponse {
         }
         @match &result {
             Err(e) => (layout::notice("error", e)),
-            Ok((rows, hist, from, to)) => {
-                (chart::columns("timeline", hist, &layout::time(*from), &layout::time(*to)))
+            Ok((rows, timeline)) => {
+                (chart::columns("timeline", &timeline.counts, &layout::time(timeline.start), &layout::time(timeline.end())))
                 table #events {
                     thead { tr { th { "time (UTC)" } th { "type" } th { "engine" } th { "rule" } th { "action" } th { "route" } th { "client" } th { "request" } } }
                     tbody {
