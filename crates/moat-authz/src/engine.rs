@@ -152,9 +152,14 @@ pub(crate) struct PeerPolicy {
     pub(crate) ports: Vec<(u16, MtlsMode, String)>,
 }
 
-/// The AUDIT/DENY/ALLOW groups of a workload for TCP connections (built on first use).
+/// The CUSTOM/AUDIT/DENY/ALLOW groups of a workload for TCP connections (built on
+/// first use).
 #[derive(Debug)]
 struct TcpView {
+    /// CUSTOM rules as Istio builds them for a TCP filter chain: like DENY rules (their
+    /// HTTP-only conditions dropped), so a rule naming a path still sends the
+    /// connection to the provider.
+    custom: Group,
     audit: Group,
     deny: Group,
     allow: Group,
@@ -616,6 +621,7 @@ impl AuthzEngine {
                 Group::build_tcp(&self.pick(&view.applicable, action, dry), action)
             };
             TcpView {
+                custom: g(Action::Custom, false),
                 audit: g(Action::Audit, false),
                 deny: g(Action::Deny, false),
                 allow: g(Action::Allow, false),
@@ -635,7 +641,9 @@ impl AuthzEngine {
     /// (see [`crate::ir::TcpRule`]).
     ///
     /// `status` in the result is 200 when the connection is accepted and 403 when it is
-    /// closed.
+    /// closed. `custom` names the provider of the first CUSTOM rule that matched (its
+    /// HTTP-only conditions dropped, as Istio builds CUSTOM for TCP): the caller asks it
+    /// first, and its denial closes the connection whatever DENY and ALLOW said.
     pub fn evaluate_connection(&self, c: &ConnectionInput<'_>) -> Decision {
         let view = self.view(c.namespace, c.labels);
         let (mode, pa_policy) = view.peer_mode(c.port.unwrap_or(0));
@@ -661,6 +669,10 @@ impl AuthzEngine {
         };
         let tcp = self.tcp_view(&view);
         let mut d = decide(&tcp.audit, &tcp.deny, &tcp.allow, &attrs);
+        d.custom = tcp
+            .custom
+            .first(&attrs)
+            .and_then(|(p, _)| view.custom_providers.get(&p).cloned());
         if !d.allowed && d.policy.is_none() && tcp.allow.skipped > 0 {
             d.reason = format!(
                 "no ALLOW policy matched ({} ALLOW rule(s) use HTTP-only fields and never match a TCP connection)",

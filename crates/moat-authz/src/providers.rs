@@ -14,6 +14,10 @@ use serde::{Deserialize, Serialize};
 /// Istio's default provider timeout (MeshConfig: 600s).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Largest `includeRequestBodyInCheck.maxRequestBytes` moat accepts: the body is held in
+/// memory for the call (Envoy's own buffer limit is typically 1 MiB per request).
+pub const MAX_BODY_IN_CHECK: u32 = 16 << 20;
+
 fn default_timeout() -> Duration {
     DEFAULT_TIMEOUT
 }
@@ -49,6 +53,13 @@ pub struct ExtAuthzGrpc {
     /// Status of the denial when the call failed and `failOpen` is false (default 403).
     #[serde(default)]
     pub status_on_error: Option<String>,
+    /// Send the request body (up to a limit) with the check.
+    #[serde(default)]
+    pub include_request_body_in_check: Option<RequestBodyInCheck>,
+    /// moat extension: TLS to the service (Istio configures it with a DestinationRule,
+    /// which moat does not read). Same fields as a cluster's upstream `tls`.
+    #[serde(default)]
+    pub tls: Option<moat_tls::UpstreamTlsConfig>,
 }
 
 /// `envoyExtAuthzHttp`.
@@ -68,6 +79,13 @@ pub struct ExtAuthzHttp {
     /// Status of the denial when the call failed and `failOpen` is false (default 403).
     #[serde(default)]
     pub status_on_error: Option<String>,
+    /// Send the request body (up to a limit) with the check.
+    #[serde(default)]
+    pub include_request_body_in_check: Option<RequestBodyInCheck>,
+    /// moat extension: TLS to the service (Istio configures it with a DestinationRule,
+    /// which moat does not read). Same fields as a cluster's upstream `tls`.
+    #[serde(default)]
+    pub tls: Option<moat_tls::UpstreamTlsConfig>,
     /// Prefix of the check request's path (the original path follows it).
     #[serde(default)]
     pub path_prefix: String,
@@ -86,32 +104,97 @@ pub struct ExtAuthzHttp {
     pub headers_to_downstream_on_deny: Vec<String>,
 }
 
+/// `includeRequestBodyInCheck` (Istio's `EnvoyExternalAuthorizationRequestBody`, Envoy's
+/// `with_request_body`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RequestBodyInCheck {
+    /// Most body bytes sent (1 to [`MAX_BODY_IN_CHECK`]). A longer body is refused with
+    /// 413 unless `allowPartialMessage`.
+    pub max_request_bytes: u32,
+    /// A longer body is sent cut at `maxRequestBytes` (with `x-envoy-auth-partial-body:
+    /// true`) instead of being refused.
+    #[serde(default)]
+    pub allow_partial_message: bool,
+    /// gRPC: the body goes in `raw_body` (bytes) rather than `body` (UTF-8 text). No
+    /// effect on HTTP providers, as in Istio.
+    #[serde(default)]
+    pub pack_as_bytes: bool,
+}
+
+/// The fields both provider kinds share, by reference.
+#[derive(Debug, Clone, Copy)]
+pub struct Common<'a> {
+    /// `service`.
+    pub service: &'a str,
+    /// `port`.
+    pub port: u16,
+    /// `timeout`.
+    pub timeout: Duration,
+    /// `failOpen`.
+    pub fail_open: bool,
+    /// `statusOnError`.
+    pub status_on_error: Option<&'a str>,
+    /// `includeRequestBodyInCheck`.
+    pub body: Option<RequestBodyInCheck>,
+    /// `tls` (a moat extension).
+    pub tls: Option<&'a moat_tls::UpstreamTlsConfig>,
+}
+
+macro_rules! common {
+    ($p:expr) => {
+        Common {
+            service: &$p.service,
+            port: $p.port,
+            timeout: $p.timeout,
+            fail_open: $p.fail_open,
+            status_on_error: $p.status_on_error.as_deref(),
+            body: $p.include_request_body_in_check,
+            tls: $p.tls.as_ref(),
+        }
+    };
+}
+
 impl ExtensionProvider {
-    /// Checks one entry: exactly one kind, a service, a status code for errors.
+    /// The shared fields of the one kind given; `None` unless exactly one is.
+    pub fn common(&self) -> Option<Common<'_>> {
+        match (&self.envoy_ext_authz_grpc, &self.envoy_ext_authz_http) {
+            (Some(g), None) => Some(common!(g)),
+            (None, Some(h)) => Some(common!(h)),
+            _ => None,
+        }
+    }
+
+    /// Checks one entry: exactly one kind, a service, a status code for errors, a body
+    /// limit within bounds.
     pub fn validate(&self) -> Result<(), String> {
-        let (service, status) = match (&self.envoy_ext_authz_grpc, &self.envoy_ext_authz_http) {
-            (Some(g), None) => (&g.service, &g.status_on_error),
-            (None, Some(h)) => (&h.service, &h.status_on_error),
-            _ => {
-                return Err(format!(
-                    "provider `{}`: give exactly one of envoyExtAuthzGrpc, envoyExtAuthzHttp",
-                    self.name
-                ))
-            }
+        let Some(c) = self.common() else {
+            return Err(format!(
+                "provider `{}`: give exactly one of envoyExtAuthzGrpc, envoyExtAuthzHttp",
+                self.name
+            ));
         };
-        if service.is_empty() || service.contains(['/', ' ']) {
+        if c.service.is_empty() || c.service.contains(['/', ' ']) {
             return Err(format!(
                 "provider `{}`: `service` must be a host name or IP",
                 self.name
             ));
         }
-        if let Some(s) = status {
+        if let Some(s) = c.status_on_error {
             parse_status(s).ok_or_else(|| {
                 format!(
                     "provider `{}`: statusOnError `{s}` is not an HTTP status (100-599)",
                     self.name
                 )
             })?;
+        }
+        if let Some(b) = c.body {
+            if b.max_request_bytes == 0 || b.max_request_bytes > MAX_BODY_IN_CHECK {
+                return Err(format!(
+                    "provider `{}`: includeRequestBodyInCheck.maxRequestBytes must be 1 to {MAX_BODY_IN_CHECK}, not {}",
+                    self.name, b.max_request_bytes
+                ));
+            }
         }
         Ok(())
     }

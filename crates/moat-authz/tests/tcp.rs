@@ -252,3 +252,59 @@ fn dry_run_on_connections() {
     assert!(d.allowed);
     assert!(d.dry_run.unwrap_or_default().contains("foo/dry[rule 0]"));
 }
+
+/// CUSTOM on a TCP filter chain, as Istio builds it (`buildTCP`: "use the DENY action
+/// so that a HTTP rule is properly handled"): HTTP-only conditions are dropped, so a rule
+/// naming a path sends every connection to the port it names to the provider; a rule
+/// with TCP fields only is matched as written. DENY and ALLOW still decide for
+/// themselves (the proxy asks the provider first).
+#[test]
+fn custom_on_tcp_drops_http_conditions() {
+    let custom = |name: &str, provider: &str, rules: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: foo}}\nspec:\n  action: CUSTOM\n  provider: {{name: {provider}}}\n  rules: {rules}\n---\n"
+        )
+    };
+    let yaml = format!(
+        "{}{}{}",
+        custom(
+            "a-by-path",
+            "opa",
+            r#"[{to: [{operation: {ports: ["5432"], paths: ["/only/http"]}}]}]"#
+        ),
+        custom(
+            "b-by-source",
+            "other",
+            r#"[{from: [{source: {ipBlocks: ["10.1.0.0/16"]}}]}]"#
+        ),
+        ap(
+            "foo",
+            "deny",
+            "DENY",
+            r#"[{to: [{operation: {ports: ["6379"]}}]}]"#
+        ),
+    );
+    let provider = |name: &str| {
+        serde_json::from_value(serde_json::json!({
+            "name": name, "envoyExtAuthzGrpc": {"service": "opa.local", "port": 9191}
+        }))
+        .unwrap()
+    };
+    let cfg = moat_authz::AuthzConfig {
+        extension_providers: vec![provider("opa"), provider("other")],
+        ..Default::default()
+    };
+    let e = engine_cfg(&yaml, cfg);
+    let d = conn().src("10.0.0.1").port(5432).conn(&e);
+    assert_eq!(
+        d.custom.as_deref(),
+        Some("opa"),
+        "the path is dropped on TCP"
+    );
+    assert!(d.allowed);
+    let d = conn().src("10.1.2.3").port(5433).conn(&e);
+    assert_eq!(d.custom.as_deref(), Some("other"), "a TCP field as written");
+    assert_eq!(conn().src("10.0.0.1").port(5433).conn(&e).custom, None);
+    let d = conn().src("10.1.2.3").port(6379).conn(&e);
+    assert_eq!((d.custom.as_deref(), d.allowed), (Some("other"), false));
+}

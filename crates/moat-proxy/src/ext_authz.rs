@@ -8,11 +8,21 @@
 //! use and multiplexed); an HTTP provider (`envoyExtAuthzHttp`) gets the original method
 //! and `pathPrefix` + path with the configured headers, through hyper's pooled client.
 //! A call that fails or takes longer than `timeout` allows the request when `failOpen`,
-//! else is denied with `statusOnError` (default 403). Request bodies are not sent
-//! (`includeRequestBodyInCheck` is refused when the config is loaded).
+//! else is denied with `statusOnError` (default 403).
+//!
+//! With `includeRequestBodyInCheck` the proxy buffers the body first (up to
+//! `maxRequestBytes`) and the call carries it as Envoy's `with_request_body` does: in
+//! `body` (text) or `raw_body` (`packAsBytes`) of a gRPC check, as the body of an HTTP
+//! check, with `x-envoy-auth-partial-body` saying whether it was cut. The upstream gets
+//! the whole body either way. With a `tls` section (a moat extension: Istio takes it
+//! from a DestinationRule) the connections use TLS, mutual when a client certificate is
+//! given.
+
+mod connector;
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,16 +36,22 @@ use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use moat_authz::providers::{parse_status, ExtAuthzHttp};
+use moat_authz::providers::{parse_status, ExtAuthzHttp, RequestBodyInCheck};
 use moat_authz::ExtensionProvider;
-use moat_core::{EventAction, Reply, RequestCtx, SecurityEvent};
-use tonic::transport::Channel;
+use moat_core::{Connection, EventAction, Reply, RequestCtx, SecurityEvent};
+use moat_tls::UpstreamConnector;
+use tonic::transport::{Channel, Endpoint};
+
+use connector::Connector;
 
 /// Largest denial body taken from an HTTP provider.
 const MAX_DENIAL_BODY: usize = 64 << 10;
+
+/// Tells the provider whether the body it got was cut at `maxRequestBytes` (Envoy's
+/// header; OPA's Envoy plugin reads truncation from `content-length` instead).
+const PARTIAL_BODY: HeaderName = HeaderName::from_static("x-envoy-auth-partial-body");
 
 /// The configured external authorizers, by name.
 #[derive(Default)]
@@ -53,23 +69,36 @@ struct Provider {
     timeout: Duration,
     fail_open: bool,
     status_on_error: StatusCode,
+    body: Option<RequestBodyInCheck>,
     kind: Kind,
 }
 
+/// Boxed: the clients are large, and a provider is looked up by reference.
 enum Kind {
-    Grpc {
-        uri: String,
-        /// Made on first use: a tonic channel needs the runtime.
-        client: OnceLock<Result<AuthorizationClient<Channel>, String>>,
-    },
-    /// Boxed: the pooled client is large, and a provider is looked up by reference.
+    Grpc(Box<GrpcProvider>),
     Http(Box<HttpProvider>),
+}
+
+struct GrpcProvider {
+    endpoint: Endpoint,
+    connector: Connector,
+    /// Made on first use: a tonic channel needs the runtime.
+    client: OnceLock<AuthorizationClient<Channel>>,
 }
 
 struct HttpProvider {
     base: String,
     cfg: ExtAuthzHttp,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
+}
+
+/// The body sent with a check (`includeRequestBodyInCheck`).
+#[derive(Clone, Copy)]
+pub struct CheckBody<'a> {
+    /// At most `maxRequestBytes` of the body.
+    pub data: &'a Bytes,
+    /// The body is longer than `data`.
+    pub partial: bool,
 }
 
 /// What a provider answered.
@@ -81,65 +110,85 @@ enum Answer {
 }
 
 impl ExtAuthzClients {
-    /// Clients for the configured providers (validated by the authz engine's build).
-    pub fn new(providers: &[ExtensionProvider]) -> Self {
+    /// Clients for the configured providers (validated by the authz engine's build);
+    /// `base_dir` resolves the paths of their `tls` sections. Fails on a `tls` section
+    /// that cannot be loaded.
+    pub fn new(providers: &[ExtensionProvider], base_dir: &Path) -> Result<Self, String> {
         let mut out = ExtAuthzClients::default();
         for p in providers {
-            let (timeout, fail_open, status, kind) =
-                match (&p.envoy_ext_authz_grpc, &p.envoy_ext_authz_http) {
-                    (Some(g), _) => (
-                        g.timeout,
-                        g.fail_open,
-                        &g.status_on_error,
-                        Kind::Grpc {
-                            uri: format!("http://{}", authority(&g.service, g.port)),
-                            client: OnceLock::new(),
-                        },
-                    ),
-                    (None, Some(h)) => (
-                        h.timeout,
-                        h.fail_open,
-                        &h.status_on_error,
-                        Kind::Http(Box::new(HttpProvider {
-                            base: format!(
-                                "http://{}{}",
-                                authority(&h.service, h.port),
-                                h.path_prefix
-                            ),
-                            cfg: h.clone(),
-                            client: Client::builder(TokioExecutor::new()).build_http(),
-                        })),
-                    ),
-                    (None, None) => continue,
-                };
-            let status_on_error = status
-                .as_deref()
+            let Some(c) = p.common() else { continue };
+            let grpc = p.envoy_ext_authz_grpc.is_some();
+            let connector = Connector {
+                tls: c
+                    .tls
+                    .map(|t| {
+                        let mut t = t.clone();
+                        if t.alpn.is_empty() {
+                            // gRPC servers (grpc-go among them) insist on ALPN `h2`.
+                            t.alpn = vec![if grpc { "h2" } else { "http/1.1" }.into()];
+                        }
+                        UpstreamConnector::new(&t, base_dir)
+                            .map(Arc::new)
+                            .map_err(|e| format!("provider `{}`: tls: {e}", p.name))
+                    })
+                    .transpose()?,
+            };
+            let authority = authority(c.service, c.port);
+            let kind = match &p.envoy_ext_authz_http {
+                None => Kind::Grpc(Box::new(GrpcProvider {
+                    // Always `http`: tonic refuses `https` without its own TLS feature;
+                    // the connector decides, the scheme only names it.
+                    endpoint: Endpoint::from_shared(format!("http://{authority}"))
+                        .map_err(|e| format!("provider `{}`: {e}", p.name))?,
+                    connector,
+                    client: OnceLock::new(),
+                })),
+                Some(h) => {
+                    let scheme = if c.tls.is_some() { "https" } else { "http" };
+                    Kind::Http(Box::new(HttpProvider {
+                        base: format!("{scheme}://{authority}{}", h.path_prefix),
+                        cfg: h.clone(),
+                        client: Client::builder(TokioExecutor::new()).build(connector),
+                    }))
+                }
+            };
+            let status_on_error = c
+                .status_on_error
                 .and_then(parse_status)
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .unwrap_or(StatusCode::FORBIDDEN);
             out.providers.insert(
                 p.name.clone(),
                 Provider {
-                    timeout,
-                    fail_open,
+                    timeout: c.timeout,
+                    fail_open: c.fail_open,
                     status_on_error,
+                    body: c.body,
                     kind,
                 },
             );
         }
-        out
+        Ok(out)
     }
 
-    /// Asks provider `name` about the request. Allowed: its headers are applied to
-    /// `parts`. Denied (or failed without `failOpen`): the reply for the client. Either
-    /// way the outcome is a security event when it is not a plain allow.
+    /// The body provider `name` wants with its checks, if any.
+    pub fn wants_body(&self, name: &str) -> Option<RequestBodyInCheck> {
+        self.providers.get(name).and_then(|p| p.body)
+    }
+
+    /// Asks provider `name` about the request (with `body` when it
+    /// [wants one](Self::wants_body)). Allowed: its headers are applied to `parts`.
+    /// Denied (or failed without `failOpen`): the reply for the client. Either way the
+    /// outcome is a security event when it is not a plain allow.
     pub async fn check(
         &self,
         name: &str,
         ctx: &mut RequestCtx,
         parts: &mut http::request::Parts,
+        body: Option<CheckBody<'_>>,
     ) -> Result<(), Reply> {
-        let rule = format!("custom:{name}");
+        // Only a non-allow is an event: the rule name is made for one only.
+        let rule = || format!("custom:{name}");
         let block = if ctx.monitor_only {
             EventAction::Monitor
         } else {
@@ -148,7 +197,7 @@ impl ExtAuthzClients {
         let Some(p) = self.providers.get(name) else {
             ctx.events.push(SecurityEvent::new(
                 "authz",
-                rule,
+                rule(),
                 block,
                 "unknown extension provider",
             ));
@@ -159,7 +208,10 @@ impl ExtAuthzClients {
             };
         };
         let t = Instant::now();
-        let answer = match tokio::time::timeout(p.timeout, p.call(ctx, parts)).await {
+        // Boxed: the clients' futures are large, and inline they would be part of every
+        // request's future (moved on each spawn), CUSTOM or not.
+        let call = Box::pin(p.call(ctx, parts, body));
+        let answer = match tokio::time::timeout(p.timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(format!("no answer within {:?}", p.timeout)),
         };
@@ -176,7 +228,7 @@ impl ExtAuthzClients {
             }
             Ok(Answer::Deny(reply)) => {
                 ctx.events.push(
-                    SecurityEvent::new("authz", rule, block, "the external authorizer denied")
+                    SecurityEvent::new("authz", rule(), block, "the external authorizer denied")
                         .with_details(serde_json::json!({
                             "status": reply.status.as_u16(), "duration_us": took,
                         })),
@@ -196,7 +248,7 @@ impl ExtAuthzClients {
                 ctx.events.push(
                     SecurityEvent::new(
                         "authz",
-                        rule,
+                        rule(),
                         action,
                         format!("external authorizer failed: {e}"),
                     )
@@ -216,6 +268,41 @@ impl ExtAuthzClients {
     }
 }
 
+impl ExtAuthzClients {
+    /// Asks provider `name` about a TCP connection (Istio's CUSTOM on a TCP workload,
+    /// Envoy's network ext_authz filter): a `CheckRequest` with the connection's
+    /// attributes only. `Err` holds why the connection is closed: the provider denied,
+    /// or failed without `failOpen`, or is an HTTP provider (Istio supports gRPC
+    /// providers only on TCP; moat closes rather than skip the check).
+    pub async fn check_connection(&self, name: &str, conn: &Connection) -> Result<(), String> {
+        let Some(p) = self.providers.get(name) else {
+            return Err(format!("unknown extension provider `{name}`"));
+        };
+        let Some(client) = p.grpc_client() else {
+            return Err(format!(
+                "extension provider `{name}` is HTTP: only gRPC providers check TCP connections"
+            ));
+        };
+        let req = CheckRequest {
+            attributes: Some(connection_attributes(conn)),
+        };
+        let call = Box::pin(grpc_check(client, req));
+        let answer = match tokio::time::timeout(p.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {:?}", p.timeout)),
+        };
+        match answer {
+            Ok(Answer::Allow(..)) => Ok(()),
+            Ok(Answer::Deny(_)) => Err(format!("extension provider `{name}` denied")),
+            Err(e) if p.fail_open => {
+                tracing::debug!(provider = name, error = %e, "external authorizer failed (failOpen)");
+                Ok(())
+            }
+            Err(e) => Err(format!("extension provider `{name}` failed: {e}")),
+        }
+    }
+}
+
 fn authority(service: &str, port: u16) -> String {
     if service.contains(':') && !service.starts_with('[') {
         format!("[{service}]:{port}")
@@ -225,20 +312,31 @@ fn authority(service: &str, port: u16) -> String {
 }
 
 impl Provider {
-    async fn call(&self, ctx: &RequestCtx, parts: &http::request::Parts) -> Result<Answer, String> {
+    async fn call(
+        &self,
+        ctx: &RequestCtx,
+        parts: &http::request::Parts,
+        body: Option<CheckBody<'_>>,
+    ) -> Result<Answer, String> {
         match &self.kind {
-            Kind::Grpc { uri, client } => {
-                let client = client
-                    .get_or_init(|| {
-                        Channel::from_shared(uri.clone())
-                            .map(|c| AuthorizationClient::new(c.connect_lazy()))
-                            .map_err(|e| e.to_string())
-                    })
-                    .clone()?;
-                grpc_check(client, ctx, parts).await
+            Kind::Grpc(_) => {
+                let client = self.grpc_client().ok_or("not a gRPC provider")?;
+                let pack = self.body.is_some_and(|b| b.pack_as_bytes);
+                grpc_check(client, check_request(ctx, parts, body, pack)).await
             }
-            Kind::Http(h) => http_check(&h.client, &h.base, &h.cfg, ctx, parts).await,
+            Kind::Http(h) => http_check(&h.client, &h.base, &h.cfg, ctx, parts, body).await,
         }
+    }
+
+    /// The gRPC client (a clone shares the channel), made on first use.
+    fn grpc_client(&self) -> Option<AuthorizationClient<Channel>> {
+        let Kind::Grpc(g) = &self.kind else {
+            return None;
+        };
+        let c = g.client.get_or_init(|| {
+            AuthorizationClient::new(g.endpoint.connect_with_connector_lazy(g.connector.clone()))
+        });
+        Some(c.clone())
     }
 }
 
@@ -254,14 +352,17 @@ fn socket(addr: std::net::SocketAddr) -> Address {
     }
 }
 
-/// Envoy's `CheckRequest` for the request, as Envoy's ext_authz filter fills it.
-fn check_request(ctx: &RequestCtx, parts: &http::request::Parts) -> CheckRequest {
+/// Envoy's `CheckRequest` for the request, as Envoy's ext_authz filter fills it: the
+/// body in `raw_body` when `pack_as_bytes`, else in `body` (as text: Envoy copies the
+/// bytes into the string field; moat replaces what is not UTF-8, which protobuf
+/// requires of a string).
+fn check_request(
+    ctx: &RequestCtx,
+    parts: &http::request::Parts,
+    body: Option<CheckBody<'_>>,
+    pack_as_bytes: bool,
+) -> CheckRequest {
     let tls = ctx.conn.tls.as_ref();
-    let principal = tls
-        .and_then(|t| t.peer.as_ref())
-        .and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")))
-        .cloned()
-        .unwrap_or_default();
     let mut headers: HashMap<String, String> = HashMap::new();
     for (k, v) in &parts.headers {
         let v = String::from_utf8_lossy(v.as_bytes());
@@ -290,45 +391,86 @@ fn check_request(ctx: &RequestCtx, parts: &http::request::Parts) -> CheckRequest
     headers.insert(":method".into(), parts.method.as_str().into());
     headers.insert(":path".into(), path.clone());
     headers.insert(":scheme".into(), scheme.into());
-    CheckRequest {
-        attributes: Some(AttributeContext {
-            source: Some(Peer {
-                address: Some(socket(ctx.conn.remote_addr)),
-                principal,
-                ..Peer::default()
-            }),
-            destination: Some(Peer {
-                address: Some(socket(ctx.conn.local_addr)),
-                ..Peer::default()
-            }),
-            request: Some(AttrRequest {
-                http: Some(HttpRequest {
-                    id: ctx.request_id.clone(),
-                    method: parts.method.as_str().into(),
-                    headers,
-                    path,
-                    host,
-                    scheme: scheme.into(),
-                    protocol: format!("{:?}", parts.version),
-                    ..HttpRequest::default()
-                }),
-                ..AttrRequest::default()
-            }),
-            tls_session: tls
-                .and_then(|t| t.sni.clone())
-                .map(|sni| TlsSession { sni }),
-            ..AttributeContext::default()
+    let (mut text, mut raw) = (String::new(), Vec::new());
+    if let Some(b) = body {
+        headers.insert(PARTIAL_BODY.as_str().into(), b.partial.to_string());
+        if pack_as_bytes {
+            raw = b.data.to_vec();
+        } else {
+            text = String::from_utf8_lossy(b.data).into_owned();
+        }
+    }
+    let size = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(-1);
+    let mut attributes = connection_attributes(&ctx.conn);
+    attributes.request = Some(AttrRequest {
+        http: Some(HttpRequest {
+            id: ctx.request_id.clone(),
+            method: parts.method.as_str().into(),
+            headers,
+            path,
+            host,
+            scheme: scheme.into(),
+            protocol: protocol(parts.version).into(),
+            size,
+            body: text,
+            raw_body: raw,
+            ..HttpRequest::default()
         }),
+        ..AttrRequest::default()
+    });
+    CheckRequest {
+        attributes: Some(attributes),
+    }
+}
+
+/// The protocol as Envoy names it in `AttributeContext.HttpRequest.protocol`.
+fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// The attributes Envoy gives of a connection: the source (address, and the SPIFFE
+/// URI SAN of a verified client certificate as `principal`), the destination and the
+/// SNI. All a TCP check (Envoy's network ext_authz filter) carries.
+fn connection_attributes(conn: &Connection) -> AttributeContext {
+    let tls = conn.tls.as_ref();
+    let principal = tls
+        .and_then(|t| t.peer.as_ref())
+        .and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")))
+        .cloned()
+        .unwrap_or_default();
+    AttributeContext {
+        source: Some(Peer {
+            address: Some(socket(conn.remote_addr)),
+            principal,
+            ..Peer::default()
+        }),
+        destination: Some(Peer {
+            address: Some(socket(conn.local_addr)),
+            ..Peer::default()
+        }),
+        tls_session: tls
+            .and_then(|t| t.sni.clone())
+            .map(|sni| TlsSession { sni }),
+        ..AttributeContext::default()
     }
 }
 
 async fn grpc_check(
     mut client: AuthorizationClient<Channel>,
-    ctx: &RequestCtx,
-    parts: &http::request::Parts,
+    req: CheckRequest,
 ) -> Result<Answer, String> {
     let resp = client
-        .check(check_request(ctx, parts))
+        .check(req)
         .await
         .map_err(|s| format!("gRPC {:?}: {}", s.code(), s.message()))?
         .into_inner();
@@ -372,17 +514,20 @@ async fn grpc_check(
 }
 
 async fn http_check(
-    client: &Client<HttpConnector, Full<Bytes>>,
+    client: &Client<Connector, Full<Bytes>>,
     base: &str,
     cfg: &ExtAuthzHttp,
     ctx: &RequestCtx,
     parts: &http::request::Parts,
+    body: Option<CheckBody<'_>>,
 ) -> Result<Answer, String> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let data = body.map_or_else(Bytes::new, |b| b.data.clone());
+    let length = HeaderValue::from(data.len());
     let mut req = http::Request::builder()
         .method(parts.method.clone())
         .uri(format!("{base}{path}"))
-        .body(Full::new(Bytes::new()))
+        .body(Full::new(data))
         .map_err(|e| format!("check request: {e}"))?;
     let h = req.headers_mut();
     if let Some(host) = parts.headers.get(HOST) {
@@ -403,7 +548,13 @@ async fn http_check(
             h.insert(k, v);
         }
     }
-    h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+    h.insert(CONTENT_LENGTH, length);
+    if let Some(b) = body {
+        h.insert(
+            PARTIAL_BODY,
+            HeaderValue::from_static(if b.partial { "true" } else { "false" }),
+        );
+    }
     if let Ok(id) = HeaderValue::from_str(&ctx.request_id) {
         h.insert(HeaderName::from_static("x-request-id"), id);
     }

@@ -152,3 +152,168 @@ pub fn check_chunked_round_trip(
 ) -> Result<(), String> {
     oracle::check_chunked_round_trip(data, sizes, trailers, after, pieces)
 }
+
+/// The decision service's `CheckRequest` conversion on arbitrary protobuf bytes: they
+/// are decoded as Envoy's `CheckRequest` (prost), then turned into moat's request
+/// model. A message the conversion refuses is fine (Envoy gets `INVALID_ARGUMENT`); one
+/// it takes must keep the path and query, every header (names and value bytes, pseudo
+/// headers dropped, `host` from `http.host` only when no header gave one), the body
+/// bytes, and the source and destination, and must not add anything else.
+pub fn check_request_conversion(input: &[u8]) -> Result<(), String> {
+    use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
+    use prost::Message;
+    let Ok(req) = CheckRequest::decode(input) else {
+        return Ok(());
+    };
+    let attrs = req.attributes.unwrap_or_default();
+    let http = attrs
+        .request
+        .as_ref()
+        .and_then(|r| r.http.clone())
+        .unwrap_or_default();
+    let caller = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+    let Ok(check) = crate::decision::parsers::to_check(attrs, caller) else {
+        return Ok(());
+    };
+    let parts = &check.parts;
+    let path = parts.uri.path_and_query().map_or("", |p| p.as_str());
+    let want_path = if http.path.is_empty() {
+        "/"
+    } else {
+        &http.path
+    };
+    if path != want_path || parts.uri.authority().is_some() {
+        return Err(format!("path {want_path:?} became {:?}", parts.uri));
+    }
+    let want_method = if http.method.is_empty() {
+        "GET"
+    } else {
+        &http.method
+    };
+    if parts.method.as_str() != want_method {
+        return Err(format!("method {want_method:?} became {}", parts.method));
+    }
+    // The headers given, in order, without pseudo-headers.
+    let given: Vec<(&str, &[u8])> = match &http.header_map {
+        Some(map) => map
+            .headers
+            .iter()
+            .map(|h| {
+                let v: &[u8] = if h.raw_value.is_empty() {
+                    h.value.as_bytes()
+                } else {
+                    &h.raw_value
+                };
+                (h.key.as_str(), v)
+            })
+            .collect(),
+        None => http
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect(),
+    };
+    let given: Vec<_> = given
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(':'))
+        .collect();
+    let host_added = usize::from(
+        !http.host.is_empty() && !given.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")),
+    );
+    if parts.headers.len() != given.len() + host_added {
+        return Err(format!(
+            "{} headers given, {} converted",
+            given.len(),
+            parts.headers.len()
+        ));
+    }
+    for (k, v) in &given {
+        if !parts.headers.get_all(*k).iter().any(|x| x.as_bytes() == *v) {
+            return Err(format!("header {k:?} lost its value {v:?}"));
+        }
+    }
+    if host_added == 1
+        && parts.headers.get(http::header::HOST).map(|h| h.as_bytes()) != Some(http.host.as_bytes())
+    {
+        return Err("host not taken from http.host".into());
+    }
+    let want_body: &[u8] = if http.raw_body.is_empty() {
+        http.body.as_bytes()
+    } else {
+        &http.raw_body
+    };
+    if check.body.as_deref().unwrap_or_default() != want_body {
+        return Err("the body changed".into());
+    }
+    if check.client_ip != check.conn.remote_addr.ip() {
+        return Err("remote.ip is not the source".into());
+    }
+    Ok(())
+}
+
+/// Forward-auth header parsing on arbitrary header lines (`name: value`, one a line):
+/// a subrequest that names an original request becomes it, in origin form, with the
+/// method and host it names when they are valid, and none of the forward-auth headers
+/// (nor the subrequest's `content-length`) left for the engines to see.
+pub fn forward_auth_headers(input: &[u8]) -> Result<(), String> {
+    use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
+    let mut headers = http::HeaderMap::new();
+    for line in input.split(|b| *b == b'\n') {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(&line[..colon]),
+            HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+        ) else {
+            continue;
+        };
+        headers.append(k, v);
+    }
+    let named = |a: &str, b: &str| {
+        headers
+            .get(a)
+            .filter(|v| !v.is_empty())
+            .or_else(|| headers.get(b).filter(|v| !v.is_empty()))
+            .cloned()
+    };
+    let method = named("x-original-method", "x-forwarded-method");
+    let host = named("x-original-host", "x-forwarded-host");
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.headers = headers.clone();
+    // The client address: any bytes, never a panic.
+    let _ = crate::decision::parsers::forwarded_client(&parts.headers);
+    if !crate::decision::parsers::original_request(&mut parts) {
+        return Ok(());
+    }
+    if parts.uri.authority().is_some() || !parts.uri.path().starts_with('/') {
+        return Err(format!("not in origin form: {:?}", parts.uri));
+    }
+    for h in [
+        "x-original-method",
+        "x-original-uri",
+        "x-original-host",
+        "x-forwarded-method",
+        "x-forwarded-uri",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+    ] {
+        if parts.headers.contains_key(h) {
+            return Err(format!("{h} left for the engines"));
+        }
+    }
+    if parts.headers.contains_key(CONTENT_LENGTH) {
+        return Err("the subrequest's content-length was kept".into());
+    }
+    if let Some(m) = method.and_then(|m| http::Method::from_bytes(m.as_bytes()).ok()) {
+        if parts.method != m {
+            return Err(format!("method {m} became {}", parts.method));
+        }
+    }
+    if let Some(h) = host {
+        if parts.headers.get(HOST) != Some(&h) {
+            return Err("host not taken from the forward-auth header".into());
+        }
+    }
+    Ok(())
+}

@@ -172,9 +172,12 @@ pub fn build_pipeline_with(
         p.request_headers.push(e.clone());
         p.engines.authz = Some(e);
         if !cfg.authz.extension_providers.is_empty() {
-            p.engines.ext_authz = Some(Arc::new(crate::ext_authz::ExtAuthzClients::new(
+            let clients = crate::ext_authz::ExtAuthzClients::new(
                 &cfg.authz.extension_providers,
-            )));
+                &src.base_dir,
+            )
+            .map_err(|e| engine_error(src, "authz.extension_providers", e))?;
+            p.engines.ext_authz = Some(Arc::new(clients));
         }
     }
     // After access control (a limit may key on a JWT claim), before inspection.

@@ -20,6 +20,7 @@ use crate::body::{
 use crate::config::OnLimit;
 use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
+use crate::ext_authz::CheckBody;
 use crate::metrics::{Decision, Metrics, Phase};
 use crate::otel::{RequestTrace, TRACEPARENT};
 use crate::pipeline::{max_need, Pipeline};
@@ -169,14 +170,20 @@ async fn proxy(
     body: RequestBody,
 ) -> ProxyResult {
     let pipeline = &st.snap.pipeline;
-    request_headers_phase(&st.shared.metrics, &mut st.trace, pipeline, ctx, parts).await?;
+    let headers = request_headers_phase(&st.shared.metrics, &mut st.trace, pipeline, ctx, parts);
+    // A CUSTOM provider that wants the body (still named in `ctx.ext_authz`) is called
+    // once it is buffered, and decides before the refusal of the headers phase.
+    let refused = match headers.await {
+        Err(e) if ctx.ext_authz.is_none() => return Err(e),
+        r => r.err(),
+    };
     // After-response phases that want the bodies get copies of what was inspected.
     let mut keep_bodies = BodyNeed::None;
     for p in &pipeline.after_response {
         keep_bodies = max_need(keep_bodies, p.wants_bodies(ctx, parts));
     }
     let body = body.paced(st.route.body_pace);
-    let (forward, tripped) = request_body_phase(st, ctx, parts, body, keep_bodies).await?;
+    let (forward, tripped) = request_body_phase(st, ctx, parts, body, keep_bodies, refused).await?;
     let resp = upstream_phase(st, ctx, parts, forward, tripped).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         // The client only gets a 101 it asked for (the upstream client refuses others);
@@ -193,7 +200,8 @@ async fn proxy(
 
 /// The request-headers phase, and the external authorizer an Istio `action: CUSTOM`
 /// policy named in it: CUSTOM decides first (its denial is the reply even when a DENY
-/// policy or another engine refused too), then the phase's own refusal.
+/// policy or another engine refused too), then the phase's own refusal. A provider
+/// that wants the body is left in `ctx.ext_authz` for [`custom_with_body`].
 pub(crate) async fn request_headers_phase(
     metrics: &Metrics,
     trace: &mut Option<Box<RequestTrace>>,
@@ -209,11 +217,51 @@ pub(crate) async fn request_headers_phase(
         |p| p.on_request_headers(ctx, parts),
     );
     if let (Some(provider), Some(ext)) = (ctx.ext_authz.take(), &pipeline.engines.ext_authz) {
-        ext.check(&provider, ctx, parts)
-            .await
-            .map_err(|reply| (reply, Decision::Block))?;
+        if ext.wants_body(&provider).is_some() {
+            ctx.ext_authz = Some(provider);
+        } else {
+            ext.check(&provider, ctx, parts, None)
+                .await
+                .map_err(|reply| (reply, Decision::Block))?;
+        }
     }
     verdict
+}
+
+/// Calls the CUSTOM provider [`request_headers_phase`] left for the body: `data` is
+/// the start of the body (all of it unless `more`). A body longer than the provider's
+/// `maxRequestBytes` is refused (413) unless it allows partial messages; then it gets
+/// the first `maxRequestBytes`.
+pub(crate) async fn custom_with_body(
+    pipeline: &Pipeline,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    data: &Bytes,
+    more: bool,
+) -> Result<(), (Reply, Decision)> {
+    let (Some(provider), Some(ext)) = (ctx.ext_authz.take(), &pipeline.engines.ext_authz) else {
+        return Ok(());
+    };
+    let Some(spec) = ext.wants_body(&provider) else {
+        return Ok(());
+    };
+    let max = spec.max_request_bytes as usize;
+    let partial = more || data.len() > max;
+    if partial && !spec.allow_partial_message {
+        return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+    }
+    let sent = if data.len() > max {
+        data.slice(..max)
+    } else {
+        data.clone()
+    };
+    let body = CheckBody {
+        data: &sent,
+        partial,
+    };
+    ext.check(&provider, ctx, parts, Some(body))
+        .await
+        .map_err(|reply| (reply, Decision::Block))
 }
 
 /// Which message a buffered body belongs to.
@@ -269,6 +317,7 @@ async fn request_body_phase(
     parts: &mut http::request::Parts,
     body: RequestBody,
     keep_bodies: BodyNeed,
+    refused: Option<(Reply, Decision)>,
 ) -> Result<(ProxyBody, Option<Arc<AtomicBool>>), (Reply, Decision)> {
     let route = st.route;
     let pipeline = &st.snap.pipeline;
@@ -279,13 +328,26 @@ async fn request_body_phase(
         return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
     }
     let mut need = keep_bodies;
+    // The CUSTOM provider left for the body, and what it wants of it.
+    let custom = ctx
+        .ext_authz
+        .as_ref()
+        .zip(pipeline.engines.ext_authz.as_ref())
+        .and_then(|(name, ext)| ext.wants_body(name));
+    if let Some(spec) = custom {
+        need = max_need(need, BodyNeed::Buffer(spec.max_request_bytes as usize));
+    }
     if !pipeline.request_body.is_empty() {
         need = max_need(need, pipeline.request_body_need(ctx, parts));
     }
     // Set when a streamed body exceeds the limit (allocated only for such bodies).
     let mut tripped: Option<Arc<AtomicBool>> = None;
     if http_body::Body::is_end_stream(&body) || content_length == Some(0) {
-        return Ok((ProxyBody::Empty, None));
+        custom_with_body(pipeline, ctx, parts, &Bytes::new(), false).await?;
+        return match refused {
+            Some(r) => Err(r),
+            None => Ok((ProxyBody::Empty, None)),
+        };
     }
     let mut body = body;
     let cap = match need {
@@ -316,6 +378,10 @@ async fn request_body_phase(
         }
         ctx.events
             .push(inspection_limit_event(Side::Request, limit));
+    }
+    custom_with_body(pipeline, ctx, parts, &buffered.data, buffered.truncated).await?;
+    if let Some(r) = refused {
+        return Err(r);
     }
     let mut b = phase_body(buffered.data.clone(), buffered.truncated, &parts.headers);
     run_phase(

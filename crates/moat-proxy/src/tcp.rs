@@ -8,7 +8,9 @@
 //!    bytes read are sent to the upstream first, unchanged.
 //! 2. Access control: [`moat_authz::AuthzEngine::evaluate_connection`] for the target
 //!    cluster's workload (labels, namespace), the listener port, the peer and local
-//!    addresses, the SNI and the verified client certificate. A denied connection is
+//!    addresses, the SNI and the verified client certificate; first, when a CUSTOM
+//!    policy matched, its gRPC provider's `Check` on the connection's attributes
+//!    ([`crate::ext_authz::ExtAuthzClients::check_connection`]). A denied connection is
 //!    closed before any upstream connect.
 //! 3. One connect to an endpoint of the cluster (round-robin, passive ejection), within
 //!    the cluster's `connect_timeout`.
@@ -253,6 +255,21 @@ async fn run(
         });
         if !d.audit.is_empty() || d.dry_run.is_some() {
             tracing::info!(peer = %peer, audit = ?d.audit, dry_run = ?d.dry_run, "tcp connection audited");
+        }
+        // CUSTOM first (Istio's order): the provider's denial closes the connection
+        // whatever DENY and ALLOW said.
+        if let Some(provider) = &d.custom {
+            let snap = shared.snapshot.load();
+            let checked = match &snap.pipeline.engines.ext_authz {
+                Some(ext) => ext.check_connection(provider, &out.conn).await,
+                None => Err(format!("unknown extension provider `{provider}`")),
+            };
+            if let Err(reason) = checked {
+                out.decision = "block";
+                out.rule = Some(format!("custom:{provider}"));
+                out.reason = reason;
+                return out;
+            }
         }
         if !d.allowed {
             out.decision = "block";

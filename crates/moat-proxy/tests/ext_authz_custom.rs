@@ -96,6 +96,28 @@ fn signal(pid: u32, sig: &str) {
         .status()
         .unwrap();
     assert!(ok.success());
+    if sig == "STOP" {
+        // kill(2) returns before every thread of the process has stopped: a thread
+        // running on another CPU could still answer a call. Wait until all are `T`.
+        let stopped = || {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .all(|t| {
+                    let stat =
+                        std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+                    stat.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('T')
+                })
+        };
+        let t = Instant::now();
+        while !stopped() {
+            assert!(t.elapsed() < Duration::from_secs(5), "OPA did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

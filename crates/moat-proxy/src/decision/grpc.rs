@@ -64,12 +64,17 @@ impl Authorization for CheckService {
     }
 }
 
-/// Builds the request model from a `CheckRequest`'s attributes.
-fn to_check(a: AttributeContext, caller: SocketAddr) -> Result<Check, String> {
+/// Builds the request model from a `CheckRequest`'s attributes. The path must be in
+/// origin form (start with `/`, as Envoy's `:path` does): anything else would parse as
+/// an authority, and the policies would see `/` instead of what the proxy forwards.
+pub(crate) fn to_check(a: AttributeContext, caller: SocketAddr) -> Result<Check, String> {
     let http = a
         .request
         .and_then(|r| r.http)
         .ok_or("attributes.request.http is missing")?;
+    if !http.path.is_empty() && !http.path.starts_with('/') {
+        return Err("attributes.request.http.path must start with `/`".into());
+    }
     let mut req = http::Request::builder()
         .method(if http.method.is_empty() {
             "GET"

@@ -125,7 +125,7 @@ where
 
 /// Rewrites `parts` into the original request a forward-auth subrequest describes;
 /// false when it describes none (Envoy's HTTP mode sends the request itself).
-fn original_request(parts: &mut http::request::Parts) -> bool {
+pub(crate) fn original_request(parts: &mut http::request::Parts) -> bool {
     let h = &mut parts.headers;
     let uri = take(h, &X_ORIGINAL_URI).or_else(|| take(h, &X_FORWARDED_URI));
     let method = take(h, &X_ORIGINAL_METHOD).or_else(|| take(h, &X_FORWARDED_METHOD));
@@ -155,7 +155,7 @@ fn take(h: &mut http::HeaderMap, name: &HeaderName) -> Option<HeaderValue> {
 }
 
 /// The last `X-Forwarded-For` element: the client as the trusted proxy saw it.
-fn forwarded_client(h: &http::HeaderMap) -> Option<IpAddr> {
+pub(crate) fn forwarded_client(h: &http::HeaderMap) -> Option<IpAddr> {
     let last = h.get_all(&X_FORWARDED_FOR).iter().next_back()?;
     last.to_str().ok()?.rsplit(',').next()?.trim().parse().ok()
 }

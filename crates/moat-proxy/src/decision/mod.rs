@@ -34,11 +34,18 @@ use moat_core::{Connection, EventAction, Reply, RequestCtx};
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Phase};
 use crate::proxy::{
-    error_page, phase_body, request_headers_phase, request_host, request_id, run_phase,
+    custom_with_body, error_page, phase_body, request_headers_phase, request_host, request_id,
+    run_phase,
 };
 use crate::state::{DecisionRt, Shared, Snapshot};
 
 pub(crate) use serve::serve;
+
+/// The network-facing parsers, for the fuzz targets (see [`crate::fuzzing`]).
+pub(crate) mod parsers {
+    pub(crate) use super::grpc::to_check;
+    pub(crate) use super::http_check::{forwarded_client, original_request};
+}
 
 /// Names the security event a request raised (allowed in monitor mode, or denied).
 pub const X_MOAT_EVENT_ID: HeaderName = HeaderName::from_static("x-moat-event-id");
@@ -180,7 +187,13 @@ async fn run_phases(
         return Err((page, Decision::Limit));
     }
     let pipeline = &snap.pipeline;
-    request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await?;
+    let headers = request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await;
+    if ctx.ext_authz.is_some() {
+        // A CUSTOM provider that wants the body: the whole body is here.
+        let empty = Bytes::new();
+        custom_with_body(pipeline, ctx, parts, body.unwrap_or(&empty), false).await?;
+    }
+    headers?;
     let Some(body) = body.filter(|b| !b.is_empty()) else {
         return Ok(());
     };

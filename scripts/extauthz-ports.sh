@@ -1,0 +1,17 @@
+# Sourced by scripts/extauthz-perf and scripts/extauthz-cost (not run on its own): free
+# loopback ports for every server they start, and bench/extauthz's configs copied into
+# $out with their fixed ports replaced (the machine may be shared). Sets P_DEC (decision
+# listener), P_DADM, P_GW (gateway listener), P_GADM, P_UP (upstream), P_OPA (OPA's gRPC),
+# P_OREST (OPA's REST API), P_NG (nginx alone), P_NGM (nginx + auth_request).
+read -r P_DEC P_DADM P_GW P_GADM P_UP P_OPA P_OREST P_NG P_NGM < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(9)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+for f in moat.yaml custom.yaml policies.yaml custom-policies.yaml; do
+  sed -e "s/127.0.0.1:19191/127.0.0.1:$P_DEC/; s/127.0.0.1:19901/127.0.0.1:$P_DADM/" \
+      -e "s/127.0.0.1:19480/127.0.0.1:$P_GW/; s/127.0.0.1:19902/127.0.0.1:$P_GADM/" \
+      -e "s/127.0.0.1:18480/127.0.0.1:$P_UP/; s/port: 19192/port: $P_OPA/" \
+      "bench/extauthz/$f" >"$out/$f"
+done
+wait_port() { for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
