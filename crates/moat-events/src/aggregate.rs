@@ -10,7 +10,8 @@
 //!   decision) within a window are one stored record. The first occurrence goes
 //!   through at once, so an operator sees an attack start within one batch
 //!   interval; the repeats of each window are counted and written as one record
-//!   carrying `count`, `ts` (first repeat) and `last_ts` when the window closes.
+//!   when the window closes: the first repeat as it was pushed (its own request
+//!   and event ids and `ts`), carrying `count` and `last_ts`.
 //!   A key stays open while it keeps repeating, so a sustained flood of one key
 //!   writes one record per window.
 //! * **Per-client cap.** A client may cause at most `client_cap` new records
@@ -24,7 +25,7 @@
 //! requests, TLS and tcp records are never aggregated.
 //!
 //! Memory is bounded by `max_keys` open keys and as many client windows (each
-//! holds one record, about 1 KiB). When the table is full, new keys go through
+//! holds at most two records, about 1 KiB each). When the table is full, new keys go through
 //! unaggregated (still under the client cap while the client table has room).
 //! Collisions of the 64-bit key hash never merge two different records: the
 //! full key is compared, and a colliding record goes through on its own.
@@ -47,7 +48,7 @@ const SHARDS: usize = 16;
 /// last at `last_ts`. Serialized as the record's JSON object plus `count` and `last_ts`.
 #[derive(Debug, Clone)]
 pub struct Counted {
-    /// The record (the first occurrence's fields, `ts` of the first counted one).
+    /// The first of the counted occurrences, as pushed (its own ids and `ts`).
     pub record: Record,
     /// How many occurrences this record stands for.
     pub count: u64,
@@ -86,13 +87,16 @@ pub enum Admit {
 
 /// An open key: the repeats of the current window.
 struct Pending {
-    /// The first occurrence (a copy: the original went to the queue).
+    /// The first occurrence (a copy: the original went to the queue): the key.
     record: Record,
     window_end: u64,
-    /// Repeats since the last written record, their first and last time.
+    /// Repeats since the last written record and the time of the last one.
     count: u64,
-    first_ts: u64,
     last_ts: u64,
+    /// The first repeat since the last written record, as it was pushed: the
+    /// written record is a real occurrence of the ones it counts (its own
+    /// request and event ids, so a block page's ids find it).
+    first_repeat: Option<Record>,
 }
 
 /// A client's window: records admitted and records over the cap.
@@ -166,7 +170,7 @@ impl Aggregator {
         match keys.get_mut(&key) {
             Some(p) if same_key(&p.record, rec) => {
                 if p.count == 0 {
-                    p.first_ts = ts;
+                    p.first_repeat = Some(rec.clone());
                 }
                 p.count += 1;
                 p.last_ts = p.last_ts.max(ts);
@@ -186,8 +190,8 @@ impl Aggregator {
                     record: rec.clone(),
                     window_end: ts.saturating_add(self.window_ms),
                     count: 0,
-                    first_ts: ts,
                     last_ts: ts,
+                    first_repeat: None,
                 },
             );
             self.open.fetch_add(1, Ordering::Relaxed);
@@ -247,11 +251,9 @@ impl Aggregator {
                 if p.window_end > now_ms {
                     return true;
                 }
-                if p.count == 0 {
+                let Some(record) = p.first_repeat.take().filter(|_| p.count > 0) else {
                     return false;
-                }
-                let mut record = p.record.clone();
-                set_ts(&mut record, p.first_ts);
+                };
                 out.push(Counted {
                     record,
                     count: p.count,
@@ -372,15 +374,6 @@ fn same_key(a: &Record, b: &Record) -> bool {
     }
 }
 
-fn set_ts(rec: &mut Record, ts: u64) {
-    match rec {
-        Record::Access(r) => r.ts = ts,
-        Record::Security(r) => r.ts = ts,
-        Record::Tls(r) => r.ts = ts,
-        Record::Tcp(r) => r.ts = ts,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +425,11 @@ mod tests {
             (out[0].count, out[0].record.ts(), out[0].last_ts),
             (499, 1, 499)
         );
+        // The written record is the first repeat itself, not a copy of the key's.
+        match &out[0].record {
+            Record::Security(r) => assert_eq!(r.request_id, "r1"),
+            other => panic!("unexpected record {other:?}"),
+        }
         // The flood goes on: the key stays open, one record for the next window.
         for t in 1000..1700 {
             a.admit(&sqli(t, "10.0.0.1", "query:id"));

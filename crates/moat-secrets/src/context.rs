@@ -446,6 +446,11 @@ impl<'a> BodyContext<'a> {
         }
     }
 
+    /// The body's bytes.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
     /// The body's syntax.
     pub fn kind(&self) -> BodyKind {
         self.kind
@@ -897,6 +902,25 @@ fn json_field(data: &[u8], pos: usize) -> Option<Field> {
         // of a JSON string is only looked for right at a secret's end.
         value_end: None,
         file: false,
+    })
+}
+
+/// Parameter and header prefixes after which an AWS access key id is the public
+/// half of a Signature Version 4 credential scope (`AKIA.../20230703/region/
+/// service/aws4_request`): presigned URLs and SigV4 `Authorization` headers
+/// carry it by design, the secret key never travels, and the signature is
+/// scoped and expiring. Lowercase; compared ignoring ASCII case.
+const SIGV4_SCOPE_PREFIXES: &[&[u8]] = &[
+    b"x-amz-credential=",
+    b"x-amz-credential%3d",
+    b"aws4-hmac-sha256 credential=",
+];
+
+/// Whether a secret preceded by `before` is the access key id of a SigV4
+/// credential scope (see [`SIGV4_SCOPE_PREFIXES`]).
+pub fn in_signed_url_scope(before: &[u8]) -> bool {
+    SIGV4_SCOPE_PREFIXES.iter().any(|p| {
+        before.len() >= p.len() && before[before.len() - p.len()..].eq_ignore_ascii_case(p)
     })
 }
 

@@ -133,6 +133,24 @@ impl SecretsEngine {
         self.classes.get(rule_id)
     }
 
+    /// Whether finding `f` of `data` is the key id of a SigV4 credential scope:
+    /// the text before the secret (decoded text for a decoded finding) ends
+    /// with `X-Amz-Credential=` or `AWS4-HMAC-SHA256 Credential=`.
+    fn signed_url_scope(&self, f: &Finding, data: &[u8]) -> bool {
+        match &f.decoded {
+            Some(d) => {
+                let at = memchr::memmem::find(&d.matched, &d.secret).unwrap_or(0);
+                let mut before = d.preceding.clone();
+                before.extend_from_slice(&d.matched[..at]);
+                crate::context::in_signed_url_scope(&before)
+            }
+            None => {
+                let start = f.secret_start.min(data.len());
+                crate::context::in_signed_url_scope(&data[start.saturating_sub(64)..start])
+            }
+        }
+    }
+
     /// Decides one finding: its action (or exemption) and why.
     fn decide(
         &self,
@@ -162,6 +180,16 @@ impl SecretsEngine {
             (Some(n), false) => format!("in field {n} of a {} body", cx.kind().as_str()),
             (None, _) => format!("in a {} body, outside any named field", cx.kind().as_str()),
         };
+        if policy.context && self.signed_url_scope(f, cx.data()) {
+            return Decision {
+                action: None,
+                confidence,
+                field: field_name,
+                reason: "AWS access key id in the credential scope of a SigV4 signature \
+                         (X-Amz-Credential): public by design, the secret key is not sent"
+                    .to_string(),
+            };
+        }
         if policy.context {
             if let Some(ex) = field
                 .as_ref()

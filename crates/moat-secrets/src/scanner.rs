@@ -15,6 +15,9 @@ pub use crate::rules::DEFAULT_RULES;
 /// gitleaks' inline opt-out marker: a finding whose line carries it is ignored.
 pub const ALLOW_SIGNATURE: &[u8] = b"gitleaks:allow";
 
+/// Matches post-processed between two reads of the clock.
+const DEADLINE_STRIDE: usize = 64;
+
 /// One secret found in a payload. Never holds the secret itself: only offsets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
@@ -58,7 +61,13 @@ pub struct Decoded {
     pub matched: Vec<u8>,
     /// The secret in the decoded text: gitleaks' `Secret`.
     pub secret: Vec<u8>,
+    /// Up to [`PRECEDING_BYTES`] of the decoded text before the match: the
+    /// context an inline decision reads (the raw text is at hand for the others).
+    pub preceding: Vec<u8>,
 }
+
+/// How much decoded text before a decoded match [`Decoded::preceding`] keeps.
+pub const PRECEDING_BYTES: usize = 48;
 
 impl Decoded {
     /// gitleaks' tags: `decoded:<encoding>` for each encoding, then `decode-depth:N`.
@@ -306,6 +315,7 @@ impl Scanner {
             path,
             commit,
             newlines: None,
+            allow_marks: None,
         };
         let mut hits: Vec<Hit> = Vec::new();
         let mut passes = Passes::default();
@@ -434,7 +444,14 @@ impl Scanner {
             } else {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             }
-            for &(s, e) in &matches {
+            for (i, &(s, e)) in matches.iter().enumerate() {
+                // A body dense in matches makes this loop the scan's cost: the
+                // deadline is checked here too, not only between rules.
+                if i % DEADLINE_STRIDE == DEADLINE_STRIDE - 1
+                    && deadline.is_some_and(|d| Instant::now() >= d)
+                {
+                    return false;
+                }
                 if let Some(h) = self.post_process(rule, ctx, pass, passes, s, e) {
                     hits.push(h);
                 }
@@ -609,6 +626,7 @@ impl Scanner {
                     depth: first.depth,
                     matched: Vec::new(),
                     secret: Vec::new(),
+                    preceding: text[t_start.saturating_sub(PRECEDING_BYTES)..t_start].to_vec(),
                 });
                 current_line = Some(decoded_line(&segs, text));
                 (a, b.max(a))
@@ -621,8 +639,9 @@ impl Scanner {
             Some(_) => (loc_start, loc_end),
         };
         let (sli, eli) = ctx.line_bounds(lb_start, lb_end);
-        let line = &data[sli.min(data.len())..eli.max(lb_end).min(data.len())];
-        if memchr::memmem::find(line, ALLOW_SIGNATURE).is_some() {
+        let (line_start, line_end) = (sli.min(data.len()), eli.max(lb_end).min(data.len()));
+        let line = &data[line_start..line_end.max(line_start)];
+        if ctx.allow_marked(line_start, line_end) {
             return None;
         }
         // Capture groups are recomputed on the trimmed match as a standalone string.
@@ -893,9 +912,25 @@ struct Ctx<'a> {
     /// The commit of a history scan (commit allowlists).
     commit: Option<&'a str>,
     newlines: Option<Vec<usize>>,
+    /// Start offsets of every `gitleaks:allow` in `data`, found once per scan:
+    /// searching each match's line instead costs matches × line length, which a
+    /// one-line body dense in matches turns into seconds.
+    allow_marks: Option<Vec<usize>>,
 }
 
 impl Ctx<'_> {
+    /// Whether `data[start..end]` contains [`ALLOW_SIGNATURE`].
+    fn allow_marked(&mut self, start: usize, end: usize) -> bool {
+        let data = self.data;
+        let marks = self
+            .allow_marks
+            .get_or_insert_with(|| memchr::memmem::find_iter(data, ALLOW_SIGNATURE).collect());
+        let i = marks.partition_point(|&m| m < start);
+        marks
+            .get(i)
+            .is_some_and(|&m| m + ALLOW_SIGNATURE.len() <= end)
+    }
+
     fn newlines(&mut self) -> &[usize] {
         let data = self.data;
         self.newlines

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use moat_core::{
     Body, DecodeLimits, EventAction, RequestBodyPhase, RequestCtx, ResponseBodyPhase,
@@ -587,4 +588,52 @@ fn classification_of_the_rulesets() {
         "gitleaks.toml: {generic} of {} rules generic",
         set.rules.len()
     );
+}
+
+/// A SigV4 presigned URL carries the access key id in `X-Amz-Credential`:
+/// public by design (the secret key never travels), in requests and in
+/// responses alike, plain or base64-encoded; the same key id elsewhere is a leak.
+#[test]
+fn presigned_url_credential_is_not_a_finding() {
+    let e = engine(|_| {});
+    let url = format!(
+        "https://bucket.s3.eu-north-1.amazonaws.com/o.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={AWS}%2F20230703%2Feu-north-1%2Fs3%2Faws4_request&X-Amz-Date=20230703T101016Z&X-Amz-Expires=600&X-Amz-Signature=0f3a"
+    );
+    let why = "credential scope of a SigV4 signature";
+    // a request body holding the URL (an upload form, a beacon)
+    let (blocked, events, _) = send(&e, "r", "/v1/hints", "application/x-protobuf", &url);
+    assert!(!blocked, "{events:?}");
+    all_exempt(&events, why);
+    // the URL base64-encoded inside the body (found by the decoding pass)
+    let b64 = base64::engine::general_purpose::STANDARD.encode(url.as_bytes());
+    let (blocked, events, _) = send(&e, "r", "/v1/hints", "text/plain", &format!("blob={b64}"));
+    assert!(!blocked, "{events:?}");
+    all_exempt(&events, why);
+    // a SigV4 Authorization header value in a body
+    let auth = format!("AWS4-HMAC-SHA256 Credential={AWS}/20230703/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0f3a");
+    let (blocked, events, _) = send(&e, "r", "/debug", "text/plain", &auth);
+    assert!(!blocked, "{events:?}");
+    all_exempt(&events, why);
+    // a response returning a download link keeps it intact
+    let r = req("/api/files/1", "application/json");
+    let mut resp = http::Response::builder()
+        .status(200)
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let mut ctx = RequestCtx::for_test("r");
+    let doc = format!(r#"{{"download": "{url}"}}"#);
+    let mut b = body(&doc);
+    e.on_response_body(&mut ctx, &r, &mut resp, &mut b);
+    assert_eq!(String::from_utf8_lossy(b.raw()), doc);
+    all_exempt(&ctx.events, why);
+    // the same key id in another parameter or as text is still blocked
+    for leaked in [
+        format!("https://example.com/?access={AWS}%2F20230703"),
+        format!("note: our key is {AWS}"),
+    ] {
+        let (blocked, _, _) = send(&e, "r", "/notes", "text/plain", &leaked);
+        assert!(blocked, "{leaked}");
+    }
 }

@@ -3,6 +3,7 @@
 //! placeholders), scored the way those tools score a WAF (blocked = the
 //! engine would answer with its block status).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -289,6 +290,9 @@ pub struct GotestwafReport {
     pub mistakes: Vec<(String, String, String, String, String)>,
     /// Combinations skipped (placeholders moat does not model: gRPC).
     pub skipped: u64,
+    /// Test-case files that could not be read as gotestwaf YAML, with the error:
+    /// reported, never silently left out of the totals.
+    pub unreadable: Vec<String>,
 }
 
 fn encode(enc: &str, p: &str) -> Option<String> {
@@ -490,8 +494,13 @@ pub fn gotestwaf(
     files.sort();
     for f in files {
         let text = std::fs::read_to_string(&f)?;
-        let Ok(doc) = moat_config::from_str::<GtwFile>(&f, &text) else {
-            continue;
+        // Test cases are data, not moat config: no `${VAR}` interpolation.
+        let doc = match moat_config::from_str_verbatim::<GtwFile>(&f, &go_yaml_escapes(&text)) {
+            Ok(doc) => doc,
+            Err(e) => {
+                rep.unreadable.push(e.to_string());
+                continue;
+            }
         };
         let benign = f.components().any(|c| c.as_os_str() == "false-pos");
         let rel = f
@@ -546,6 +555,39 @@ pub fn gotestwaf(
         }
     }
     Ok(rep)
+}
+
+/// gotestwaf's files are read by Go's YAML parser, a port of libyaml, which
+/// accepts `\'` in a double-quoted scalar as an escaped `'`; YAML 1.2 (and
+/// this parser) does not. Rewritten on double-quoted list items only, where it
+/// can only mean that.
+fn go_yaml_escapes(text: &str) -> Cow<'_, str> {
+    if !text.contains("\\'") {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if !line.trim_start().starts_with("- \"") {
+            out.push_str(line);
+            continue;
+        }
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('\'') => out.push('\''),
+                Some(next) => {
+                    out.push('\\');
+                    out.push(next);
+                }
+                None => out.push('\\'),
+            }
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn collect_yml(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
@@ -630,5 +672,23 @@ pub fn render_gotestwaf(r: &GotestwafReport) -> String {
             r.skipped
         ));
     }
+    for e in &r.unreadable {
+        s.push_str(&format!("unreadable test-case file (not counted): {e}\n"));
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn gotestwaf_files_read_as_go_reads_them() {
+        let text = "payload:\n  - \"\\'-alert(1)//\"\n  - \"a\\\\'b\"\n  - \"${jndi:ldap://x}\"\nencoder:\n  - Plain\nplaceholder:\n  - URLParam\ntype: XSS\n";
+        let doc: GtwFile =
+            moat_config::from_str_verbatim(Path::new("t.yml"), &go_yaml_escapes(text)).unwrap();
+        // `\'` is a quote; an escaped backslash before a quote stays one backslash
+        assert_eq!(doc.payload, ["'-alert(1)//", "a\\'b", "${jndi:ldap://x}"]);
+    }
 }

