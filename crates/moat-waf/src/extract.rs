@@ -349,8 +349,10 @@ impl<'e> Inspector<'e> {
             return;
         }
         let c = Classes::of(v.as_bytes());
+        // `$` is a class of its own (DOLLAR) and already counts; `#` shares COMMENT with
+        // `-` and `*`, so it is searched for only when that class is present
         if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
-            && memchr::memchr2(b'$', b'#', v.as_bytes()).is_none()
+            && !(c.any(Classes::COMMENT) && memchr::memchr(b'#', v.as_bytes()).is_some())
         {
             return;
         }
@@ -401,7 +403,8 @@ impl<'e> Inspector<'e> {
         let blob = raw.len() >= 64
             && !c.any(!(Classes::PLUS | Classes::SLASH | Classes::EQ | Classes::COMMENT))
             && !raw.contains(['-', '#', '*']);
-        if blob {
+        // an inert value of this length was checked for the marker above already
+        if blob && !inert {
             if let Some(h) = deser::deser_marker(raw) {
                 self.report(loc, h);
             }
@@ -998,7 +1001,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 let mut j = st;
                 let mut esc = false;
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &b[j.min(b.len())..]) {
+                    match quote_or_backslash(&b[j.min(b.len())..]) {
                         None => {
                             j = b.len();
                             break;
@@ -1101,6 +1104,18 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
         }
     }
     true
+}
+
+/// The first `"` or `\` in `h`. Most JSON strings are short: a scalar look at the
+/// first bytes finds their end without the setup of a SIMD search (which
+/// `memchr2` pays on every call), and the SIMD search takes over past them.
+fn quote_or_backslash(h: &[u8]) -> Option<usize> {
+    const SHORT: usize = 32;
+    let head = &h[..h.len().min(SHORT)];
+    match head.iter().position(|&c| c == b'"' || c == b'\\') {
+        Some(k) => Some(k),
+        None => memchr::memchr2(b'"', b'\\', &h[head.len()..]).map(|k| k + head.len()),
+    }
 }
 
 /// Appends `n` in decimal without the formatting machinery (array indexes in pointers).
