@@ -282,9 +282,11 @@ fn metric(admin: SocketAddr, metric: &str) -> Option<f64> {
 
 /// Waits until the gateway's store is connected for the `n`th time.
 fn wait_store_connected(admin: SocketAddr, n: f64) {
+    // generous: the reconnection backs off, and a loaded CI machine running the
+    // other tests of this file at the same time stretches every step
     wait_until(
         "the rate limit store connecting",
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         || {
             metric(admin, "moat_ratelimit_store_up") == Some(1.0)
                 && metric(admin, "moat_ratelimit_store_total{what=\"reconnects\"}") >= Some(n)
