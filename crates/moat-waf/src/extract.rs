@@ -351,9 +351,9 @@ impl<'e> Inspector<'e> {
         let c = Classes::of(v.as_bytes());
         // `$` is a class of its own (DOLLAR) and already counts; `#` shares COMMENT with
         // `-` and `*`, so it is searched for only when that class is present
-        if !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
-            && !(c.any(Classes::COMMENT) && memchr::memchr(b'#', v.as_bytes()).is_some())
-        {
+        let trigger = c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
+            || (c.any(Classes::COMMENT) && memchr::memchr(b'#', v.as_bytes()).is_some());
+        if !trigger {
             return;
         }
         let v = decode::url_decode_repeated(v.as_bytes());
