@@ -917,7 +917,7 @@ const SIGV4_SCOPE_PREFIXES: &[&[u8]] = &[
 ];
 
 /// Whether a secret preceded by `before` is the access key id of a SigV4
-/// credential scope (see [`SIGV4_SCOPE_PREFIXES`]).
+/// credential scope: right after `X-Amz-Credential=` (or `%3D`) or `AWS4-HMAC-SHA256 Credential=`.
 pub fn in_signed_url_scope(before: &[u8]) -> bool {
     SIGV4_SCOPE_PREFIXES.iter().any(|p| {
         before.len() >= p.len() && before[before.len() - p.len()..].eq_ignore_ascii_case(p)
