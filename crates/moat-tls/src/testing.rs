@@ -107,30 +107,13 @@ impl TestCa {
 
     /// A server certificate like [`server_cert`](Self::server_cert) with a key of algorithm `alg`.
     pub fn server_cert_with(&self, dns_names: &[&str], alg: KeyAlg) -> TestCert {
-        let names: Vec<String> = dns_names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).expect("server params");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(
-            DnType::CommonName,
-            dns_names.first().copied().unwrap_or("server"),
-        );
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        self.issue(params, alg)
+        self.issue(server_params(dns_names), alg)
     }
 
     /// A server certificate like [`server_cert`](Self::server_cert) valid until
     /// `not_after` (unix seconds): a certificate about to expire.
     pub fn server_cert_until(&self, dns_names: &[&str], not_after: i64) -> TestCert {
-        let names: Vec<String> = dns_names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).expect("server params");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(
-            DnType::CommonName,
-            dns_names.first().copied().unwrap_or("server"),
-        );
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let mut params = server_params(dns_names);
         params.not_after = x509_parser::time::ASN1Time::from_timestamp(not_after)
             .expect("not_after in range")
             .to_datetime();
@@ -325,4 +308,19 @@ fn transfer(
         }
     }
     Ok(())
+}
+
+/// Parameters of a server certificate (EKU serverAuth) for `dns_names`, the first
+/// one as common name.
+fn server_params(dns_names: &[&str]) -> CertificateParams {
+    let names: Vec<String> = dns_names.iter().map(|s| s.to_string()).collect();
+    let mut params = CertificateParams::new(names).expect("server params");
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        dns_names.first().copied().unwrap_or("server"),
+    );
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params
 }
