@@ -168,14 +168,17 @@ impl Passes {
     /// 0 being the original). Returns the decoded text and pushes its segments;
     /// returns `None` (and pushes nothing) when no segment decodes.
     pub fn decode(&mut self, text: &[u8]) -> Option<Vec<u8>> {
-        let matches = find_encoding_matches(text);
         let prev = self.levels.last();
         let level = self.levels.len();
         let mut out: Vec<u8> = Vec::new();
         let mut segs: Vec<Segment> = Vec::new();
         let mut shift: i64 = 0;
         let mut copied = 0usize;
-        for (kind, s, e) in matches {
+        for m in find_encoding_matches(text) {
+            if m.untried {
+                continue;
+            }
+            let (kind, s, e) = (KINDS[m.pattern], m.start, m.end);
             let value = decode_value(kind, &text[s..e]);
             if value.is_empty() {
                 continue;
@@ -266,20 +269,55 @@ fn regex_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
 
 const KINDS: [u8; 4] = [PERCENT, UNICODE, HEX, BASE64];
 
-/// `[\w/+-]`: the base64 pattern's class. A table: the run search tests every byte
-/// of every scanned body, and one load is cheaper than the range comparisons.
-fn b64_class(b: u8) -> bool {
-    static TABLE: [bool; 256] = {
-        let mut t = [false; 256];
+/// Byte class: `[\w/+-]`, the base64 pattern's class.
+const C_B64: u8 = 1;
+/// Byte class: `[0-9A-Fa-f]`, the hex pattern's (a subset of [`C_B64`]).
+const C_HEX: u8 = 2;
+/// Byte class: a digit or one of `+/-_` (a subset of [`C_B64`]): gitleaks tries
+/// to decode a base64 value only when it has one.
+const C_TRIED: u8 = 4;
+
+/// The classes of a byte. A table: the run search tests every byte of every
+/// scanned body, and one load is cheaper than the range comparisons; one walk
+/// over a run learns all three classes.
+fn class(b: u8) -> u8 {
+    static TABLE: [u8; 256] = {
+        let mut t = [0u8; 256];
         let mut i = 0;
         while i < 256 {
             let c = i as u8;
-            t[i] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'/' | b'+' | b'-');
+            let tried = c.is_ascii_digit() || matches!(c, b'_' | b'/' | b'+' | b'-');
+            if c.is_ascii_alphanumeric() || tried {
+                t[i] |= C_B64;
+            }
+            if c.is_ascii_hexdigit() {
+                t[i] |= C_HEX;
+            }
+            if tried {
+                t[i] |= C_TRIED;
+            }
             i += 1;
         }
         t
     };
     TABLE[b as usize]
+}
+
+fn b64_class(b: u8) -> bool {
+    class(b) & C_B64 != 0
+}
+
+/// One match of the encodings regex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Found {
+    /// The pattern, in gitleaks' precedence order: 0 percent, 1 unicode, 2 hex, 3 base64.
+    pattern: usize,
+    start: usize,
+    end: usize,
+    /// A base64 match without a digit or one of `+/-_`, which gitleaks does not
+    /// try to decode ([`decode_base64`] refuses it); known from the walk that
+    /// measured the run, so the value is not walked again.
+    untried: bool,
 }
 
 /// Go's `\s`.
@@ -292,9 +330,15 @@ fn hex4_at(data: &[u8], i: usize) -> bool {
         .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
 }
 
-/// The match of the encodings regex anchored at `p`, as (pattern id, end):
-/// percent, then unicode, hex and base64, as the alternation prefers them.
-fn match_at(data: &[u8], p: usize) -> Option<(usize, usize)> {
+/// The match of the encodings regex anchored at `p`: percent, then unicode,
+/// hex and base64, as the alternation prefers them.
+fn match_at(data: &[u8], p: usize) -> Option<Found> {
+    let found = |pattern, end| Found {
+        pattern,
+        start: p,
+        end,
+        untried: false,
+    };
     let n = data.len();
     let at = |i: usize| data.get(i).copied();
     match at(p)? {
@@ -313,11 +357,11 @@ fn match_at(data: &[u8], p: usize) -> Option<(usize, usize)> {
                     && data[q + 1].is_ascii_hexdigit()
                     && data[q + 2].is_ascii_hexdigit()
                 {
-                    return Some((0, q + 3));
+                    return Some(found(0, q + 3));
                 }
                 hi = q;
             }
-            return Some((0, from));
+            return Some(found(0, from));
         }
         b'U' if at(p + 1) == Some(b'+') => {
             let mut i = p;
@@ -332,7 +376,7 @@ fn match_at(data: &[u8], p: usize) -> Option<(usize, usize)> {
                 }
             }
             if i > p {
-                return Some((1, i));
+                return Some(found(1, i));
             }
         }
         b'\\' => {
@@ -352,24 +396,42 @@ fn match_at(data: &[u8], p: usize) -> Option<(usize, usize)> {
                     break;
                 }
             }
-            return (i > p).then_some((1, i));
+            return (i > p).then_some(found(1, i));
         }
         _ => {}
     }
-    let hex = data[p..]
-        .iter()
-        .take_while(|b| b.is_ascii_hexdigit())
-        .count();
+    // Hex digits are base64 characters: the base64 run goes on from where the
+    // hex run stops, and the classes seen on the way say whether gitleaks would
+    // try to decode it (the byte that ends a run is seen too, harmlessly:
+    // `C_TRIED` bytes are all inside the base64 class).
+    let rest = &data[p..];
+    let mut seen = 0u8;
+    let hex = run_of(rest, C_HEX, &mut seen);
     if hex >= 32 {
-        return Some((2, p + hex));
+        return Some(found(2, p + hex));
     }
-    let run = data[p..].iter().take_while(|&&b| b64_class(b)).count();
+    let run = hex + run_of(&rest[hex..], C_B64, &mut seen);
     if run >= 16 {
         let e = p + run;
         let pads = data[e..].iter().take(2).take_while(|&&b| b == b'=').count();
-        return Some((3, e + pads));
+        return Some(Found {
+            untried: seen & C_TRIED == 0,
+            ..found(3, e + pads)
+        });
     }
     None
+}
+
+/// The length of the run of `class` bytes that starts `data`; ORs the classes
+/// of its bytes (and of the byte after it) into `seen`.
+fn run_of(data: &[u8], want: u8, seen: &mut u8) -> usize {
+    data.iter()
+        .take_while(|&&b| {
+            let c = class(b);
+            *seen |= c;
+            c & want != 0
+        })
+        .count()
 }
 
 /// The first `p >= from` where 16 bytes of the base64 class start (every hex or
@@ -426,53 +488,101 @@ fn next_cached(
     }
 }
 
-/// The encodings regex's matches, leftmost-first, as `find_iter` reports them:
-/// (pattern id, start, end).
-fn encoding_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    // Cached "next candidate at or after the position it was computed from".
-    let mut special: Option<Option<usize>> = None;
-    let mut run: Option<Option<usize>> = None;
-    while pos < data.len() {
-        let sp = next_cached(&mut special, pos, |p| next_special(data, p));
-        let rn = next_cached(&mut run, pos, |p| next_run16(data, p));
-        let cand = match (sp, rn) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => break,
-        };
-        match match_at(data, cand) {
-            Some((k, e)) => {
-                out.push((k, cand, e));
-                pos = e.max(cand + 1);
-            }
-            None => pos = cand + 1,
+/// The encodings regex's matches, leftmost-first, as `find_iter` reports them,
+/// found as they are asked for (a decoding pass allocates nothing until a
+/// segment decodes).
+struct Matches<'d> {
+    data: &'d [u8],
+    pos: usize,
+    /// Cached "next candidate at or after the position it was computed from".
+    special: Option<Option<usize>>,
+    run: Option<Option<usize>>,
+}
+
+impl<'d> Matches<'d> {
+    fn new(data: &'d [u8]) -> Self {
+        Matches {
+            data,
+            pos: 0,
+            special: None,
+            run: None,
         }
     }
-    out
+}
+
+impl Iterator for Matches<'_> {
+    type Item = Found;
+
+    fn next(&mut self) -> Option<Found> {
+        let data = self.data;
+        while self.pos < data.len() {
+            let pos = self.pos;
+            let sp = next_cached(&mut self.special, pos, |p| next_special(data, p));
+            let rn = next_cached(&mut self.run, pos, |p| next_run16(data, p));
+            let cand = match (sp, rn) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            match match_at(data, cand) {
+                Some(m) => {
+                    self.pos = m.end.max(cand + 1);
+                    return Some(m);
+                }
+                None => self.pos = cand + 1,
+            }
+        }
+        self.pos = data.len();
+        None
+    }
+}
+
+/// The encodings regex's matches as (pattern id, start, end).
+#[cfg(any(test, feature = "fuzzing"))]
+fn encoding_matches(data: &[u8]) -> Vec<(usize, usize, usize)> {
+    Matches::new(data)
+        .map(|m| (m.pattern, m.start, m.end))
+        .collect()
 }
 
 /// gitleaks `findEncodingMatches`: the matches of the combined regex; a match
-/// touching a neighbour of higher precedence is left for the next pass.
-fn find_encoding_matches(data: &[u8]) -> Vec<(u8, usize, usize)> {
-    let all = encoding_matches(data);
-    // precedence: percent 4 ... base64 1, i.e. a lower pattern id wins.
-    let touches = |a: &(usize, usize, usize), b: &(usize, usize, usize)| a.1 <= b.2 && a.2 >= b.1;
-    let mut out = Vec::with_capacity(all.len());
-    for (i, m) in all.iter().enumerate() {
-        if all.len() > 1 {
-            if i > 0 && touches(&all[i - 1], m) && all[i - 1].0 < m.0 {
-                continue;
-            }
-            if i + 1 < all.len() && touches(&all[i + 1], m) && all[i + 1].0 < m.0 {
-                continue;
+/// touching a neighbour of higher precedence (a lower pattern id) is left for
+/// the next pass. A match's neighbours are the regex's matches before and after
+/// it, whether or not they are kept themselves.
+struct Kept<'d> {
+    matches: Matches<'d>,
+    prev: Option<Found>,
+    cur: Option<Found>,
+}
+
+impl Iterator for Kept<'_> {
+    type Item = Found;
+
+    fn next(&mut self) -> Option<Found> {
+        loop {
+            let m = self.cur.take()?;
+            let next = self.matches.next();
+            let prev = self.prev.replace(m);
+            self.cur = next;
+            let yields_to = |o: Option<Found>| {
+                o.is_some_and(|o| o.start <= m.end && o.end >= m.start && o.pattern < m.pattern)
+            };
+            if !(yields_to(prev) || yields_to(next)) {
+                return Some(m);
             }
         }
-        out.push((KINDS[m.0.min(3)], m.1, m.2));
     }
-    out
+}
+
+fn find_encoding_matches(data: &[u8]) -> Kept<'_> {
+    let mut matches = Matches::new(data);
+    let cur = matches.next();
+    Kept {
+        matches,
+        prev: None,
+        cur,
+    }
 }
 
 fn decode_value(kind: u8, v: &[u8]) -> Vec<u8> {
@@ -638,10 +748,7 @@ fn b64_body(body: &[u8], alpha: fn(u8) -> Option<u8>) -> Option<Vec<u8>> {
 /// the result must be printable ASCII. Values without a digit or one of
 /// `+/-_` are not tried.
 fn decode_base64(v: &[u8]) -> Vec<u8> {
-    if !v
-        .iter()
-        .any(|&b| b.is_ascii_digit() || matches!(b, b'+' | b'/' | b'-' | b'_'))
-    {
+    if !v.iter().any(|&b| class(b) & C_TRIED != 0) {
         return Vec::new();
     }
     let pads = v.iter().rev().take_while(|&&b| b == b'=').count();
@@ -773,9 +880,9 @@ mod tests {
     #[test]
     fn touching_matches_yield_to_higher_precedence() {
         // base64 run directly followed by a percent run: the base64 one waits.
-        let m = find_encoding_matches(b"QUJDREVGR0hJSktMTU5PUA1%41%42");
+        let m: Vec<Found> = find_encoding_matches(b"QUJDREVGR0hJSktMTU5PUA1%41%42").collect();
         assert_eq!(m.len(), 1);
-        assert_eq!(m[0].0, PERCENT);
+        assert_eq!(KINDS[m[0].pattern], PERCENT);
     }
 
     #[test]
@@ -830,6 +937,14 @@ mod tests {
             let want = regex_matches(&v);
             for m in &want {
                 kinds[m.0] += 1;
+            }
+            // A base64 match is marked untried exactly when gitleaks' test
+            // (a digit or one of `+/-_`) fails on it.
+            for m in Matches::new(&v) {
+                let tried = v[m.start..m.end]
+                    .iter()
+                    .any(|b| b.is_ascii_digit() || matches!(b, b'+' | b'/' | b'-' | b'_'));
+                assert_eq!(m.untried, m.pattern == 3 && !tried, "{m:?} in {v:?}");
             }
             assert_eq!(
                 encoding_matches(&v),

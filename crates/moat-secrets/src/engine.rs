@@ -286,8 +286,9 @@ impl SecretsEngine {
                 &format!("body exceeds {} bytes", self.config.max_body_bytes),
             );
         }
-        let data: Bytes = match body.decoded() {
-            Ok(d) => d.clone(),
+        // Borrowed: the body is only written (redaction) after the last read.
+        let data: &[u8] = match body.decoded() {
+            Ok(d) => d,
             Err(e) => {
                 let why = match e {
                     DecodeError::TooLarge { .. } => "decoded body exceeds the limit".to_string(),
@@ -304,7 +305,7 @@ impl SecretsEngine {
             );
         }
         let deadline = Instant::now() + self.config.scan_timeout;
-        let outcome = self.scanner.scan_with_deadline(&data, None, Some(deadline));
+        let outcome = self.scanner.scan_with_deadline(data, None, Some(deadline));
         if outcome.timed_out {
             return self.limit(ctx, side, "scan time limit reached");
         }
@@ -318,7 +319,7 @@ impl SecretsEngine {
             Side::Request => Direction::Request,
             Side::Response => Direction::Response,
         };
-        let mut cx = BodyContext::new(&data, content_type, path, direction);
+        let mut cx = BodyContext::new(data, content_type, path, direction);
         let form = cx.kind() == crate::context::BodyKind::Form;
         let mut blocked: Vec<(usize, String)> = Vec::new();
         let mut redacted: Vec<Finding> = Vec::new();
@@ -335,7 +336,7 @@ impl SecretsEngine {
                 None if self.config.report_exempt => EventAction::Monitor,
                 None => continue,
             };
-            let ev = finding_event(f, &data, ev_action, side, &d);
+            let ev = finding_event(f, data, ev_action, side, &d);
             match d.action {
                 Some(SecretsAction::Block) => blocked.push((i, ev.id.clone())),
                 Some(SecretsAction::Redact) => redacted.push(f.clone()),
@@ -370,9 +371,9 @@ impl SecretsEngine {
         }
         if !redacted.is_empty() {
             let out = if form {
-                redact_with(&data, &redacted, |id| format!("%5BREDACTED%3A{id}%5D"))
+                redact_with(data, &redacted, |id| format!("%5BREDACTED%3A{id}%5D"))
             } else {
-                redact_with(&data, &redacted, |id| format!("[REDACTED:{id}]"))
+                redact_with(data, &redacted, |id| format!("[REDACTED:{id}]"))
             };
             body.replace(Bytes::from(out));
         }

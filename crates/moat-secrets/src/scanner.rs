@@ -152,11 +152,43 @@ pub struct Scanner {
     decode: DecodeLimits,
 }
 
+/// Where a keyword hit lets a rule's match start: `lo..=hi` of the scanned
+/// text, or everywhere (`hi == FULL`).
 #[derive(Clone, Copy)]
 struct Region {
     rule: u32,
     lo: usize,
     hi: usize,
+}
+
+/// [`Region::hi`] of a rule that runs over the whole text.
+const FULL: usize = usize::MAX;
+
+/// The regions of one scan, with at most one whole-text region per rule
+/// however many of its keywords occur.
+#[derive(Default)]
+struct Plan {
+    regions: Vec<Region>,
+    /// Rules given a whole-text region (a bit per rule; allocated on first use).
+    full: Vec<u64>,
+}
+
+impl Plan {
+    /// Rule `rule` (of `rules`) runs over the whole text.
+    fn full(&mut self, rule: u32, rules: usize) {
+        if self.full.is_empty() {
+            self.full.resize(rules.div_ceil(64), 0);
+        }
+        let (word, bit) = (rule as usize / 64, 1u64 << (rule % 64));
+        if let Some(w) = self.full.get_mut(word).filter(|w| **w & bit == 0) {
+            *w |= bit;
+            self.regions.push(Region {
+                rule,
+                lo: 0,
+                hi: FULL,
+            });
+        }
+    }
 }
 
 impl Scanner {
@@ -380,11 +412,13 @@ impl Scanner {
         hits: &mut Vec<Hit>,
     ) -> bool {
         let data = pass.text;
+        // What each rule runs over: a region per keyword hit, or the whole text.
+        // Only rules with a region run, so a scan costs its hits rather than the
+        // size of the ruleset, and allocates nothing when no keyword occurs.
+        let mut plan = Plan::default();
         let n = self.set.rules.len();
-        let mut full = vec![false; n];
-        let mut regions: Vec<Region> = Vec::new();
         for &r in &self.always {
-            full[r as usize] = true;
+            plan.full(r, n);
         }
         let rules = &self.set.rules;
         let kw_rules = &self.kw_rules;
@@ -393,12 +427,12 @@ impl Scanner {
                 for &r in &kw_rules[k] {
                     let rule = &rules[r as usize];
                     match rule.window.or(rule.prefix.as_ref().map(|p| p.1)) {
-                        Some(l) => regions.push(Region {
+                        Some(l) => plan.regions.push(Region {
                             rule: r,
                             lo: end.saturating_sub(l),
                             hi: start,
                         }),
-                        None => full[r as usize] = true,
+                        None => plan.full(r, n),
                     }
                 }
             });
@@ -407,23 +441,21 @@ impl Scanner {
             for (k, kw) in self.keywords.iter().enumerate() {
                 if memchr::memmem::find(&lower, kw.as_bytes()).is_some() {
                     for &r in &kw_rules[k] {
-                        full[r as usize] = true;
+                        plan.full(r, n);
                     }
                 }
             }
         }
+        let mut regions = plan.regions;
         regions.sort_unstable_by_key(|g| (g.rule, g.lo));
         let mut matches: Vec<(usize, usize)> = Vec::new();
-        let mut ri = 0;
-        for (idx, rule) in self.set.rules.iter().enumerate() {
-            let start_ri = ri;
-            while ri < regions.len() && regions[ri].rule as usize == idx {
-                ri += 1;
-            }
-            let windows = &regions[start_ri..ri];
-            if rule.skip_report || (!full[idx] && windows.is_empty()) {
-                continue;
-            }
+        let mut rest = &regions[..];
+        while let Some(first) = rest.first() {
+            let idx = first.rule as usize;
+            let (windows, tail) = rest.split_at(rest.partition_point(|g| g.rule == first.rule));
+            rest = tail;
+            let rule = &rules[idx];
+            let full = windows.iter().any(|g| g.hi == FULL);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return false;
             }
@@ -435,7 +467,7 @@ impl Scanner {
             let Some(re) = &rule.regex else {
                 continue;
             };
-            if full[idx] || !use_windows {
+            if full || !use_windows {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             } else if let Some(l) = rule.window {
                 windowed(re, data, windows, l, &mut matches);
