@@ -177,18 +177,20 @@ impl RateLimiter {
         }
     }
 
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+    /// `now` in nanoseconds since the limiter's epoch (the caller's clock
+    /// reading, shared with its other uses of the time).
+    fn nanos(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
-    fn available(&self) -> bool {
-        let now = self.now();
+    fn available(&self, now: Instant) -> bool {
+        let now = self.nanos(now);
         let tat = self.tat_ns.load(Ordering::Relaxed).max(now);
         tat + self.period_ns <= now + self.burst_ns
     }
 
-    fn try_acquire(&self) -> bool {
-        let now = self.now();
+    fn try_acquire(&self, now: Instant) -> bool {
+        let now = self.nanos(now);
         let mut cur = self.tat_ns.load(Ordering::Relaxed);
         loop {
             let new = cur.max(now) + self.period_ns;
@@ -551,11 +553,11 @@ impl AfterResponsePhase for Discovery {
     }
 
     fn wants_bodies(&self, _ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
-        if !self.body_limiter.available() {
+        let now = Instant::now();
+        if !self.body_limiter.available(now) {
             return BodyNeed::None;
         }
         let h = self.key(req.method.as_str(), req.uri.path(), None);
-        let now = Instant::now();
         let mut map = self.body_windows[(h as usize) % SHARDS]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -570,7 +572,7 @@ impl AfterResponsePhase for Discovery {
                 return BodyNeed::None;
             }
         }
-        if !self.body_limiter.try_acquire() {
+        if !self.body_limiter.try_acquire(now) {
             return BodyNeed::None;
         }
         map.insert(h, now);
@@ -627,7 +629,7 @@ impl AfterResponsePhase for Discovery {
         if !slot.due(now, has_body, window) {
             return;
         }
-        if !self.sample_limiter.try_acquire() {
+        if !self.sample_limiter.try_acquire(now) {
             counters.rate_limited.fetch_add(1, Ordering::Relaxed);
             return;
         }
