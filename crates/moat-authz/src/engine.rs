@@ -1019,16 +1019,28 @@ impl RequestHeadersPhase for AuthzEngine {
             Some(n) => remote_ip_from_xff(&req.headers, n, Some(source_ip)),
             None => Some(crate::request::canonical_ip(ctx.client_ip)),
         };
+        // The Host header is copied out (`evaluate` borrows the headers mutably):
+        // to the stack when it fits, so that a request costs no allocation here.
+        let mut host_buf = [0u8; 256];
         let host_owned;
         let host: &str = match req.uri.authority() {
             Some(a) => a.as_str(),
             None => {
-                host_owned = req
+                let v = req
                     .headers
                     .get(http::header::HOST)
-                    .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
-                    .unwrap_or_default();
-                &host_owned
+                    .map_or(&[][..], |h| h.as_bytes());
+                let copied = host_buf.get_mut(..v.len()).map(|b| {
+                    b.copy_from_slice(v);
+                    &*b
+                });
+                match copied.map(std::str::from_utf8) {
+                    Some(Ok(h)) => h,
+                    _ => {
+                        host_owned = String::from_utf8_lossy(v).into_owned();
+                        &host_owned
+                    }
+                }
             }
         };
         let pq = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
