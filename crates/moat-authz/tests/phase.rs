@@ -239,3 +239,39 @@ fn config_section_parses_with_defaults_and_rejects_unknown_fields() {
     .unwrap_err();
     assert!(e.message.contains("unknown field"), "{e}");
 }
+
+/// The Host header is read as text for `hosts` whatever its length (the phase copies
+/// short values to the stack, longer ones to the heap) and whatever its bytes (not UTF-8:
+/// replacement characters, as before).
+#[test]
+fn host_header_of_any_length_and_bytes_is_matched() {
+    let e = engine(
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: hosts, namespace: shop}
+spec:
+  rules: [{to: [{operation: {hosts: [\"*.example\"]}}]}]
+",
+    );
+    let decide = |host: &[u8]| {
+        let mut p = http::Request::get("/x")
+            .header("host", http::HeaderValue::from_bytes(host).unwrap())
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        let mut c = ctx("api", None);
+        matches!(e.on_request_headers(&mut c, &mut p), Verdict::Continue)
+    };
+    assert!(decide(b"api.example"));
+    assert!(!decide(b"api.other"));
+    for len in [250, 256, 257, 4000] {
+        let mut long = vec![b'a'; len - ".example".len()];
+        long.extend_from_slice(b".example");
+        assert!(decide(&long), "{len}-byte host");
+        long.extend_from_slice(b".x");
+        assert!(!decide(&long), "{}-byte host", len + 2);
+    }
+    assert!(decide(b"caf\xe9.example"), "not UTF-8, matched lossily");
+    assert!(!decide(b"caf\xe9.other"));
+}
