@@ -1,8 +1,5 @@
 //! Small byte-string helpers (ASCII case-insensitive search without allocation).
 
-/// Haystacks shorter than this are searched byte by byte (see [`find_ci`]).
-const SHORT_HAYSTACK: usize = 48;
-
 /// Position of the first ASCII case-insensitive occurrence of `needle` (lowercase) in `hay`.
 pub fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || hay.len() < needle.len() {
@@ -10,17 +7,9 @@ pub fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
     }
     let first = needle[0];
     let alt = first.to_ascii_uppercase();
-    if hay.len() < SHORT_HAYSTACK {
-        // Most values are short: a plain loop over their bytes costs less than the
-        // set-up of memchr2's vector search on every call.
-        return (0..=hay.len() - needle.len()).find(|&at| {
-            (hay[at] == first || hay[at] == alt)
-                && hay[at..at + needle.len()].eq_ignore_ascii_case(needle)
-        });
-    }
     let mut from = 0;
     while from + needle.len() <= hay.len() {
-        let p = memchr::memchr2(first, alt, &hay[from..=hay.len() - needle.len()])?;
+        let p = find2(&hay[from..=hay.len() - needle.len()], first, alt)?;
         let at = from + p;
         if hay[at..at + needle.len()].eq_ignore_ascii_case(needle) {
             return Some(at);
