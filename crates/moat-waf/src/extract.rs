@@ -940,12 +940,14 @@ fn disposition_param(line: &str, key: &str) -> Option<String> {
 /// Iterative JSON walk (no recursion): keys and string values with their
 /// JSON pointer, bounded depth.
 fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> bool {
-    let mut ptr = String::new();
+    // sized for common documents up front: growing both on the way in cost more
+    // than the walk of a small document's structure
+    let mut ptr = String::with_capacity(64);
     if let Loc::Json(p) = base {
         ptr.push_str(p);
     }
     // container stack: (is_object, ptr length before this container's key, array index)
-    let mut stack: Vec<(bool, usize, usize)> = Vec::new();
+    let mut stack: Vec<(bool, usize, usize)> = Vec::with_capacity(8);
     let mut i = 0;
     let b = data;
     let mut scratch = String::new();
