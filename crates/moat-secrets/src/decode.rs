@@ -438,17 +438,11 @@ fn run_of(data: &[u8], want: u8, seen: &mut u8) -> usize {
 /// base64 match starts at such a place). Skips ahead by the window on a miss.
 fn next_run16(data: &[u8], from: usize) -> Option<usize> {
     let mut i = from;
-    'outer: while i + 16 <= data.len() {
-        let mut j = i + 15;
-        loop {
-            if !b64_class(data[j]) {
-                i = j + 1;
-                continue 'outer;
-            }
-            if j == i {
-                return Some(i);
-            }
-            j -= 1;
+    // Last byte of the window first: a miss there skips the whole window.
+    while let Some(w) = data.get(i..i + 16) {
+        match w.iter().rposition(|&b| !b64_class(b)) {
+            Some(k) => i += k + 1,
+            None => return Some(i),
         }
     }
     None
