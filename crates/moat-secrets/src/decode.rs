@@ -435,21 +435,17 @@ fn run_of(data: &[u8], want: u8, seen: &mut u8) -> usize {
 }
 
 /// The first `p >= from` where 16 bytes of the base64 class start (every hex or
-/// base64 match starts at such a place). A window is tested from its end: the
-/// last byte outside the class rules out every start up to it, and the bytes
-/// after it are known to be in the class, so each byte is tested at most once.
+/// base64 match starts at such a place). Skips ahead by the window on a miss.
 fn next_run16(data: &[u8], from: usize) -> Option<usize> {
-    // No run starts in `from..i`; `data[i..known]` are all in the class.
-    let (mut i, mut known) = (from, from);
-    loop {
-        let end = i.checked_add(16)?;
-        let unknown = data.get(known..end)?;
-        match unknown.iter().rposition(|&b| !b64_class(b)) {
-            Some(k) => i = known + k + 1,
+    let mut i = from;
+    // Last byte of the window first: a miss there skips the whole window.
+    while let Some(w) = data.get(i..i + 16) {
+        match w.iter().rposition(|&b| !b64_class(b)) {
+            Some(k) => i += k + 1,
             None => return Some(i),
         }
-        known = end;
     }
+    None
 }
 
 /// The first place `>= from` where a percent or unicode match may start: `%`,
