@@ -49,11 +49,7 @@ pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
     let mut i = 0;
     while i < s.len() {
         // copy the run up to the next escape in one go
-        let next = if plus {
-            memchr::memchr2(b'%', b'+', &s[i..])
-        } else {
-            memchr::memchr(b'%', &s[i..])
-        };
+        let next = crate::util::find2(&s[i..], b'%', if plus { b'+' } else { b'%' });
         match next {
             Some(0) => {}
             Some(n) => {
@@ -250,7 +246,7 @@ pub fn html_decode(s: &str) -> Cow<'_, str> {
     if !changed {
         return Cow::Borrowed(s);
     }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    Cow::Owned(crate::util::lossy_owned(out))
 }
 
 /// Decodes JavaScript / JSON / C-style escapes: `\xHH`, `\uHHHH`, `\u{H..}`,
@@ -344,7 +340,7 @@ pub fn js_unescape(s: &str) -> Cow<'_, str> {
             }
         }
     }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    Cow::Owned(crate::util::lossy_owned(out))
 }
 
 /// Decodes `value` as base64 (standard or URL-safe alphabet) when it looks like

@@ -9,6 +9,7 @@ use crate::decode;
 use crate::detect::{
     self, crlf, deser, jndi, scanner, traversal, upload, xxe, Attack, Classes, Hit, Scope,
 };
+use crate::util::{find2, lossy};
 
 /// Where a value was found. Rendered (`query:id`, `json:/user/name`) only when
 /// a finding is reported, so benign values cost no allocation.
@@ -357,7 +358,7 @@ impl<'e> Inspector<'e> {
             return;
         }
         let v = decode::url_decode_repeated(v.as_bytes());
-        let v = String::from_utf8_lossy(&v);
+        let v = lossy(&v);
         detect::run_all(&v, Scope::Name, &mut |h| self.report(loc, h));
     }
 
@@ -414,7 +415,7 @@ impl<'e> Inspector<'e> {
             let u: Cow<'_, str> = if c.any(Classes::PERCENT) {
                 match decode::url_decode_repeated(raw.as_bytes()) {
                     Cow::Borrowed(_) => Cow::Borrowed(raw),
-                    Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
+                    Cow::Owned(v) => Cow::Owned(crate::util::lossy_owned(v)),
                 }
             } else {
                 Cow::Borrowed(raw)
@@ -507,12 +508,16 @@ impl<'e> Inspector<'e> {
     pub fn urlencoded(&mut self, q: &[u8], form: bool) {
         let mut nbuf: Vec<u8> = Vec::new();
         let mut vbuf: Vec<u8> = Vec::new();
+        // validated once: a name or value without escapes is then borrowed as text
+        // without validating it again (`&` and `=` are ASCII: char boundaries)
+        let whole = std::str::from_utf8(q).ok();
         let mut start = 0;
         while start <= q.len() {
-            let end = memchr::memchr(b'&', &q[start..])
+            let end = find2(&q[start..], b'&', b'&')
                 .map(|x| start + x)
                 .unwrap_or(q.len());
             let pair = &q[start..end];
+            let pair_at = start;
             start = end + 1;
             if pair.is_empty() {
                 continue;
@@ -520,14 +525,12 @@ impl<'e> Inspector<'e> {
             if self.stopped {
                 return;
             }
-            let (n, v) = match memchr::memchr(b'=', pair) {
-                Some(p) => (&pair[..p], &pair[p + 1..]),
-                None => (&pair[..0], pair),
+            let (n, v, v_at) = match find2(pair, b'=', b'=') {
+                Some(p) => (&pair[..p], &pair[p + 1..], pair_at + p + 1),
+                None => (&pair[..0], pair, pair_at),
             };
-            let n = decode_into(n, &mut nbuf);
-            let v = decode_into(v, &mut vbuf);
-            let n = lossy(n);
-            let v = lossy(v);
+            let n = text_of(n, pair_at, whole, &mut nbuf);
+            let v = text_of(v, v_at, whole, &mut vbuf);
             if let Some(p) = self.patches {
                 p.observe(&n, &v, &mut self.facts);
             }
@@ -567,7 +570,7 @@ impl<'e> Inspector<'e> {
     /// Inspects the URL path: the whole decoded path and every segment.
     pub fn path(&mut self, raw: &[u8]) {
         let d = decode::url_decode_repeated(raw);
-        let p = String::from_utf8_lossy(&d);
+        let p = lossy(&d);
         if !self.count(Loc::Path) {
             return;
         }
@@ -647,7 +650,7 @@ impl<'e> Inspector<'e> {
             }
             let (n, v) = part.split_once('=').unwrap_or(("", part));
             let v = decode::url_decode_once(v.as_bytes(), false);
-            let v = String::from_utf8_lossy(&v);
+            let v = lossy(&v);
             self.name(Loc::CookieName(n), n);
             self.value(Loc::Cookie(n), &v, Scope::Header);
         }
@@ -665,11 +668,11 @@ impl<'e> Inspector<'e> {
                     }
                     let (n, val) = pair.split_once('=').unwrap_or(("", pair));
                     let val = decode::url_decode_once(val.as_bytes(), true);
-                    let val = String::from_utf8_lossy(&val);
+                    let val = lossy(&val);
                     self.value(Loc::HeaderArg(name, n), &val, Scope::Header);
                 }
                 let d = decode::url_decode_repeated(path.as_bytes());
-                let d = String::from_utf8_lossy(&d);
+                let d = lossy(&d);
                 if let Some(h) = traversal::traversal(&d) {
                     self.report(Loc::Header(name), h);
                 }
@@ -701,7 +704,7 @@ impl<'e> Inspector<'e> {
 
     /// Inspects an XML document: DOCTYPE/entities, text nodes and attribute values.
     pub fn xml(&mut self, data: &[u8]) {
-        let s = String::from_utf8_lossy(data);
+        let s = lossy(data);
         if let Some(h) = deser::java_xml(&s) {
             self.report(Loc::Body, h);
         }
@@ -840,7 +843,7 @@ impl<'e> Inspector<'e> {
                 .strip_suffix(b"\r\n")
                 .or_else(|| body.strip_suffix(b"\n"))
                 .unwrap_or(body);
-            let head = String::from_utf8_lossy(head);
+            let head = lossy(head);
             let mut name = String::new();
             let mut filename: Option<String> = None;
             let mut ctype = String::new();
@@ -855,7 +858,7 @@ impl<'e> Inspector<'e> {
             }
             if let Some(p) = self.patches {
                 let v = if filename.is_none() {
-                    String::from_utf8_lossy(&body[..body.len().min(4096)])
+                    lossy(&body[..body.len().min(4096)])
                 } else {
                     std::borrow::Cow::Borrowed("")
                 };
@@ -869,13 +872,13 @@ impl<'e> Inspector<'e> {
                     self.value(Loc::Filename(&name), &f, Scope::Header);
                     if ctype.starts_with("text/") || ctype.contains("json") || ctype.contains("xml")
                     {
-                        let t = String::from_utf8_lossy(body);
+                        let t = lossy(body);
                         self.value(Loc::Multipart(&name), &t, Scope::Body);
                     }
                 }
                 None => {
                     self.name(Loc::Multipart(&name), &name);
-                    let t = String::from_utf8_lossy(body);
+                    let t = lossy(body);
                     self.field_value(Loc::Multipart(&name), &name, &t, false);
                 }
             }
@@ -885,19 +888,30 @@ impl<'e> Inspector<'e> {
 
 /// URL-decodes (`+` as space) into `buf` when needed; borrows `raw` otherwise.
 fn decode_into<'a>(raw: &'a [u8], buf: &'a mut Vec<u8>) -> &'a [u8] {
-    if memchr::memchr2(b'%', b'+', raw).is_none() {
+    if find2(raw, b'%', b'+').is_none() {
         return raw;
     }
     decode::url_decode_into(raw, true, buf);
     buf
 }
 
-/// Borrowed UTF-8 when valid, lossy otherwise.
-fn lossy(b: &[u8]) -> Cow<'_, str> {
-    match std::str::from_utf8(b) {
-        Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(String::from_utf8_lossy(b).into_owned()),
+/// The decoded text of `raw`, which starts at `at` in a document whose text is
+/// `whole` when it is valid UTF-8: borrowed from it when `raw` has no escape,
+/// decoded into `buf` (and validated) otherwise.
+fn text_of<'a>(
+    raw: &'a [u8],
+    at: usize,
+    whole: Option<&'a str>,
+    buf: &'a mut Vec<u8>,
+) -> Cow<'a, str> {
+    if find2(raw, b'%', b'+').is_none() {
+        if let Some(t) = whole.and_then(|w| w.get(at..at + raw.len())) {
+            return Cow::Borrowed(t);
+        }
+        return lossy(raw);
     }
+    decode::url_decode_into(raw, true, buf);
+    lossy(buf)
 }
 
 fn disposition_param(line: &str, key: &str) -> Option<String> {
@@ -926,12 +940,14 @@ fn disposition_param(line: &str, key: &str) -> Option<String> {
 /// Iterative JSON walk (no recursion): keys and string values with their
 /// JSON pointer, bounded depth.
 fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> bool {
-    let mut ptr = String::new();
+    // sized for common documents up front: growing both on the way in cost more
+    // than the walk of a small document's structure
+    let mut ptr = String::with_capacity(64);
     if let Loc::Json(p) = base {
         ptr.push_str(p);
     }
     // container stack: (is_object, ptr length before this container's key, array index)
-    let mut stack: Vec<(bool, usize, usize)> = Vec::new();
+    let mut stack: Vec<(bool, usize, usize)> = Vec::with_capacity(8);
     let mut i = 0;
     let b = data;
     let mut scratch = String::new();
@@ -1001,7 +1017,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 let mut j = st;
                 let mut esc = false;
                 loop {
-                    match quote_or_backslash(&b[j.min(b.len())..]) {
+                    match find2(&b[j.min(b.len())..], b'"', b'\\') {
                         None => {
                             j = b.len();
                             break;
@@ -1024,7 +1040,7 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 i = (j + 1).min(b.len());
                 let text: &str = if esc {
                     scratch.clear();
-                    json_unescape_into(&String::from_utf8_lossy(rawstr), &mut scratch);
+                    json_unescape_into(&lossy(rawstr), &mut scratch);
                     &scratch
                 } else {
                     // `st` follows a quote and `end` is a quote or the end, so both are
@@ -1044,7 +1060,8 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 if expect_key {
                     let key = text;
                     ptr.push('/');
-                    if memchr::memchr2(b'~', b'/', key.as_bytes()).is_none() {
+                    // keys are short: a plain scan, not memchr2's vector set-up
+                    if !key.bytes().any(|c| c == b'~' || c == b'/') {
                         ptr.push_str(key);
                     } else {
                         for ch in key.chars() {
@@ -1104,18 +1121,6 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
         }
     }
     true
-}
-
-/// The first `"` or `\` in `h`. Most JSON strings are short: a scalar look at the
-/// first bytes finds their end without the setup of a SIMD search (which
-/// `memchr2` pays on every call), and the SIMD search takes over past them.
-fn quote_or_backslash(h: &[u8]) -> Option<usize> {
-    const SHORT: usize = 32;
-    let head = &h[..h.len().min(SHORT)];
-    match head.iter().position(|&c| c == b'"' || c == b'\\') {
-        Some(k) => Some(k),
-        None => memchr::memchr2(b'"', b'\\', &h[head.len()..]).map(|k| k + head.len()),
-    }
 }
 
 /// Appends `n` in decimal without the formatting machinery (array indexes in pointers).

@@ -459,7 +459,7 @@ impl WafEngine {
         }
         for (name, value) in &req.headers {
             // converted only for headers that are inspected
-            let v = || String::from_utf8_lossy(value);
+            let v = || crate::util::lossy(value);
             let lname_buf;
             let lname: &str = if name.bytes().any(|c| c.is_ascii_uppercase()) {
                 lname_buf = name.to_ascii_lowercase();
@@ -518,7 +518,7 @@ impl WafEngine {
         if has(b"xml") || (ct.is_empty() && first == Some(b'<')) {
             ins.xml(data);
             if ct.is_empty() {
-                let s = String::from_utf8_lossy(data);
+                let s = crate::util::lossy(data);
                 ins.value(Loc::Body, &s, detect::Scope::Body);
             }
             return;
@@ -553,7 +553,7 @@ impl WafEngine {
             ins.beacon = false;
         }
         // unknown or text: a urlencoded-looking body is a form, anything else one value
-        let s = String::from_utf8_lossy(data);
+        let s = crate::util::lossy(data);
         let looks_form = !s.contains(['\n', ' ']) && s.contains('=');
         if looks_form {
             ins.urlencoded(data, true);
