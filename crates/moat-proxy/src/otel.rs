@@ -8,6 +8,7 @@
 //! upstream with moat's client span as the parent, an unsampled one with the
 //! client's header unchanged.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -75,7 +76,7 @@ impl RequestTrace {
     pub(crate) fn upstream_start(&mut self, endpoint: &str) -> Option<HeaderValue> {
         let id = new_span_id();
         self.upstream = Some((id, Instant::now(), None, endpoint.to_string()));
-        HeaderValue::from_str(&format_traceparent(&self.trace_id, &id)).ok()
+        HeaderValue::from_bytes(&format_traceparent(&self.trace_id, &id)).ok()
     }
 
     /// Ends the client span.
@@ -96,12 +97,12 @@ impl RequestTrace {
         kind: SpanKind,
         t0: Instant,
         t1: Instant,
-    ) -> Span {
+    ) -> Span<'_> {
         Span {
             trace_id: self.trace_id,
             span_id,
             parent: Some(self.span_id),
-            name,
+            name: name.into(),
             kind,
             start_ns: self.ns(t0),
             end_ns: self.ns(t1),
@@ -140,7 +141,7 @@ impl RequestTrace {
                 t1.unwrap_or(end),
             );
             s.attributes
-                .push(("server.address", AttrValue::Str(endpoint.clone())));
+                .push(("server.address", AttrValue::Str(endpoint.into())));
             spans.push(s);
         }
         let path = path.split('?').next().unwrap_or("/");
@@ -150,13 +151,16 @@ impl RequestTrace {
                 AttrValue::Str(method.as_str().into()),
             ),
             ("url.path", AttrValue::Str(path.into())),
-            ("http.route", AttrValue::Str(ctx.route.to_string())),
+            ("http.route", AttrValue::Str((&*ctx.route).into())),
             (
                 "http.response.status_code",
                 AttrValue::Int(i64::from(status)),
             ),
-            ("client.address", AttrValue::Str(ctx.client_ip.to_string())),
-            ("moat.request_id", AttrValue::Str(ctx.request_id.clone())),
+            (
+                "client.address",
+                AttrValue::Str(ctx.client_ip.to_string().into()),
+            ),
+            ("moat.request_id", AttrValue::Str((&*ctx.request_id).into())),
             ("moat.decision", AttrValue::Str(decision.name().into())),
         ];
         // The engine decision that shaped the response: the first blocking event, else the first.
@@ -167,7 +171,7 @@ impl RequestTrace {
             .or(ctx.events.first());
         if let Some(e) = deciding {
             attributes.push(("moat.engine", AttrValue::Str(e.engine.into())));
-            attributes.push(("moat.rule", AttrValue::Str(e.rule.clone())));
+            attributes.push(("moat.rule", AttrValue::Str((&*e.rule).into())));
             attributes.push((
                 "moat.action",
                 AttrValue::Str(moat_events::record::action_name(e.action).into()),
@@ -183,18 +187,18 @@ impl RequestTrace {
             .map(|e| {
                 let mut a = vec![
                     ("moat.engine", AttrValue::Str(e.engine.into())),
-                    ("moat.rule", AttrValue::Str(e.rule.clone())),
+                    ("moat.rule", AttrValue::Str((&*e.rule).into())),
                     (
                         "moat.action",
                         AttrValue::Str(moat_events::record::action_name(e.action).into()),
                     ),
-                    ("moat.event_id", AttrValue::Str(e.id.clone())),
+                    ("moat.event_id", AttrValue::Str((&*e.id).into())),
                 ];
                 if let Some(c) = e.details.get("confidence").and_then(|c| c.as_f64()) {
                     a.push(("moat.confidence", AttrValue::F64(c)));
                 }
                 if let Some(l) = &e.location {
-                    a.push(("moat.location", AttrValue::Str(l.clone())));
+                    a.push(("moat.location", AttrValue::Str((&**l).into())));
                 }
                 SpanEvent {
                     name: "moat.security_event",
@@ -207,7 +211,7 @@ impl RequestTrace {
             trace_id: self.trace_id,
             span_id: self.span_id,
             parent: self.parent,
-            name: format!("{} {}", method.as_str(), ctx.route),
+            name: Cow::Owned(format!("{} {}", method.as_str(), ctx.route)),
             kind: SpanKind::Server,
             start_ns: self.start_ns,
             end_ns,

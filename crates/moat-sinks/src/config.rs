@@ -142,6 +142,13 @@ pub struct BufferConfig {
     pub max_bytes: u64,
     /// Records per delivery (default 1000).
     pub batch_max: usize,
+    /// Longest a record waits for its batch to fill (default 0: delivered as soon as
+    /// the sink is free; tracing: 1s). A batch goes when it holds `batch_max` records or
+    /// its oldest has waited this long, so a low rate of records costs one delivery per
+    /// `linger`, not one per record (OpenTelemetry's batch span processor does the same
+    /// with its schedule delay).
+    #[serde(with = "moat_config::duration")]
+    pub linger: Duration,
     /// First wait after a failed delivery; doubled on each failure (default 100ms).
     #[serde(with = "moat_config::duration")]
     pub retry_backoff: Duration,
@@ -162,6 +169,7 @@ impl Default for BufferConfig {
             max_records: 100_000,
             max_bytes: 64 << 20,
             batch_max: 1000,
+            linger: Duration::ZERO,
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(5),
             timeout: Duration::from_secs(10),
@@ -564,6 +572,7 @@ impl Default for TracingConfig {
             buffer: BufferConfig {
                 max_records: 20_000,
                 batch_max: 512,
+                linger: Duration::from_secs(1),
                 ..BufferConfig::default()
             },
         }
@@ -630,6 +639,7 @@ impl BufferConfig {
         }
         let ms = Duration::from_millis;
         for (field, d, lo, hi) in [
+            ("linger", b.linger, ms(0), ms(60_000)),
             ("retry_backoff", b.retry_backoff, ms(1), ms(60_000)),
             (
                 "retry_backoff_max",
@@ -760,5 +770,8 @@ mod tests {
         assert_eq!(e.line, 3);
         let e = parse("sinks:\n  - name: a\n    buffer: { retry_backoff: 2s, retry_backoff_max: 1s }\n    syslog: { address: \"h:1\" }\n").unwrap_err();
         assert_eq!(e.field, "telemetry.sinks[0].buffer.retry_backoff_max");
+        let e = parse("tracing:\n  enabled: true\n  buffer: { linger: 61s }\n").unwrap_err();
+        assert_eq!(e.field, "telemetry.tracing.buffer.linger");
+        assert!(e.message.contains("between 0s and 1m"), "{e}");
     }
 }

@@ -238,3 +238,46 @@ fn a_reload_keeps_what_an_unchanged_sink_holds() {
     assert_eq!(got.len(), 1);
     assert!(got[0].1.contains("\"r10\""), "{got:?}");
 }
+
+#[test]
+fn linger_holds_a_partial_batch_and_a_full_one_goes_at_once() {
+    let rx = receiver(|_| 200);
+    let dir = tempfile::tempdir().unwrap();
+    // A minute of linger: only a full batch (20) or the shutdown can send before it ends.
+    let yaml = format!(
+        "sinks:\n  - name: l\n    buffer: {{ linger: 60s, batch_max: 20 }}\n    http: {{ url: \"http://{}/in\" }}\n",
+        rx.addr
+    );
+    let (queue, writer, metrics) = common::start(&yaml, dir.path());
+    let stats = metrics.get("l").unwrap();
+    for i in 0..20 {
+        queue.push(common::access(&format!("r{i}"), "10.1.1.1"));
+    }
+    common::wait_for(Duration::from_secs(10), || {
+        (stats.delivered.load(Ordering::Relaxed) == 20).then_some(())
+    })
+    .expect("a full batch waited for the linger");
+    for i in 20..25 {
+        queue.push(common::access(&format!("r{i}"), "10.1.1.1"));
+    }
+    common::wait_for(Duration::from_secs(5), || {
+        (stats.depth.load(Ordering::Relaxed) == 5).then_some(())
+    })
+    .expect("the records did not reach the sink's buffer");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        stats.delivered.load(Ordering::Relaxed),
+        20,
+        "a partial batch went before the linger"
+    );
+    // Shutdown delivers what lingers.
+    writer.shutdown();
+    assert_eq!(stats.delivered.load(Ordering::Relaxed), 25);
+    let sizes: Vec<usize> = rx
+        .bodies
+        .lock()
+        .iter()
+        .map(|(_, b)| b.lines().count())
+        .collect();
+    assert_eq!(sizes, [20, 5], "one POST per batch");
+}
