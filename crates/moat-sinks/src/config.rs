@@ -130,10 +130,44 @@ pub struct SinkConfig {
     pub http: Option<HttpConfig>,
 }
 
-/// `buffer:` of a sink.
+/// Where a `buffer:` section takes the fields it leaves out from: an event sink's
+/// buffer ([`SinkDefaults`]) and the trace exporter's ([`TracingDefaults`]) differ in
+/// size, batch and linger, and a section that sets one field keeps the others of its own
+/// kind.
+pub trait BufferDefaults: std::fmt::Debug + Clone + PartialEq + Send + Sync + 'static {
+    /// Default `max_records`.
+    const MAX_RECORDS: usize;
+    /// Default `batch_max`.
+    const BATCH_MAX: usize;
+    /// Default `linger`.
+    const LINGER: Duration;
+}
+
+/// An event sink's buffer defaults: 100000 records, batches of 1000, no linger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkDefaults;
+
+impl BufferDefaults for SinkDefaults {
+    const MAX_RECORDS: usize = 100_000;
+    const BATCH_MAX: usize = 1000;
+    const LINGER: Duration = Duration::ZERO;
+}
+
+/// The trace exporter's buffer defaults: 20000 spans, batches of 512, a 1s linger
+/// (OpenTelemetry's batch span processor has 2048 / 512 / 5s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TracingDefaults;
+
+impl BufferDefaults for TracingDefaults {
+    const MAX_RECORDS: usize = 20_000;
+    const BATCH_MAX: usize = 512;
+    const LINGER: Duration = Duration::from_secs(1);
+}
+
+/// `buffer:` of a sink (`D`: where fields left out come from).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BufferConfig {
+#[serde(deny_unknown_fields, default, bound = "")]
+pub struct BufferConfig<D: BufferDefaults = SinkDefaults> {
     /// Records held while the destination is slow or down; more are dropped and counted
     /// (default 100000).
     pub max_records: usize,
@@ -161,19 +195,22 @@ pub struct BufferConfig {
     /// On shutdown, time left to deliver what is buffered (default 5s).
     #[serde(with = "moat_config::duration")]
     pub shutdown_timeout: Duration,
+    #[serde(skip)]
+    pub(crate) defaults: std::marker::PhantomData<fn() -> D>,
 }
 
-impl Default for BufferConfig {
+impl<D: BufferDefaults> Default for BufferConfig<D> {
     fn default() -> Self {
         BufferConfig {
-            max_records: 100_000,
+            max_records: D::MAX_RECORDS,
             max_bytes: 64 << 20,
-            batch_max: 1000,
-            linger: Duration::ZERO,
+            batch_max: D::BATCH_MAX,
+            linger: D::LINGER,
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(5),
             timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(5),
+            defaults: std::marker::PhantomData,
         }
     }
 }
@@ -556,8 +593,9 @@ pub struct TracingConfig {
     pub headers: BTreeMap<String, String>,
     /// TLS settings for an `https://` endpoint.
     pub tls: Option<ClientTlsConfig>,
-    /// In-memory buffer, batching and retries, as for event sinks.
-    pub buffer: BufferConfig,
+    /// In-memory buffer, batching and retries, as for event sinks (with the
+    /// exporter's own defaults for the fields left out).
+    pub buffer: BufferConfig<TracingDefaults>,
 }
 
 impl Default for TracingConfig {
@@ -569,12 +607,7 @@ impl Default for TracingConfig {
             service_name: "moat".into(),
             headers: BTreeMap::new(),
             tls: None,
-            buffer: BufferConfig {
-                max_records: 20_000,
-                batch_max: 512,
-                linger: Duration::from_secs(1),
-                ..BufferConfig::default()
-            },
+            buffer: BufferConfig::default(),
         }
     }
 }
@@ -612,7 +645,7 @@ impl TracingConfig {
     }
 }
 
-impl BufferConfig {
+impl<D: BufferDefaults> BufferConfig<D> {
     /// Checks every limit; `at(field, message)` locates an error.
     pub fn validate(&self, at: &dyn Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
         let b = self;
@@ -703,6 +736,30 @@ mod tests {
         let c: TelemetryConfig = moat_config::from_str(file, text)?;
         c.validate(file)?;
         Ok(c)
+    }
+
+    /// A `buffer:` section that sets one field keeps the other defaults of its own
+    /// kind: the exporter's for `tracing.buffer`, the sinks' for a sink's.
+    #[test]
+    fn buffer_sections_keep_their_own_defaults() {
+        let c = parse(
+            "tracing:\n  enabled: true\n  buffer: { batch_max: 100 }\nsinks:\n  - name: a\n    buffer: { batch_max: 100 }\n    syslog: { address: \"h:1\" }\n",
+        )
+        .unwrap();
+        let t = &c.tracing.buffer;
+        assert_eq!(
+            (t.batch_max, t.max_records, t.linger),
+            (100, 20_000, Duration::from_secs(1))
+        );
+        let b = &c.sinks[0].buffer;
+        assert_eq!(
+            (b.batch_max, b.max_records, b.linger),
+            (100, 100_000, Duration::ZERO)
+        );
+        // and without a section, each kind's defaults
+        let c = parse("tracing:\n  enabled: true\n").unwrap();
+        assert_eq!(c.tracing.buffer, BufferConfig::<TracingDefaults>::default());
+        assert_eq!(c.tracing.buffer.linger, Duration::from_secs(1));
     }
 
     #[test]

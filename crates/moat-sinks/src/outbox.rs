@@ -26,7 +26,7 @@ use moat_events::Record;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::config::{BufferConfig, Format, RecordKind};
+use crate::config::{BufferConfig, BufferDefaults, Format, RecordKind};
 use crate::format::Entry;
 use crate::SinkError;
 
@@ -115,7 +115,7 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
-    pub(crate) fn new(cfg: &BufferConfig) -> Arc<Outbox> {
+    pub(crate) fn new<D: BufferDefaults>(cfg: &BufferConfig<D>) -> Arc<Outbox> {
         Arc::new(Outbox {
             queue: Mutex::new(VecDeque::new()),
             notify: Notify::new(),
@@ -252,10 +252,10 @@ impl Warner {
 
 /// The delivery loop of one sink; returns when the outbox is closed and empty,
 /// or when the shutdown deadline has passed.
-pub(crate) async fn deliver<T: Transport>(
+pub(crate) async fn deliver<T: Transport, D: BufferDefaults>(
     outbox: Arc<Outbox>,
     mut transport: T,
-    cfg: BufferConfig,
+    cfg: BufferConfig<D>,
     name: String,
 ) {
     let stats = outbox.stats.clone();
@@ -339,10 +339,10 @@ pub(crate) async fn deliver<T: Transport>(
 }
 
 /// Starts a sink's thread: a current-thread tokio runtime running its delivery loop.
-pub(crate) fn spawn<T: Transport>(
+pub(crate) fn spawn<T: Transport, D: BufferDefaults>(
     name: &str,
     outbox: Arc<Outbox>,
-    buffer: &BufferConfig,
+    buffer: &BufferConfig<D>,
     transport: T,
 ) -> Result<JoinHandle<()>, SinkError> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -438,7 +438,7 @@ mod tests {
 
     #[test]
     fn buffer_bounds_records_and_bytes() {
-        let cfg = BufferConfig {
+        let cfg: BufferConfig = BufferConfig {
             max_records: 3,
             max_bytes: 4096,
             ..BufferConfig::default()
