@@ -248,12 +248,7 @@ authz:
     - { name: opa, envoyExtAuthzGrpc: { service: 127.0.0.1, port: 9 } }
 "#;
     let file = dir.path().join("moat.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let (cfg, src) = moat_proxy::config::load_file(&file).unwrap();
-    let err = moat_proxy::Gateway::new(cfg, src, GatewayOptions::default())
-        .err()
-        .unwrap()
-        .to_string();
+    let err = common::gateway_error(&file, yaml);
     assert!(err.contains("policies.yaml"), "{err}");
     assert!(err.contains("spec.provider.name"), "{err}");
     assert!(
@@ -272,16 +267,6 @@ authz:
             "statusOnError",
         ),
     ] {
-        let yaml = format!(
-            "listeners: []\nadmin: {{ address: 127.0.0.1:0 }}\nauthz:\n  enabled: true\n  extension_providers: [{bad}]\n"
-        );
-        std::fs::write(&file, yaml).unwrap();
-        let (cfg, src) = moat_proxy::config::load_file(&file).unwrap();
-        let err = moat_proxy::Gateway::new(cfg, src, GatewayOptions::default())
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("authz.extension_providers"), "{err}");
-        assert!(err.contains(want), "{err}");
+        common::assert_provider_error(&file, bad, want);
     }
 }

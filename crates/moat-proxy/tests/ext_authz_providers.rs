@@ -481,17 +481,7 @@ async fn provider_body_and_tls_config_errors() {
             "client_key",
         ),
     ] {
-        let yaml = format!(
-            "listeners: []\nadmin: {{ address: 127.0.0.1:0 }}\nauthz:\n  enabled: true\n  extension_providers: [{bad}]\n"
-        );
-        std::fs::write(&file, yaml).unwrap();
-        let (cfg, src) = moat_proxy::config::load_file(&file).unwrap();
-        let err = moat_proxy::Gateway::new(cfg, src, GatewayOptions::default())
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("authz.extension_providers"), "{err}");
-        assert!(err.contains(want), "{err}");
+        common::assert_provider_error(&file, bad, want);
     }
     // An unknown field inside includeRequestBodyInCheck is refused where it is.
     let yaml = "listeners: []\nadmin: { address: 127.0.0.1:0 }\nauthz:\n  enabled: true\n  extension_providers:\n    - name: x\n      envoyExtAuthzGrpc: { service: a, port: 1, includeRequestBodyInCheck: { maxRequestByte: 5 } }\n";

@@ -287,3 +287,25 @@ pub async fn read_head(s: &mut TcpStream) -> Vec<u8> {
 pub fn json(b: &Bytes) -> serde_json::Value {
     serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {b:?}"))
 }
+
+/// The error a gateway built from `yaml` (written to `file`, then loaded as moat
+/// would load it) fails with.
+pub fn gateway_error(file: &Path, yaml: &str) -> String {
+    std::fs::write(file, yaml).unwrap();
+    let (cfg, src) = config::load_file(file).unwrap();
+    Gateway::new(cfg, src, GatewayOptions::default())
+        .err()
+        .unwrap()
+        .to_string()
+}
+
+/// A gateway whose one extension provider is `provider` (a YAML flow mapping) fails
+/// with an error naming `authz.extension_providers` and containing `want`.
+pub fn assert_provider_error(file: &Path, provider: &str, want: &str) {
+    let yaml = format!(
+        "listeners: []\nadmin: {{ address: 127.0.0.1:0 }}\nauthz:\n  enabled: true\n  extension_providers: [{provider}]\n"
+    );
+    let err = gateway_error(file, &yaml);
+    assert!(err.contains("authz.extension_providers"), "{err}");
+    assert!(err.contains(want), "{err}");
+}
