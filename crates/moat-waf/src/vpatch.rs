@@ -1215,17 +1215,11 @@ fn decode_lossy(b: &[u8]) -> Cow<'_, str> {
     // most paths and queries have no escape: no decoder call (short values: a
     // byte loop beats the SIMD search's set-up)
     if !b.contains(&b'%') {
-        return match std::str::from_utf8(b) {
-            Ok(s) => Cow::Borrowed(s),
-            Err(_) => String::from_utf8_lossy(b),
-        };
+        return crate::util::lossy(b);
     }
     match decode::url_decode_repeated(b) {
-        Cow::Borrowed(x) => match std::str::from_utf8(x) {
-            Ok(s) => Cow::Borrowed(s),
-            Err(_) => String::from_utf8_lossy(x),
-        },
-        Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
+        Cow::Borrowed(x) => crate::util::lossy(x),
+        Cow::Owned(v) => Cow::Owned(crate::util::lossy_owned(v)),
     }
 }
 
