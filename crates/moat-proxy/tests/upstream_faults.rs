@@ -2,7 +2,7 @@
 //! the middle of a body, answers garbage, answers too slowly, and closes keep-alive
 //! connections at random. Each fault gets the right status (502, 504, or a cut
 //! response once the head has gone out), no connection is leaked (the sockets open
-//! on both sides match the gateway's idle pool, the process's descriptors come back),
+//! on both sides match the gateway's idle pool, the process's sockets come back),
 //! and passive ejection takes a hostile endpoint out of rotation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -155,8 +155,36 @@ routes:
     )
 }
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
+/// TCP sockets the process holds. Only TCP: a test waiting for [`SERIAL`] has
+/// already built its runtime, whose epoll and eventfd descriptors and whose copy of
+/// tokio's signal socket would otherwise count against the test that holds the lock.
+fn open_sockets() -> usize {
+    fd_targets().iter().filter(|t| t.contains(" tcp ")).count()
+}
+
+/// What each open descriptor is, for a failure message; a TCP socket with its
+/// line of /proc/net/tcp (local, remote address and state, in hex).
+fn fd_targets() -> Vec<String> {
+    let tcp = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .concat();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|t| {
+            let t = t.display().to_string();
+            let inode = t.strip_prefix("socket:[").and_then(|i| i.strip_suffix(']'));
+            let line =
+                inode.and_then(|i| tcp.lines().find(|l| l.split_whitespace().nth(9) == Some(i)));
+            match line {
+                Some(l) => {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    format!("{t} tcp {} -> {} st {}", f[1], f[2], f[3])
+                }
+                None => t,
+            }
+        })
+        .collect()
 }
 
 /// Idle connections in the gateway's pool, over every endpoint of the route, after
@@ -175,17 +203,18 @@ fn pooled(gw: &RunningGateway) -> usize {
 
 /// Waits until every upstream connection still open is one the gateway pools (none
 /// leaked in a request task, none half-closed forever) and the process holds no
-/// descriptor beyond `baseline` plus both ends of each pooled connection.
+/// socket beyond `baseline` plus both ends of each pooled connection.
 async fn assert_no_leak(gw: &RunningGateway, up: &Hostile, baseline: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (pooled, open, fds) = (pooled(gw), up.open.load(Ordering::SeqCst), open_fds());
-        if open == pooled && fds <= baseline + 2 * pooled {
+        let (pooled, open, sockets) = (pooled(gw), up.open.load(Ordering::SeqCst), open_sockets());
+        if open == pooled && sockets <= baseline + 2 * pooled {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "leak: {open} upstream connections open, {pooled} pooled, {fds} fds (baseline {baseline})"
+            "leak: {open} upstream connections open, {pooled} pooled, {sockets} sockets (baseline {baseline}): {:?}",
+            fd_targets()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -204,7 +233,7 @@ async fn each_fault_gets_its_status_and_leaks_nothing() {
     )
     .await;
     let addr = gw.listener_addr("main").unwrap();
-    let baseline = open_fds();
+    let baseline = open_sockets();
 
     for round in 0..3 {
         for (path, want) in [
@@ -254,7 +283,7 @@ async fn keep_alive_connections_closed_at_random_lose_no_request() {
     )
     .await;
     let addr = gw.listener_addr("main").unwrap();
-    let baseline = open_fds();
+    let baseline = open_sockets();
     // 16 clients, 40 keep-alive requests each; the upstream drops a quarter of its
     // connections after an answer. Idempotent requests that meet a dead pooled
     // connection are sent again on a new one: every request succeeds.
@@ -354,7 +383,7 @@ async fn the_idle_pool_stays_under_its_cap_and_a_burst_is_purged() {
     );
     let gw = gateway(dir.path(), &cfg, GatewayOptions::default()).await;
     let addr = gw.listener_addr("main").unwrap();
-    let baseline = open_fds();
+    let baseline = open_sockets();
 
     let burst: Vec<_> = (0..BURST)
         .map(|_| {
@@ -418,8 +447,9 @@ async fn the_idle_pool_stays_under_its_cap_and_a_burst_is_purged() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        open_fds() <= baseline,
-        "{} fds, baseline {baseline}",
-        open_fds()
+        open_sockets() <= baseline,
+        "{} sockets, baseline {baseline}: {:?}",
+        open_sockets(),
+        fd_targets()
     );
 }
