@@ -410,6 +410,12 @@ fn redis_sentinel_finds_the_master_and_follows_a_failover() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // The sentinel rewrites and fsyncs its configuration at every step of a failover,
+    // blocking its event loop: on a disk busy with the other tests' writes one fsync
+    // took 27 s (the sentinel then entered TILT mode). On tmpfs it returns at once.
+    let sentinel_dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
     let (m, r, s) = (
         free_port().unwrap(),
         free_port().unwrap(),
@@ -420,10 +426,10 @@ fn redis_sentinel_finds_the_master_and_follows_a_failover() {
     wait_until("the replica syncing", Duration::from_secs(20), || {
         redis_cli(r, &["info", "replication"]).contains("master_link_status:up")
     });
-    let conf = dir.path().join("sentinel.conf");
+    let conf = sentinel_dir.path().join("sentinel.conf");
     std::fs::write(
         &conf,
-        format!("port {s}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {m} 1\nsentinel down-after-milliseconds main 500\nsentinel failover-timeout main 5000\n", dir.path().display()),
+        format!("port {s}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {m} 1\nsentinel down-after-milliseconds main 500\nsentinel failover-timeout main 5000\n", sentinel_dir.path().display()),
     )
     .unwrap();
     let bin = real_part("redis-server", "scripts/ensure-apt redis-server").unwrap();
