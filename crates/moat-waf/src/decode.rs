@@ -46,6 +46,9 @@ pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
 /// many parameters reuses one allocation.
 pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
     out.clear();
+    // decoding never lengthens: one allocation of the input's size, not a few
+    // growing ones
+    out.reserve(s.len());
     let mut i = 0;
     while i < s.len() {
         // copy the run up to the next escape in one go

@@ -593,13 +593,12 @@ impl<'e> Inspector<'e> {
                 self.report(Loc::Path, h);
             }
         }
-        let segs: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
-        if let Some(last) = segs.last() {
+        if let Some(last) = p.rsplit('/').find(|s| !s.is_empty()) {
             if let Some(h) = upload::double_extension(last) {
                 self.report(Loc::Path, h);
             }
         }
-        for (i, seg) in segs.iter().enumerate().take(64) {
+        for (i, seg) in p.split('/').filter(|s| !s.is_empty()).enumerate().take(64) {
             let sc = Classes::of(seg.as_bytes());
             if sc.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC)) {
                 self.analyze(Loc::PathSegment(i), seg, Scope::Header, 0);

@@ -176,8 +176,12 @@ pub struct RequestView<'a> {
     /// Request target as received (`/path?query`, or absolute form).
     pub target: &'a [u8],
     /// Headers, names in any case.
-    pub headers: Vec<(&'a str, &'a [u8])>,
+    pub headers: ViewHeaders<'a>,
 }
+
+/// A [`RequestView`]'s headers: up to 16 (more than a browser sends) are held
+/// inline, so a view of a request's parts costs no allocation.
+pub type ViewHeaders<'a> = smallvec::SmallVec<[(&'a str, &'a [u8]); 16]>;
 
 impl<'a> RequestView<'a> {
     /// A view of `http` request parts.

@@ -27,7 +27,7 @@ fn inspect(e: &WafEngine, method: &str, target: &str, ct: &str, body: &str) -> m
     let view = RequestView {
         method,
         target: target.as_bytes(),
-        headers,
+        headers: headers.into(),
     };
     e.inspect(
         "default",

@@ -394,7 +394,7 @@ fn hundred_thousand_parameters_hit_the_param_limit() {
         let v = RequestView {
             method: "GET",
             target: q.as_bytes(),
-            headers: vec![],
+            headers: Default::default(),
         };
         let f = e.inspect_headers("r", &v);
         assert_eq!(f.limits[0].limit, moat_waf::Limit::MaxParams);
@@ -612,7 +612,8 @@ fn get_findings(
     headers: &[(&str, &str)],
 ) -> Vec<(Attack, String)> {
     let p = parts("GET", uri, headers);
-    attacks(&e.inspect_headers(route, &RequestView::from_parts(&p)))
+    let view = RequestView::from_parts(&p);
+    attacks(&e.inspect_headers(route, &view))
 }
 
 #[test]

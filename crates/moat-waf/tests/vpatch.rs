@@ -38,7 +38,7 @@ fn rules_hit(engine: &WafEngine, r: &Req) -> (Vec<String>, Vec<String>) {
     let view = RequestView {
         method: &r.method,
         target: r.target.as_bytes(),
-        headers,
+        headers: headers.into(),
     };
     let body = BodyView {
         data: &r.body,
@@ -117,7 +117,7 @@ fn starter_pack_examples() {
             let view = RequestView {
                 method: &r.method,
                 target: r.target.as_bytes(),
-                headers,
+                headers: headers.into(),
             };
             let f = e.inspect(
                 "r",

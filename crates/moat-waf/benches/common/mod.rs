@@ -41,8 +41,8 @@ pub fn form(len: usize) -> Vec<u8> {
 }
 
 /// Browser-like request headers with the given content type.
-pub fn headers(content_type: &'static str) -> Vec<(&'static str, &'static [u8])> {
-    vec![
+pub fn headers(content_type: &'static str) -> moat_waf::ViewHeaders<'static> {
+    [
         ("host", b"shop.example.com".as_slice()),
         (
             "user-agent",
@@ -51,6 +51,8 @@ pub fn headers(content_type: &'static str) -> Vec<(&'static str, &'static [u8])>
         ("accept", b"application/json".as_slice()),
         ("content-type", content_type.as_bytes()),
     ]
+    .into_iter()
+    .collect()
 }
 
 /// `POST /api/orders?page=1` with JSON headers.

@@ -62,18 +62,20 @@ pub fn upload(filename: &str, content: Option<&[u8]>) -> Option<Hit> {
 /// A script extension followed by another extension in the last path segment
 /// (`/uploads/shell.php.jpg`: Apache multi-extension handler abuse).
 pub fn double_extension(segment: &str) -> Option<Hit> {
-    let l = segment.to_ascii_lowercase();
-    let parts: Vec<&str> = l.split('.').collect();
-    if parts.len() < 3 {
-        return None;
-    }
-    for ext in &parts[1..parts.len() - 1] {
-        if matches!(
-            *ext,
-            "php" | "php3" | "php4" | "php5" | "phtml" | "jsp" | "asp" | "aspx" | "cgi" | "pl"
-        ) {
-            return Some(Hit::new(Attack::Upload, 70, segment, 0, segment.len()));
+    const SCRIPT: [&str; 10] = [
+        "php", "php3", "php4", "php5", "phtml", "jsp", "asp", "aspx", "cgi", "pl",
+    ];
+    // the inner extensions: every dot-separated part but the stem and the last
+    let mut parts = segment.split('.');
+    parts.next()?;
+    let mut inner: Option<&str> = None;
+    for part in parts {
+        if let Some(ext) = inner {
+            if SCRIPT.iter().any(|s| s.eq_ignore_ascii_case(ext)) {
+                return Some(Hit::new(Attack::Upload, 70, segment, 0, segment.len()));
+            }
         }
+        inner = Some(part);
     }
     None
 }
@@ -88,5 +90,18 @@ mod tests {
         assert!(upload("a.php.jpg", None).is_some());
         assert!(upload("photo.jpg", Some(b"\xff\xd8")).is_none());
         assert!(double_extension("apache.php.jpeg").is_some());
+        assert!(double_extension("a.b.PHP5.c.jpg").is_some());
+        for benign in [
+            "apache.jpeg",
+            "php.jpeg",
+            "a.jpeg.php",
+            "",
+            ".",
+            "..",
+            "a..php",
+        ] {
+            assert!(double_extension(benign).is_none(), "{benign}");
+        }
+        assert!(double_extension("a.php..").is_some());
     }
 }
