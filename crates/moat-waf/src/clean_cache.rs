@@ -25,7 +25,7 @@ pub(crate) const MAX_VALUE: usize = 512;
 struct Entry {
     engine: u64,
     name: Box<str>,
-    value: Box<str>,
+    value: Box<[u8]>,
 }
 
 thread_local! {
@@ -33,10 +33,10 @@ thread_local! {
 }
 
 /// Word-at-a-time multiplicative hash (FxHash-style): the slot index only.
-fn slot(engine: u64, name: &str, value: &str) -> usize {
+fn slot(engine: u64, name: &str, value: &[u8]) -> usize {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let mut h = engine.wrapping_mul(K);
-    for part in [name.as_bytes(), value.as_bytes()] {
+    for part in [name.as_bytes(), value] {
         let mut chunks = part.chunks_exact(8);
         for c in &mut chunks {
             let mut w = [0u8; 8];
@@ -51,8 +51,8 @@ fn slot(engine: u64, name: &str, value: &str) -> usize {
     (h >> 32) as usize & (SLOTS - 1)
 }
 
-/// True when `value` of header `name` was seen clean by engine `engine` on this thread.
-pub(crate) fn seen(engine: u64, name: &str, value: &str) -> bool {
+/// True when `value` (the bytes as received) of header `name` was seen clean by engine `engine` on this thread.
+pub(crate) fn seen(engine: u64, name: &str, value: &[u8]) -> bool {
     if value.len() > MAX_VALUE {
         return false;
     }
@@ -66,7 +66,7 @@ pub(crate) fn seen(engine: u64, name: &str, value: &str) -> bool {
 }
 
 /// Records `value` of header `name` as clean for engine `engine`.
-pub(crate) fn insert(engine: u64, name: &str, value: &str) {
+pub(crate) fn insert(engine: u64, name: &str, value: &[u8]) {
     if value.len() > MAX_VALUE {
         return;
     }
@@ -90,20 +90,26 @@ mod tests {
 
     #[test]
     fn exact_keys() {
-        insert(7, "user-agent", "Mozilla/5.0 (X11)");
-        assert!(seen(7, "user-agent", "Mozilla/5.0 (X11)"));
-        assert!(!seen(8, "user-agent", "Mozilla/5.0 (X11)"), "other engine");
-        assert!(!seen(7, "accept", "Mozilla/5.0 (X11)"), "other header");
-        assert!(!seen(7, "user-agent", "Mozilla/5.0 (X11) "), "other value");
+        insert(7, "user-agent", b"Mozilla/5.0 (X11)");
+        assert!(seen(7, "user-agent", b"Mozilla/5.0 (X11)"));
+        assert!(!seen(8, "user-agent", b"Mozilla/5.0 (X11)"), "other engine");
+        assert!(!seen(7, "accept", b"Mozilla/5.0 (X11)"), "other header");
+        assert!(!seen(7, "user-agent", b"Mozilla/5.0 (X11) "), "other value");
+        // two invalid byte sequences that read the same once decoded lossily
+        insert(7, "user-agent", b"a\xff");
+        assert!(
+            !seen(7, "user-agent", b"a\xfe"),
+            "keyed on the bytes received"
+        );
         let long = "a".repeat(MAX_VALUE + 1);
-        insert(7, "user-agent", &long);
-        assert!(!seen(7, "user-agent", &long), "too long to keep");
+        insert(7, "user-agent", long.as_bytes());
+        assert!(!seen(7, "user-agent", long.as_bytes()), "too long to keep");
     }
 
     #[test]
     fn bounded_by_slots() {
         for i in 0..10 * SLOTS {
-            insert(9, "x-h", &format!("value-{i}"));
+            insert(9, "x-h", format!("value-{i}").as_bytes());
         }
         CACHE.with(|c| assert_eq!(c.borrow().len(), SLOTS));
     }

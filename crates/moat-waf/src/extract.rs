@@ -655,9 +655,11 @@ impl<'e> Inspector<'e> {
         }
     }
 
-    /// Inspects a header value; URL-carrying headers also get their query split.
-    pub fn header(&mut self, name: &str, v: &str) {
-        if name == "referer" || name == "origin" {
+    /// Inspects a header value (its bytes as received); URL-carrying headers also
+    /// get their query split.
+    pub fn header(&mut self, name: &str, raw: &[u8]) {
+        if (name == "referer" || name == "origin") && memchr::memchr(b'?', raw).is_some() {
+            let v = lossy(raw);
             if let Some(q) = v.find('?') {
                 let (path, query) = (&v[..q], &v[q + 1..]);
                 let query = query.split('#').next().unwrap_or(query);
@@ -678,20 +680,22 @@ impl<'e> Inspector<'e> {
                 return;
             }
         }
-        // a value this engine found clean before on this thread: counted, not re-analysed
-        if !self.stopped && clean_cache::seen(self.engine, name, v) {
+        // a value this engine found clean before on this thread: counted, not
+        // re-analysed (looked up by its bytes, before they are converted to text)
+        if !self.stopped && clean_cache::seen(self.engine, name, raw) {
             self.count(Loc::Header(name));
             return;
         }
+        let v = lossy(raw);
         let before = self.outcomes;
         if name == "user-agent" {
-            if let Some(h) = scanner::scanner(v) {
+            if let Some(h) = scanner::scanner(&v) {
                 self.report(Loc::Header(name), h);
             }
         }
-        self.value(Loc::Header(name), v, Scope::Header);
+        self.value(Loc::Header(name), &v, Scope::Header);
         if self.outcomes == before && !self.stopped {
-            clean_cache::insert(self.engine, name, v);
+            clean_cache::insert(self.engine, name, raw);
         }
     }
 

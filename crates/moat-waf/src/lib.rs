@@ -461,9 +461,7 @@ impl WafEngine {
         if let Some(q) = query {
             ins.urlencoded(q, false);
         }
-        for (name, value) in &req.headers {
-            // converted only for headers that are inspected
-            let v = || crate::util::lossy(value);
+        for &(name, value) in &req.headers {
             let lname_buf;
             let lname: &str = if name.bytes().any(|c| c.is_ascii_uppercase()) {
                 lname_buf = name.to_ascii_lowercase();
@@ -472,13 +470,14 @@ impl WafEngine {
                 name
             };
             match lname {
-                "cookie" => ins.cookies(&v()),
+                // converted to text only for headers that are inspected
+                "cookie" => ins.cookies(&crate::util::lossy(value)),
                 "content-length" | "host" | "authorization" | "connection" => {}
-                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, &v()),
+                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, value),
                 other => {
                     if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other)
                     {
-                        ins.header(lname, &v())
+                        ins.header(lname, value)
                     }
                 }
             }
