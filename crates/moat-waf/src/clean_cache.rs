@@ -51,7 +51,8 @@ fn slot(engine: u64, name: &str, value: &[u8]) -> usize {
     (h >> 32) as usize & (SLOTS - 1)
 }
 
-/// True when `value` (the bytes as received) of header `name` was seen clean by engine `engine` on this thread.
+/// True when `value` (the bytes as received) of header `name` was seen clean by
+/// engine `engine` on this thread.
 pub(crate) fn seen(engine: u64, name: &str, value: &[u8]) -> bool {
     if value.len() > MAX_VALUE {
         return false;
