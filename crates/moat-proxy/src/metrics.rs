@@ -44,7 +44,22 @@ impl Phase {
     pub fn name(self) -> &'static str {
         PHASE_NAMES[self as usize]
     }
+
+    /// The name of the phase's trace span (`moat.request_headers`, ...).
+    pub fn span_name(self) -> &'static str {
+        SPAN_NAMES[self as usize]
+    }
 }
+
+// Spelled out rather than formatted: a sampled request names a span per phase.
+const SPAN_NAMES: [&str; 6] = [
+    "moat.connection",
+    "moat.request_headers",
+    "moat.request_body",
+    "moat.upstream",
+    "moat.response_body",
+    "moat.after_response",
+];
 
 const PHASE_NAMES: [&str; 6] = [
     "connection",

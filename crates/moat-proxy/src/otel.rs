@@ -38,6 +38,15 @@ pub(crate) struct RequestTrace {
     upstream: Option<([u8; 8], Instant, Option<Instant>, String)>,
 }
 
+/// `parts` in one string, allocated once (a span name; `format!` costs more).
+fn joined(parts: &[&str]) -> String {
+    let mut s = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        s.push_str(p);
+    }
+    s
+}
+
 fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -93,7 +102,7 @@ impl RequestTrace {
     fn child(
         &self,
         span_id: [u8; 8],
-        name: String,
+        name: Cow<'static, str>,
         kind: SpanKind,
         t0: Instant,
         t1: Instant,
@@ -102,7 +111,7 @@ impl RequestTrace {
             trace_id: self.trace_id,
             span_id,
             parent: Some(self.span_id),
-            name: name.into(),
+            name,
             kind,
             start_ns: self.ns(t0),
             end_ns: self.ns(t1),
@@ -126,7 +135,7 @@ impl RequestTrace {
         for (p, t0, t1) in &self.phases {
             spans.push(self.child(
                 new_span_id(),
-                format!("moat.{}", p.name()),
+                Cow::Borrowed(p.span_name()),
                 SpanKind::Internal,
                 *t0,
                 *t1,
@@ -135,7 +144,7 @@ impl RequestTrace {
         if let Some((id, t0, t1, endpoint)) = &self.upstream {
             let mut s = self.child(
                 *id,
-                format!("{} upstream", method.as_str()),
+                Cow::Owned(joined(&[method.as_str(), " upstream"])),
                 SpanKind::Client,
                 *t0,
                 t1.unwrap_or(end),
@@ -211,7 +220,7 @@ impl RequestTrace {
             trace_id: self.trace_id,
             span_id: self.span_id,
             parent: self.parent,
-            name: Cow::Owned(format!("{} {}", method.as_str(), ctx.route)),
+            name: Cow::Owned(joined(&[method.as_str(), " ", &ctx.route])),
             kind: SpanKind::Server,
             start_ns: self.start_ns,
             end_ns,
