@@ -42,7 +42,8 @@ pub const PHASES: [Phase; 6] = [
 impl Phase {
     /// The phase's label value (`request_headers`, `upstream`, ...).
     pub fn name(self) -> &'static str {
-        PHASE_NAMES[self as usize]
+        let span = self.span_name();
+        span.strip_prefix(SPAN_PREFIX).unwrap_or(span)
     }
 
     /// The name of the phase's trace span (`moat.request_headers`, ...).
@@ -51,7 +52,11 @@ impl Phase {
     }
 }
 
-// Spelled out rather than formatted: a sampled request names a span per phase.
+/// What a span name adds to the phase's label.
+const SPAN_PREFIX: &str = "moat.";
+
+// Spelled out rather than formatted: a sampled request names a span per phase, and the
+// label is the name without its prefix.
 const SPAN_NAMES: [&str; 6] = [
     "moat.connection",
     "moat.request_headers",
@@ -59,15 +64,6 @@ const SPAN_NAMES: [&str; 6] = [
     "moat.upstream",
     "moat.response_body",
     "moat.after_response",
-];
-
-const PHASE_NAMES: [&str; 6] = [
-    "connection",
-    "request_headers",
-    "request_body",
-    "upstream",
-    "response_body",
-    "after_response",
 ];
 
 /// Histogram bucket upper bounds in microseconds.
@@ -497,11 +493,11 @@ impl Metrics {
         }
         self.render_security(&mut out);
         out.push_str("# HELP moat_phase_duration_seconds Time spent in each pipeline phase.\n# TYPE moat_phase_duration_seconds histogram\n");
-        for (i, h) in self.phases.iter().enumerate() {
+        for (p, h) in PHASES.iter().zip(&self.phases) {
             h.render(
                 &mut out,
                 "moat_phase_duration_seconds",
-                &format!("phase=\"{}\"", PHASE_NAMES[i]),
+                &format!("phase=\"{}\"", p.name()),
             );
         }
         out.push_str("# HELP moat_upstream_errors_total Upstream failures by cluster and kind.\n# TYPE moat_upstream_errors_total counter\n");

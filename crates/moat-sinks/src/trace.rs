@@ -248,7 +248,8 @@ fn write_attrs(out: &mut Vec<u8>, attrs: &[(&'static str, AttrValue<'_>)]) {
 }
 
 /// About the length of `span` encoded, so that its buffer is allocated once: the fixed
-/// fields take ~200 bytes, an attribute ~40 plus its key and value.
+/// fields take up to 256 bytes, an attribute's JSON up to 48 plus its key and value (24
+/// for a number), an event's 64 plus its name and attributes.
 fn encoded_len_hint(span: &Span<'_>) -> usize {
     fn attrs(a: &[(&'static str, AttrValue<'_>)]) -> usize {
         a.iter()
