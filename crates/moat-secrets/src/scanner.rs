@@ -426,6 +426,12 @@ impl Scanner {
             self.prefilter.for_each(data, |k, start, end| {
                 for &r in &kw_rules[k] {
                     let rule = &rules[r as usize];
+                    if rule
+                        .keyword_case
+                        .is_some_and(|c| !c.admits(&data[start..end]))
+                    {
+                        continue;
+                    }
                     match rule.window.or(rule.prefix.as_ref().map(|p| p.1)) {
                         Some(l) => plan.regions.push(Region {
                             rule: r,

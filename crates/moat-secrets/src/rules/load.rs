@@ -10,7 +10,7 @@ use crate::rules::extend::{invalid_at, translate, Layer};
 use crate::rules::format::{compile_allowlist, RawAllowlist, RawRequired};
 use crate::rules::go_regex::{compile_go, parse_hir};
 use crate::rules::model::{Required, Rule, RuleSet, RulesError, SkippedRule};
-use crate::rules::prefilter::{keyword_window, prefix_filter};
+use crate::rules::prefilter::{bounded_prefix, keyword_case, keyword_window, prefix_filter};
 
 impl RuleSet {
     /// Parses and compiles a gitleaks-format TOML ruleset. `origin` names the
@@ -161,6 +161,13 @@ impl RuleSet {
                 (Some(h), None) => prefix_filter(h, &keywords),
                 _ => None,
             };
+            // The case is of the part of a match the rule's region holds: the
+            // bounded prefix for a prefix-filtered rule, the whole match otherwise.
+            let keyword_case = match (&hir, &prefix) {
+                (Some(h), Some(_)) => bounded_prefix(h).and_then(|p| keyword_case(&p, &keywords)),
+                (Some(h), None) => keyword_case(h, &keywords),
+                (None, _) => None,
+            };
             compiled[slot] = Some(Rule {
                 generic: id.to_lowercase().contains("generic"),
                 id: Arc::from(id.as_str()),
@@ -174,6 +181,7 @@ impl RuleSet {
                 allowlists,
                 window,
                 prefix,
+                keyword_case,
                 required: Vec::new(),
                 skip_report: r.skip_report,
             });

@@ -36,7 +36,8 @@ mod prefilter;
 pub use extend::MAX_EXTEND_DEPTH;
 pub use go_regex::{compile, translate_go_regex, DFA_CACHE_LIMIT, REGEX_SIZE_LIMIT};
 pub use model::{
-    Allowlist, Condition, RegexTarget, Required, Rule, RuleSet, RulesError, SkippedRule,
+    Allowlist, Condition, KeywordCase, RegexTarget, Required, Rule, RuleSet, RulesError,
+    SkippedRule,
 };
 
 /// The default ruleset shipped with moat (gitleaks format).

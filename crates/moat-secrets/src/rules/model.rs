@@ -199,11 +199,34 @@ pub struct Rule {
     /// contain a keyword, with its maximum length. Every match of the rule starts
     /// where this prefix matches, so the rule runs anchored at those starts only.
     pub prefix: Option<(Regex, usize)>,
+    /// The case of the keyword in every match, when the regex fixes it (the
+    /// region the rule runs over with `window` or `prefix` contains it): keyword
+    /// hits in another case start no region.
+    pub keyword_case: Option<KeywordCase>,
     /// `[[rules.required]]`: auxiliary rules that must match near a finding of
     /// this rule for it to be reported (empty: an ordinary rule).
     pub required: Vec<Required>,
     /// `skipReport`: the rule only runs as another rule's required rule.
     pub skip_report: bool,
+}
+
+/// The letter case a rule's regex requires of its keyword (see [`Rule::keyword_case`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeywordCase {
+    /// Every letter upper case (`SK` of `\b(SK[0-9a-f]{32})\b`).
+    Upper,
+    /// Every letter lower case (`ghp_` of `ghp_[0-9a-zA-Z]{36}`).
+    Lower,
+}
+
+impl KeywordCase {
+    /// True when the keyword occurrence `hit` has this case.
+    pub fn admits(self, hit: &[u8]) -> bool {
+        match self {
+            KeywordCase::Upper => !hit.iter().any(u8::is_ascii_lowercase),
+            KeywordCase::Lower => !hit.iter().any(u8::is_ascii_uppercase),
+        }
+    }
 }
 
 /// One `[[rules.required]]` entry of a composite rule.

@@ -5,6 +5,8 @@
 
 use regex_automata::meta::Regex;
 
+use crate::rules::model::KeywordCase;
+
 use crate::rules::go_regex::{DFA_CACHE_LIMIT, REGEX_SIZE_LIMIT};
 
 // ---- keyword coverage analysis --------------------------------------------
@@ -20,7 +22,7 @@ pub(super) fn keyword_window(hir: &regex_syntax::hir::Hir, keywords: &[String]) 
         return None;
     }
     let kws: Vec<&[u8]> = keywords.iter().map(|k| k.as_bytes()).collect();
-    if covers(hir, &kws) {
+    if covers(hir, &kws, true) {
         Some(max)
     } else {
         None
@@ -43,13 +45,10 @@ fn flat_concat(h: &regex_syntax::hir::Hir, out: &mut Vec<regex_syntax::hir::Hir>
     }
 }
 
-/// The bounded leading part of a top-level concatenation (see [`flat_concat`]),
-/// when its matches contain one of `keywords`, compiled, with its maximum length.
-pub(super) fn prefix_filter(
-    hir: &regex_syntax::hir::Hir,
-    keywords: &[String],
-) -> Option<(Regex, usize)> {
-    use regex_syntax::hir::Hir;
+/// The bounded leading part of a top-level concatenation (see [`flat_concat`]):
+/// its elements up to the first unbounded one; `None` when every element or none
+/// is bounded.
+pub(super) fn bounded_prefix(hir: &regex_syntax::hir::Hir) -> Option<regex_syntax::hir::Hir> {
     let mut children = Vec::new();
     flat_concat(hir, &mut children);
     let n = children
@@ -59,7 +58,17 @@ pub(super) fn prefix_filter(
     if n == 0 || n == children.len() {
         return None;
     }
-    let prefix = Hir::concat(children[..n].to_vec());
+    children.truncate(n);
+    Some(regex_syntax::hir::Hir::concat(children))
+}
+
+/// The [`bounded_prefix`] of `hir`, when its matches contain one of `keywords`,
+/// compiled, with its maximum length.
+pub(super) fn prefix_filter(
+    hir: &regex_syntax::hir::Hir,
+    keywords: &[String],
+) -> Option<(Regex, usize)> {
+    let prefix = bounded_prefix(hir)?;
     let max = prefix.properties().maximum_len()?;
     keyword_window(&prefix, keywords)?;
     let re = Regex::builder()
@@ -72,6 +81,36 @@ pub(super) fn prefix_filter(
         .build_from_hir(&prefix)
         .ok()?;
     Some((re, max))
+}
+
+/// The letter case of the keyword that every match of `hir` contains, when the
+/// regex fixes it: `\b(SK[0-9a-f]{32})\b` with keyword `sk` contains `SK`, so a
+/// keyword hit on `desk` cannot be part of a match and the rule need not run
+/// around it. `None` when matches may hold a keyword in mixed or either case
+/// (`(?i)`), or when the keywords have no letters.
+pub(super) fn keyword_case(
+    hir: &regex_syntax::hir::Hir,
+    keywords: &[String],
+) -> Option<KeywordCase> {
+    if !keywords
+        .iter()
+        .any(|k| k.bytes().any(|b| b.is_ascii_alphabetic()))
+    {
+        return None;
+    }
+    [KeywordCase::Upper, KeywordCase::Lower]
+        .into_iter()
+        .find(|case| {
+            let cased: Vec<Vec<u8>> = keywords
+                .iter()
+                .map(|k| match case {
+                    KeywordCase::Upper => k.to_ascii_uppercase().into_bytes(),
+                    KeywordCase::Lower => k.to_ascii_lowercase().into_bytes(),
+                })
+                .collect();
+            let kws: Vec<&[u8]> = cased.iter().map(Vec::as_slice).collect();
+            covers(hir, &kws, false)
+        })
 }
 
 fn contains_kw(s: &[u8], kws: &[&[u8]]) -> bool {
@@ -102,12 +141,13 @@ fn product(a: &[Vec<u8>], b: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
     Some(out)
 }
 
-/// The finite language of `h`, lowercased, when small.
-fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
+/// The finite language of `h` when small, lowercased when `fold`.
+fn exact(h: &regex_syntax::hir::Hir, fold: bool) -> Option<Vec<Vec<u8>>> {
     use regex_syntax::hir::{Class, HirKind};
     match h.kind() {
         HirKind::Empty | HirKind::Look(_) => Some(vec![Vec::new()]),
-        HirKind::Literal(l) => Some(vec![l.0.to_ascii_lowercase()]),
+        HirKind::Literal(l) if fold => Some(vec![l.0.to_ascii_lowercase()]),
+        HirKind::Literal(l) => Some(vec![l.0.to_vec()]),
         HirKind::Class(Class::Bytes(c)) => {
             let mut set: Vec<Vec<u8>> = Vec::new();
             for r in c.iter() {
@@ -115,7 +155,7 @@ fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
                     return None;
                 }
                 for b in r.start()..=r.end() {
-                    set.push(vec![b.to_ascii_lowercase()]);
+                    set.push(vec![if fold { b.to_ascii_lowercase() } else { b }]);
                 }
             }
             set.sort();
@@ -130,16 +170,20 @@ fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
                     return None;
                 }
                 for b in s..=e {
-                    set.push(vec![(b as u8).to_ascii_lowercase()]);
+                    set.push(vec![if fold {
+                        (b as u8).to_ascii_lowercase()
+                    } else {
+                        b as u8
+                    }]);
                 }
             }
             set.sort();
             set.dedup();
             Some(set)
         }
-        HirKind::Capture(c) => exact(&c.sub),
+        HirKind::Capture(c) => exact(&c.sub, fold),
         HirKind::Repetition(r) => {
-            let sub = exact(&r.sub)?;
+            let sub = exact(&r.sub, fold)?;
             if r.max == Some(r.min) && r.min <= 4 {
                 let mut acc = vec![Vec::new()];
                 for _ in 0..r.min {
@@ -159,14 +203,14 @@ fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
         HirKind::Concat(hs) => {
             let mut acc = vec![Vec::new()];
             for h in hs {
-                acc = product(&acc, &exact(h)?)?;
+                acc = product(&acc, &exact(h, fold)?)?;
             }
             Some(acc)
         }
         HirKind::Alternation(hs) => {
             let mut acc = Vec::new();
             for h in hs {
-                acc.extend(exact(h)?);
+                acc.extend(exact(h, fold)?);
                 if acc.len() > MAX_SET {
                     return None;
                 }
@@ -179,20 +223,20 @@ fn exact(h: &regex_syntax::hir::Hir) -> Option<Vec<Vec<u8>>> {
 }
 
 /// A set of strings one of which starts (`prefix`) or ends (`!prefix`) every
-/// match of `h`, lowercased; `[""]` when nothing useful is known.
-fn affix(h: &regex_syntax::hir::Hir, prefix: bool) -> Vec<Vec<u8>> {
+/// match of `h`, lowercased when `fold`; `[""]` when nothing useful is known.
+fn affix(h: &regex_syntax::hir::Hir, prefix: bool, fold: bool) -> Vec<Vec<u8>> {
     use regex_syntax::hir::HirKind;
-    if let Some(e) = exact(h) {
+    if let Some(e) = exact(h, fold) {
         return e;
     }
     let unknown = || vec![Vec::new()];
     match h.kind() {
-        HirKind::Capture(c) => affix(&c.sub, prefix),
-        HirKind::Repetition(r) if r.min >= 1 => affix(&r.sub, prefix),
+        HirKind::Capture(c) => affix(&c.sub, prefix, fold),
+        HirKind::Repetition(r) if r.min >= 1 => affix(&r.sub, prefix, fold),
         HirKind::Alternation(hs) => {
             let mut acc = Vec::new();
             for h in hs {
-                acc.extend(affix(h, prefix));
+                acc.extend(affix(h, prefix, fold));
                 if acc.len() > MAX_SET {
                     return unknown();
                 }
@@ -209,7 +253,7 @@ fn affix(h: &regex_syntax::hir::Hir, prefix: bool) -> Vec<Vec<u8>> {
                 hs.iter().rev().collect()
             };
             for h in ordered {
-                match exact(h) {
+                match exact(h, fold) {
                     Some(e) => {
                         let next = if prefix {
                             product(&acc, &e)
@@ -222,7 +266,7 @@ fn affix(h: &regex_syntax::hir::Hir, prefix: bool) -> Vec<Vec<u8>> {
                         }
                     }
                     None => {
-                        let a = affix(h, prefix);
+                        let a = affix(h, prefix, fold);
                         let next = if prefix {
                             product(&acc, &a)
                         } else {
@@ -238,33 +282,34 @@ fn affix(h: &regex_syntax::hir::Hir, prefix: bool) -> Vec<Vec<u8>> {
     }
 }
 
-/// True when every match of `h` contains one of `kws`.
-fn covers(h: &regex_syntax::hir::Hir, kws: &[&[u8]]) -> bool {
+/// True when every match of `h` contains one of `kws` (lowercase when `fold`;
+/// exactly as written otherwise).
+fn covers(h: &regex_syntax::hir::Hir, kws: &[&[u8]], fold: bool) -> bool {
     use regex_syntax::hir::HirKind;
-    if let Some(set) = exact(h) {
+    if let Some(set) = exact(h, fold) {
         if all_contain(&set, kws) {
             return true;
         }
     }
     match h.kind() {
-        HirKind::Capture(c) => covers(&c.sub, kws),
-        HirKind::Repetition(r) if r.min >= 1 => covers(&r.sub, kws),
-        HirKind::Alternation(hs) => hs.iter().all(|h| covers(h, kws)),
+        HirKind::Capture(c) => covers(&c.sub, kws, fold),
+        HirKind::Repetition(r) if r.min >= 1 => covers(&r.sub, kws, fold),
+        HirKind::Alternation(hs) => hs.iter().all(|h| covers(h, kws, fold)),
         HirKind::Concat(hs) => {
-            if hs.iter().any(|h| covers(h, kws)) {
+            if hs.iter().any(|h| covers(h, kws, fold)) {
                 return true;
             }
             // `run`: one of these strings ends the text matched so far.
             let mut run: Vec<Vec<u8>> = vec![Vec::new()];
             for h in hs {
-                if let Some(c) = product(&run, &affix(h, true)) {
+                if let Some(c) = product(&run, &affix(h, true, fold)) {
                     if all_contain(&c, kws) {
                         return true;
                     }
                 }
-                run = match exact(h) {
-                    Some(e) => product(&run, &e).unwrap_or_else(|| affix(h, false)),
-                    None => affix(h, false),
+                run = match exact(h, fold) {
+                    Some(e) => product(&run, &e).unwrap_or_else(|| affix(h, false, fold)),
+                    None => affix(h, false, fold),
                 };
                 if all_contain(&run, kws) {
                     return true;
@@ -291,5 +336,30 @@ mod tests {
         assert!(keyword_window(&h, &kw(&["key", "passwd", "password"])).is_some());
         let h = parse_hir(r"token[a-z]+").unwrap();
         assert_eq!(keyword_window(&h, &kw(&["token"])), None, "unbounded");
+    }
+
+    #[test]
+    fn keyword_case_analysis() {
+        let kw = |ks: &[&str]| ks.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let case = |re: &str, ks: &[&str]| keyword_case(&parse_hir(re).unwrap(), &kw(ks));
+        assert_eq!(
+            case(r"\b(SK[0-9a-f]{32})\b", &["sk"]),
+            Some(KeywordCase::Upper)
+        );
+        assert_eq!(
+            case(r"ghp_[0-9a-zA-Z]{36}", &["ghp_"]),
+            Some(KeywordCase::Lower)
+        );
+        assert_eq!(
+            case(r"(?:AKIA|ASIA)[A-Z0-9]{16}", &["akia", "asia"]),
+            Some(KeywordCase::Upper)
+        );
+        // either case, mixed case, or no letters: every hit may start a match
+        assert_eq!(case(r"(?i)\b(SK[0-9a-f]{32})\b", &["sk"]), None);
+        assert_eq!(case(r"(?:sk|SK)_[0-9a-f]{8}", &["sk"]), None);
+        assert_eq!(case(r"Bearer [a-z]{8}", &["bearer"]), None);
+        assert_eq!(case(r"-----[A-Z]{4}", &["-----"]), None);
+        // the keyword in the right case must be in every match, not in some
+        assert_eq!(case(r"(?:SK|[0-9]{2})_[0-9a-f]{8}", &["sk"]), None);
     }
 }
