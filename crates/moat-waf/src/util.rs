@@ -64,17 +64,6 @@ fn find_folded(hay: &[u8], needle: &[u8]) -> Option<usize> {
     }
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// Flags (high bit) every zero byte of `x`. The lowest flagged byte is always a
-/// true zero (a borrow only flags bytes above a true zero); bytes above it may be
-/// flagged falsely, and no zero byte is missed.
-#[inline]
-fn zero_bytes(x: u64) -> u64 {
-    x.wrapping_sub(ONES) & !x & HIGHS
-}
-
 /// True when `hay` contains `needle` (lowercase), ASCII case-insensitively.
 pub fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
     find_ci(hay, needle).is_some()
@@ -94,7 +83,12 @@ pub fn starts_with_ci(hay: &[u8], prefix: &[u8]) -> bool {
 #[inline]
 pub fn find2(h: &[u8], a: u8, b: u8) -> Option<usize> {
     const SHORT: usize = 64;
-    // The lowest flagged byte of `zero_bytes` is exact, so the first match is.
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // The lowest flagged byte of `(x - ONES) & !x & HIGHS` is always the first zero
+    // byte of `x` (a borrow only flags bytes above a true zero), so the first match
+    // found this way is exact.
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
     let (wa, wb) = (ONES * u64::from(a), ONES * u64::from(b));
     let head = &h[..h.len().min(SHORT)];
     let mut words = head.chunks_exact(8);
@@ -187,15 +181,15 @@ mod tests {
     /// and non-letters at both ends, planted in either case at every position of
     /// haystacks around the word boundaries, among decoys that share only the
     /// first or only the last byte.
+    /// `find_ci` the obvious way: every position compared in full.
+    fn naive(h: &[u8], n: &[u8]) -> Option<usize> {
+        (h.len() >= n.len())
+            .then(|| (0..=h.len() - n.len()).find(|&p| h[p..p + n.len()].eq_ignore_ascii_case(n)))
+            .flatten()
+    }
+
     #[test]
     fn find_ci_matches_naive() {
-        let naive = |h: &[u8], n: &[u8]| {
-            (h.len() >= n.len())
-                .then(|| {
-                    (0..=h.len() - n.len()).find(|&p| h[p..p + n.len()].eq_ignore_ascii_case(n))
-                })
-                .flatten()
-        };
         let needles: [&[u8]; 7] = [
             b"s",
             b"se",
@@ -238,9 +232,6 @@ mod tests {
     /// first of two occurrences wins.
     #[test]
     fn find_ci_long_haystacks() {
-        let naive = |h: &[u8], n: &[u8]| {
-            (0..=h.len() - n.len()).find(|&p| h[p..p + n.len()].eq_ignore_ascii_case(n))
-        };
         for needle in [&b"select"[..], b"<script", b"x", &[b'q'; 64][..]] {
             let n = needle.len();
             for len in [

@@ -157,16 +157,17 @@ impl RuleSet {
                 None
             };
             let window = hir.as_ref().and_then(|h| keyword_window(h, &keywords));
-            let prefix = match (&hir, window) {
-                (Some(h), None) => prefix_filter(h, &keywords),
+            let lead = match (&hir, window) {
+                (Some(h), None) => bounded_prefix(h),
                 _ => None,
             };
+            let prefix = lead.as_ref().and_then(|p| prefix_filter(p, &keywords));
             // The case is of the part of a match the rule's region holds: the
             // bounded prefix for a prefix-filtered rule, the whole match otherwise.
-            let keyword_case = match (&hir, &prefix) {
-                (Some(h), Some(_)) => bounded_prefix(h).and_then(|p| keyword_case(&p, &keywords)),
-                (Some(h), None) => keyword_case(h, &keywords),
-                (None, _) => None,
+            let keyword_case = match (&hir, &prefix, &lead) {
+                (Some(_), Some(_), Some(p)) => keyword_case(p, &keywords),
+                (Some(h), None, _) => keyword_case(h, &keywords),
+                _ => None,
             };
             compiled[slot] = Some(Rule {
                 generic: id.to_lowercase().contains("generic"),

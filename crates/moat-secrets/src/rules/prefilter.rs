@@ -62,15 +62,14 @@ pub(super) fn bounded_prefix(hir: &regex_syntax::hir::Hir) -> Option<regex_synta
     Some(regex_syntax::hir::Hir::concat(children))
 }
 
-/// The [`bounded_prefix`] of `hir`, when its matches contain one of `keywords`,
+/// A rule's [`bounded_prefix`], when its matches contain one of `keywords`,
 /// compiled, with its maximum length.
 pub(super) fn prefix_filter(
-    hir: &regex_syntax::hir::Hir,
+    prefix: &regex_syntax::hir::Hir,
     keywords: &[String],
 ) -> Option<(Regex, usize)> {
-    let prefix = bounded_prefix(hir)?;
     let max = prefix.properties().maximum_len()?;
-    keyword_window(&prefix, keywords)?;
+    keyword_window(prefix, keywords)?;
     let re = Regex::builder()
         .configure(
             Regex::config()
@@ -78,7 +77,7 @@ pub(super) fn prefix_filter(
                 .nfa_size_limit(Some(REGEX_SIZE_LIMIT))
                 .hybrid_cache_capacity(DFA_CACHE_LIMIT),
         )
-        .build_from_hir(&prefix)
+        .build_from_hir(prefix)
         .ok()?;
     Some((re, max))
 }
