@@ -388,10 +388,14 @@ pub fn base64_text(value: &str) -> Option<String> {
 
 /// Decodes UTF-7 `+...-` runs (`+ADw-script+AD4-`) when the value contains them.
 pub fn utf7_decode(s: &str) -> Option<String> {
-    if !s.contains("+AD") && !s.contains("+AC") {
+    // One pass over the `+`s instead of two substring searches: on prose with no `+`
+    // (most long values) this is a single memchr.
+    let b = s.as_bytes();
+    let shifted = memchr::memchr_iter(b'+', b)
+        .any(|p| b.get(p + 1) == Some(&b'A') && matches!(b.get(p + 2), Some(b'D' | b'C')));
+    if !shifted {
         return None;
     }
-    let b = s.as_bytes();
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
     let mut changed = false;
@@ -504,6 +508,14 @@ mod tests {
         );
         assert_eq!(base64_text("helloworldfoo"), None);
         assert_eq!(utf7_decode("+ADw-script+AD4-").as_deref(), Some("<script>"));
+        // the gate looks past `+`s that start no shifted run to one that does
+        let decoded = utf7_decode("1+1 a+b +ACI-x");
+        assert!(
+            decoded.as_deref().is_some_and(|d| d.ends_with(" \"x")),
+            "{decoded:?}"
+        );
+        assert_eq!(utf7_decode("a+b+A"), None);
+        assert_eq!(utf7_decode("plain prose, no plus"), None);
     }
 
     #[test]

@@ -69,25 +69,32 @@ fn up_steps(b: &[u8]) -> usize {
 
 /// Path traversal and local file inclusion.
 pub fn traversal(s: &str) -> Option<Hit> {
-    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") {
+    // every separator-dependent form below needs a `/` or a `\\`: prose has neither,
+    // and one memchr2 saves it five substring searches
+    let separators = memchr::memchr2(b'/', b'\\', s.as_bytes()).is_some();
+    if separators && (s.contains("/./") || s.contains("\\.\\") || s.contains("//")) {
         let mut n = s.replace("\\.\\", "\\");
         while n.contains("/./") {
             n = n.replace("/./", "/");
         }
         let n = n.replace("///", "/");
         if n.len() != s.len() {
-            if let Some(h) = traversal_inner(&n) {
+            if let Some(h) = traversal_inner(&n, true) {
                 return Some(h);
             }
         }
     }
-    traversal_inner(s)
+    traversal_inner(s, separators)
 }
 
-fn traversal_inner(s: &str) -> Option<Hit> {
+/// `separators`: whether `s` holds a `/` or a `\\` (normalising keeps that true).
+fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
     let b = s.as_bytes();
     // UNC path to an administrative share: \\host\c$\...
-    if let Some(p) = memchr::memmem::find(b, b"\\\\") {
+    if let Some(p) = separators
+        .then(|| memchr::memmem::find(b, b"\\\\"))
+        .flatten()
+    {
         let rest = &s[p + 2..];
         if let Some(slash) = rest.find('\\') {
             let share = rest[slash + 1..].split('\\').next().unwrap_or("");
@@ -106,7 +113,7 @@ fn traversal_inner(s: &str) -> Option<Hit> {
     };
     let sensitive = first_match(&SENSITIVE_AC, SENSITIVE, b).map(|(_, p, e)| (p, e - p));
     // wrappers (every one contains `://`: one search rules them all out)
-    let wrappers: &[&[u8]] = if memchr::memmem::find(b, b"://").is_some() {
+    let wrappers: &[&[u8]] = if separators && memchr::memmem::find(b, b"://").is_some() {
         &[
             b"php://",
             b"expect://",
