@@ -177,10 +177,6 @@ mod tests {
         }
     }
 
-    /// The short-haystack search agrees with a naive one: needles with letters
-    /// and non-letters at both ends, planted in either case at every position of
-    /// haystacks around the word boundaries, among decoys that share only the
-    /// first or only the last byte.
     /// `find_ci` the obvious way: every position compared in full.
     fn naive(h: &[u8], n: &[u8]) -> Option<usize> {
         (h.len() >= n.len())
@@ -188,6 +184,10 @@ mod tests {
             .flatten()
     }
 
+    /// The short-haystack search agrees with a naive one: needles with letters
+    /// and non-letters at both ends, planted in either case at every position of
+    /// haystacks around the word boundaries, among decoys that share only the
+    /// first or only the last byte.
     #[test]
     fn find_ci_matches_naive() {
         let needles: [&[u8]; 7] = [

@@ -164,11 +164,8 @@ impl RuleSet {
             let prefix = lead.as_ref().and_then(|p| prefix_filter(p, &keywords));
             // The case is of the part of a match the rule's region holds: the
             // bounded prefix for a prefix-filtered rule, the whole match otherwise.
-            let keyword_case = match (&hir, &prefix, &lead) {
-                (Some(_), Some(_), Some(p)) => keyword_case(p, &keywords),
-                (Some(h), None, _) => keyword_case(h, &keywords),
-                _ => None,
-            };
+            let cased = if prefix.is_some() { &lead } else { &hir };
+            let keyword_case = cased.as_ref().and_then(|h| keyword_case(h, &keywords));
             compiled[slot] = Some(Rule {
                 generic: id.to_lowercase().contains("generic"),
                 id: Arc::from(id.as_str()),
