@@ -357,9 +357,12 @@ impl<'e> Inspector<'e> {
         if !trigger {
             return;
         }
-        let v = decode::url_decode_repeated(v.as_bytes());
-        let v = lossy(&v);
-        detect::run_all(&v, Scope::Name, &mut |h| self.report(loc, h));
+        match decode::url_decode_repeated(v.as_bytes()) {
+            Cow::Borrowed(_) => {
+                detect::run_all_classified(v, c, Scope::Name, &mut |h| self.report(loc, h))
+            }
+            Cow::Owned(d) => detect::run_all(&lossy(&d), Scope::Name, &mut |h| self.report(loc, h)),
+        }
     }
 
     fn analyze(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
@@ -430,7 +433,17 @@ impl<'e> Inspector<'e> {
             let j = decode::js_unescape(&h);
             let fin: &str = &j;
             let findings_before = self.findings.len();
-            detect::run_all(fin, scope, &mut |h| self.report(loc, h));
+            // a value no decoder changed has the classes computed above
+            let unchanged = matches!(
+                (&u, &h, &j),
+                (Cow::Borrowed(_), Cow::Borrowed(_), Cow::Borrowed(_))
+            );
+            let fin_classes = if unchanged {
+                c
+            } else {
+                Classes::of(fin.as_bytes())
+            };
+            detect::run_all_classified(fin, fin_classes, scope, &mut |h| self.report(loc, h));
             if matches!(j, Cow::Owned(_)) {
                 // backslashes may be path separators (UNC, Windows paths), not escapes
                 detect::run_all(&h, scope, &mut |x| self.report(loc, x));
@@ -456,7 +469,7 @@ impl<'e> Inspector<'e> {
             && memchr::memchr(b' ', raw.as_bytes()).is_some()
             && crate::util::contains_ci(raw.as_bytes(), b"select")
         {
-            detect::run_all(raw, scope, &mut |h| self.report(loc, h));
+            detect::run_all_classified(raw, c, scope, &mut |h| self.report(loc, h));
         }
         if nest < MAX_NEST
             && raw.len() >= 12
@@ -968,15 +981,14 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
     if i >= b.len() || !(b[i] == b'{' || b[i] == b'[') {
         return false;
     }
+    // Only `ins.count` stops the inspector during a walk, and the walk returns
+    // when it does; so stopping is checked once here, not once per token.
+    if ins.stopped {
+        return true;
+    }
     while i < b.len() {
-        if ins.stopped {
-            return true;
-        }
-        i = ws(b, i);
-        if i >= b.len() {
-            break;
-        }
         match b[i] {
+            b' ' | b'\t' | b'\r' | b'\n' => i = ws(b, i + 1),
             b'{' | b'[' => {
                 if stack.len() >= ins.lim.max_depth {
                     ins.limit(crate::Limit::MaxJsonDepth, Loc::Json(&ptr));

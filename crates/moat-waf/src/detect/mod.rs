@@ -172,7 +172,7 @@ impl Hit {
 
 /// Byte classes present in a value, computed in one pass; detectors run only
 /// when their trigger characters are present.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Classes(pub u32);
 
 impl Classes {
@@ -278,8 +278,15 @@ pub enum Scope {
 
 /// Runs every applicable detector on one decoded value; calls `out` per hit.
 pub fn run_all(s: &str, scope: Scope, out: &mut dyn FnMut(Hit)) {
+    run_all_classified(s, Classes::of(s.as_bytes()), scope, out);
+}
+
+/// [`run_all`] for a value whose classes the caller has computed already (`c`
+/// must be `Classes::of(s)`): a value that no decoder changed is not scanned for
+/// its classes a second time.
+pub fn run_all_classified(s: &str, c: Classes, scope: Scope, out: &mut dyn FnMut(Hit)) {
+    debug_assert_eq!(c, Classes::of(s.as_bytes()));
     let b = s.as_bytes();
-    let c = Classes::of(b);
     let q = Classes::QUOTE;
     let p = Classes::PAREN;
     if scope == Scope::Name {
