@@ -138,6 +138,12 @@ pub(crate) fn code_field(name: &str, value: &str) -> bool {
     if value.len() < 80 {
         return false;
     }
+    // the line count first: one vector scan rules out most long values (free
+    // text on one line) before the name is split and compared
+    let b = value.as_bytes();
+    if memchr::memchr_iter(b'\n', b).take(3).count() < 3 {
+        return false;
+    }
     let last = last_component(name);
     let mut lbuf = [0u8; 32];
     if last.len() > lbuf.len() {
@@ -154,11 +160,6 @@ pub(crate) fn code_field(name: &str, value: &str) -> bool {
         .iter()
         .any(|s| l.ends_with(s));
     if !named {
-        return false;
-    }
-    let b = value.as_bytes();
-    let lines = memchr::memchr_iter(b'\n', b).take(3).count();
-    if lines < 3 {
         return false;
     }
     let structural = b
@@ -346,10 +347,16 @@ impl<'e> Inspector<'e> {
 
     /// Inspects a name (parameter name, JSON key).
     pub fn name(&mut self, loc: Loc<'_>, v: &str) {
+        self.name_classified(loc, v, Classes::of(v.as_bytes()));
+    }
+
+    /// [`Inspector::name`] for a name whose classes the caller has computed
+    /// (`c` must be `Classes::of(v)`; the JSON walk needs them for the pointer).
+    fn name_classified(&mut self, loc: Loc<'_>, v: &str, c: Classes) {
+        debug_assert_eq!(c, Classes::of(v.as_bytes()));
         if v.is_empty() || self.stopped {
             return;
         }
-        let c = Classes::of(v.as_bytes());
         // `$` is a class of its own (DOLLAR) and already counts; `#` shares COMMENT with
         // `-` and `*`, so it is searched for only when that class is present
         let trigger = c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
@@ -1075,8 +1082,12 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                 if expect_key {
                     let key = text;
                     ptr.push('/');
-                    // keys are short: a plain scan, not memchr2's vector set-up
-                    if !key.bytes().any(|c| c == b'~' || c == b'/') {
+                    // one class scan serves the pointer (`~` is MISC, `/` SLASH)
+                    // and the name's detectors
+                    let classes = Classes::of(key.as_bytes());
+                    if !classes.any(Classes::MISC | Classes::SLASH)
+                        || !key.bytes().any(|c| c == b'~' || c == b'/')
+                    {
                         ptr.push_str(key);
                     } else {
                         for ch in key.chars() {
@@ -1087,8 +1098,10 @@ fn json_walk(ins: &mut Inspector<'_>, data: &[u8], base: Loc<'_>, nest: u8) -> b
                             }
                         }
                     }
-                    ins.name(Loc::Json(&ptr), key);
-                    type_key = matches!(key, "@type" | "$type" | "@class" | "__type");
+                    ins.name_classified(Loc::Json(&ptr), key, classes);
+                    // the first byte rules out nearly every key before four comparisons
+                    type_key = matches!(key.as_bytes().first(), Some(b'@' | b'$' | b'_'))
+                        && matches!(key, "@type" | "$type" | "@class" | "__type");
                     expect_key = false;
                 } else if nest == 0 && !ins.count(Loc::Json(&ptr)) {
                     return true;
