@@ -204,6 +204,11 @@ pub(crate) struct Inspector<'e> {
     outcomes: usize,
 }
 
+/// `select` in an otherwise inert value with spaces: the one keyword that sends
+/// such a value to the detectors, searched for in every long free-text value.
+static SELECT: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"select"));
+
 /// Most findings kept per request.
 const MAX_FINDINGS: usize = 32;
 /// Nesting of decoders that re-enter the inspector (base64 -> JSON -> base64 ...).
@@ -474,7 +479,7 @@ impl<'e> Inspector<'e> {
             }
         } else if raw.len() >= 10
             && memchr::memchr(b' ', raw.as_bytes()).is_some()
-            && crate::util::contains_ci(raw.as_bytes(), b"select")
+            && crate::util::find_ci_with(raw.as_bytes(), b"select", Some(&SELECT)).is_some()
         {
             detect::run_all_classified(raw, c, scope, &mut |h| self.report(loc, h));
         }

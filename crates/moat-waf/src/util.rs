@@ -2,6 +2,19 @@
 
 /// Position of the first ASCII case-insensitive occurrence of `needle` (lowercase) in `hay`.
 pub fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    find_ci_with(hay, needle, None)
+}
+
+/// [`find_ci`] with the vector searcher of a needle searched for in many values
+/// built once (`folded` searches for `needle`): building memchr's `memmem`
+/// searcher cost more than searching a 700-byte value with it (callgrind, the
+/// peer's JSON POST).
+#[inline]
+pub fn find_ci_with(
+    hay: &[u8],
+    needle: &[u8],
+    folded: Option<&memchr::memmem::Finder<'_>>,
+) -> Option<usize> {
     let n = needle.len();
     if n == 0 || hay.len() < n {
         return None;
@@ -11,7 +24,13 @@ pub fn find_ci(hay: &[u8], needle: &[u8]) -> Option<usize> {
         "needle not lowercase"
     );
     if hay.len() >= FOLDED_MIN && n <= FOLDED_MAX_NEEDLE {
-        return find_folded(hay, needle);
+        return match folded {
+            Some(f) => {
+                debug_assert_eq!(f.needle(), needle);
+                find_folded(hay, f)
+            }
+            None => find_folded(hay, &memchr::memmem::Finder::new(needle)),
+        };
     }
     let first = needle[0];
     let alt = first.to_ascii_uppercase();
@@ -45,7 +64,8 @@ const FOLDED_CHUNK: usize = 1024;
 /// occurrence across a chunk boundary is found whole in the next chunk.
 // Not inlined: its 1 KiB frame and set-up would make every short search pay.
 #[inline(never)]
-fn find_folded(hay: &[u8], needle: &[u8]) -> Option<usize> {
+fn find_folded(hay: &[u8], finder: &memchr::memmem::Finder<'_>) -> Option<usize> {
+    let needle = finder.needle();
     let mut buf = [0u8; FOLDED_CHUNK];
     let mut start = 0;
     loop {
@@ -54,7 +74,7 @@ fn find_folded(hay: &[u8], needle: &[u8]) -> Option<usize> {
         for (d, &c) in folded.iter_mut().zip(&hay[start..end]) {
             *d = c.to_ascii_lowercase();
         }
-        if let Some(p) = memchr::memmem::find(folded, needle) {
+        if let Some(p) = finder.find(folded) {
             return Some(start + p);
         }
         if end == hay.len() {
@@ -184,7 +204,7 @@ mod tests {
             .flatten()
     }
 
-    /// The short-haystack search agrees with a naive one: needles with letters
+    /// The short-haystack search (with and without a prebuilt searcher) agrees with a naive one: needles with letters
     /// and non-letters at both ends, planted in either case at every position of
     /// haystacks around the word boundaries, among decoys that share only the
     /// first or only the last byte.
@@ -200,6 +220,7 @@ mod tests {
             b"union all",
         ];
         for needle in needles {
+            let finder = memchr::memmem::Finder::new(needle);
             let upper = needle.to_ascii_uppercase();
             let mut decoy_first = needle.to_vec();
             *decoy_first.last_mut().unwrap_or(&mut 0) ^= 0x40;
@@ -221,19 +242,26 @@ mod tests {
                             naive(&h, needle),
                             "{needle:?} len {len} pos {pos} plant {k}"
                         );
+                        assert_eq!(
+                            find_ci_with(&h, needle, Some(&finder)),
+                            naive(&h, needle),
+                            "prebuilt {needle:?} len {len} pos {pos} plant {k}"
+                        );
                     }
                 }
             }
         }
     }
 
-    /// Long haystacks (the chunked, lowercased search): occurrences planted on
+    /// Long haystacks (the chunked, lowercased search, with and without a
+    /// prebuilt searcher): occurrences planted on
     /// either side of and across every chunk boundary, in either case, and the
     /// first of two occurrences wins.
     #[test]
     fn find_ci_long_haystacks() {
         for needle in [&b"select"[..], b"<script", b"x", &[b'q'; 64][..]] {
             let n = needle.len();
+            let finder = memchr::memmem::Finder::new(needle);
             for len in [
                 FOLDED_MIN,
                 1000,
@@ -265,6 +293,11 @@ mod tests {
                             find_ci(&h, needle),
                             naive(&h, needle),
                             "{needle:?} len {len} pos {pos}"
+                        );
+                        assert_eq!(
+                            find_ci_with(&h, needle, Some(&finder)),
+                            naive(&h, needle),
+                            "prebuilt {needle:?} len {len} pos {pos}"
                         );
                     }
                 }
