@@ -204,10 +204,10 @@ mod tests {
             .flatten()
     }
 
-    /// The short-haystack search (with and without a prebuilt searcher) agrees with a naive one: needles with letters
-    /// and non-letters at both ends, planted in either case at every position of
-    /// haystacks around the word boundaries, among decoys that share only the
-    /// first or only the last byte.
+    /// The short-haystack search (with and without a prebuilt searcher) agrees
+    /// with a naive one: needles with letters and non-letters at both ends,
+    /// planted in either case at every position of haystacks around the word
+    /// boundaries, among decoys that share only the first or only the last byte.
     #[test]
     fn find_ci_matches_naive() {
         let needles: [&[u8]; 7] = [
