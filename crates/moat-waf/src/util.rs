@@ -254,9 +254,9 @@ mod tests {
     }
 
     /// Long haystacks (the chunked, lowercased search, with and without a
-    /// prebuilt searcher): occurrences planted on
-    /// either side of and across every chunk boundary, in either case, and the
-    /// first of two occurrences wins.
+    /// prebuilt searcher): occurrences planted on either side of and across
+    /// every chunk boundary, in either case, and the first of two occurrences
+    /// wins.
     #[test]
     fn find_ci_long_haystacks() {
         for needle in [&b"select"[..], b"<script", b"x", &[b'q'; 64][..]] {
