@@ -216,6 +216,16 @@ const MAX_NEST: u8 = 3;
 /// Largest value analysed as a whole (longer values are analysed in windows).
 const MAX_VALUE: usize = 256 << 10;
 
+/// Values shorter than this are not analysed when [`inert`]: too short for the
+/// serialized-object marker, a base64 blob or embedded base64.
+const SHORT_VALUE: usize = 12;
+
+/// A value with no class that an injection detector needs (only `.`, `-#*`,
+/// non-ASCII and `@!^~,?`), or too short for any injection.
+fn inert(c: Classes, raw: &str) -> bool {
+    !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC)) || raw.len() < 3
+}
+
 impl<'e> Inspector<'e> {
     pub fn new(
         lim: Lim,
@@ -357,6 +367,10 @@ impl<'e> Inspector<'e> {
 
     /// [`Inspector::name`] for a name whose classes the caller has computed
     /// (`c` must be `Classes::of(v)`; the JSON walk needs them for the pointer).
+    ///
+    /// Inlined: most names have no class that a name detector needs, and
+    /// return here without a call.
+    #[inline]
     fn name_classified(&mut self, loc: Loc<'_>, v: &str, c: Classes) {
         debug_assert_eq!(c, Classes::of(v.as_bytes()));
         if v.is_empty() || self.stopped {
@@ -366,9 +380,14 @@ impl<'e> Inspector<'e> {
         // `-` and `*`, so it is searched for only when that class is present
         let trigger = c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::BRACKET))
             || (c.any(Classes::COMMENT) && memchr::memchr(b'#', v.as_bytes()).is_some());
-        if !trigger {
-            return;
+        if trigger {
+            self.name_detect(loc, v, c);
         }
+    }
+
+    /// The name detectors on a name that has their trigger classes `c`.
+    #[inline(never)]
+    fn name_detect(&mut self, loc: Loc<'_>, v: &str, c: Classes) {
         match decode::url_decode_repeated(v.as_bytes()) {
             Cow::Borrowed(_) => {
                 detect::run_all_classified(v, c, Scope::Name, &mut |h| self.report(loc, h))
@@ -377,7 +396,24 @@ impl<'e> Inspector<'e> {
         }
     }
 
+    ///
+    /// Inlined for its first test: a short value with no class that a
+    /// detector needs (most short values) returns without a call.
+    #[inline]
     fn analyze(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
+        if raw.len() < SHORT_VALUE {
+            let c = Classes::of(raw.as_bytes());
+            if !inert(c, raw) {
+                self.analyze_classified(loc, raw, c, scope, nest);
+            }
+            return;
+        }
+        self.analyze_long(loc, raw, scope, nest);
+    }
+
+    /// [`Inspector::analyze`] of a value of [`SHORT_VALUE`] bytes or more.
+    #[inline(never)]
+    fn analyze_long(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
         if raw.len() > MAX_VALUE {
             // analyse overlapping windows so a long value stays linear and bounded
             let mut start = 0;
@@ -403,11 +439,18 @@ impl<'e> Inspector<'e> {
 
     fn analyze_one(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
         let c = Classes::of(raw.as_bytes());
-        let inert = !c.any(!(Classes::DOT | Classes::COMMENT | Classes::HIGH | Classes::MISC))
-            || raw.len() < 3;
-        if inert && raw.len() < 12 {
+        if raw.len() < SHORT_VALUE && inert(c, raw) {
             return;
         }
+        self.analyze_classified(loc, raw, c, scope, nest);
+    }
+
+    /// [`Inspector::analyze_one`] with the value's classes `c` computed
+    /// (`Classes::of(raw)`), unless it is short and inert.
+    #[inline(never)]
+    fn analyze_classified(&mut self, loc: Loc<'_>, raw: &str, c: Classes, scope: Scope, nest: u8) {
+        debug_assert_eq!(c, Classes::of(raw.as_bytes()));
+        let inert = inert(c, raw);
         if inert && raw.len() >= 24 {
             if let Some(h) = deser::deser_marker(raw) {
                 self.report(loc, h);
