@@ -758,3 +758,43 @@ fn mode_is_decided_with_the_head_and_kept_for_the_body() {
     ));
     assert!(ctx.events.iter().any(|x| x.action == EventAction::Monitor));
 }
+
+/// Findings carry the RFC 6901 pointer of the JSON string they were found in,
+/// wherever it sits: keys with `~` and `/` (escaped as `~0` and `~1`), escaped
+/// keys, a member after a nested container, array elements inside objects and
+/// objects inside arrays, string values carrying JSON (as text and in base64),
+/// and a key that is itself the attack.
+#[test]
+fn json_findings_name_their_pointer() {
+    let e = engine(&WafConfig::default());
+    let sqli = "x' UNION SELECT password FROM users--";
+    let body = format!(
+        r#"{{"a/b":{{"c~d":"{sqli}"}},"e":{{"f":[1,{{"g":"{sqli}"}}]}},"h":"{sqli}","\u0069d":"{sqli}","j":[["k","{sqli}"]],"n":"{{\"inner\":\"{sqli}\"}}","<script>alert(1)</script>":1,"z":{{}},"b64":"eyJxIjoieCcgVU5JT04gU0VMRUNUIHBhc3N3b3JkIEZST00gdXNlcnMtLSJ9","last":"{sqli}"}}"#
+    );
+    let p = parts("POST", "/api", &[("content-type", "application/json")]);
+    let f = e.inspect(
+        "r",
+        &RequestView::from_parts(&p),
+        Some(BodyView {
+            data: body.as_bytes(),
+            truncated: false,
+        }),
+    );
+    let got = attacks(&f);
+    for want in [
+        "json:/a~1b/c~0d",
+        "json:/e/f/1/g",
+        "json:/h",
+        "json:/id",
+        "json:/j/0/1",
+        "json:/n",
+        "json:/b64/q",
+        "json:/<script>alert(1)<~1script>",
+        "json:/last",
+    ] {
+        assert!(
+            got.iter().any(|(_, l)| l == want),
+            "no finding at {want} in {got:?}"
+        );
+    }
+}
