@@ -322,10 +322,7 @@ mod sse2 {
         let Ok(b) = <&[u8; 16]>::try_from(b) else {
             return super::classes_bytewise(b);
         };
-        let (lo, hi) = b.split_at(8);
-        let word = |w: &[u8]| i64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        // two 8-byte words, which the compiler folds into one unaligned load
-        let v = _mm_set_epi64x(word(hi), word(lo));
+        let v = crate::util::sse2::load(b);
         // `x` is in `from..=from + span` (unsigned) when min(x - from, span) == x - from
         let within = |x: __m128i, from: u8, span: u8| {
             let d = _mm_sub_epi8(x, _mm_set1_epi8(from as i8));
