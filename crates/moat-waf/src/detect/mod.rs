@@ -297,10 +297,16 @@ mod sse2 {
             (s.first_chunk::<8>(), s.last_chunk::<8>(), s.len() < 16)
         {
             // one block of the first and the last 8 bytes, overlapping
-            let mut b = [0u8; 16];
-            b[..8].copy_from_slice(first);
-            b[8..].copy_from_slice(last);
-            return block(&b);
+            let v = _mm_set_epi64x(i64::from_le_bytes(*last), i64::from_le_bytes(*first));
+            let mut m = 0;
+            let mut other = others(v);
+            while other != 0 {
+                let k = other.trailing_zeros() as usize;
+                let at = if k < 8 { k } else { s.len() + k - 16 };
+                m |= CLASS_OF_BYTE[usize::from(s[at])];
+                other &= other - 1;
+            }
+            return m;
         }
         let mut m = 0;
         let mut blocks = s.chunks_exact(16);
@@ -322,7 +328,20 @@ mod sse2 {
         let Ok(b) = <&[u8; 16]>::try_from(b) else {
             return super::classes_bytewise(b);
         };
-        let v = crate::util::sse2::load(b);
+        let mut other = others(crate::util::sse2::load(b));
+        let mut m = 0;
+        while other != 0 {
+            m |= CLASS_OF_BYTE[usize::from(b[other.trailing_zeros() as usize])];
+            other &= other - 1;
+        }
+        m
+    }
+
+    /// Bit `k` set when byte `k` of `v` has a class (is not an ASCII letter,
+    /// digit, space or `_`).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    fn others(v: __m128i) -> u32 {
         // `x` is in `from..=from + span` (unsigned) when min(x - from, span) == x - from
         let within = |x: __m128i, from: u8, span: u8| {
             let d = _mm_sub_epi8(x, _mm_set1_epi8(from as i8));
@@ -334,13 +353,7 @@ mod sse2 {
         let space = _mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8));
         let underscore = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'_' as i8));
         let plain = _mm_or_si128(_mm_or_si128(letter, digit), _mm_or_si128(space, underscore));
-        let mut other = !(_mm_movemask_epi8(plain) as u32) & 0xffff;
-        let mut m = 0;
-        while other != 0 {
-            m |= CLASS_OF_BYTE[usize::from(b[other.trailing_zeros() as usize])];
-            other &= other - 1;
-        }
-        m
+        !(_mm_movemask_epi8(plain) as u32) & 0xffff
     }
 }
 
