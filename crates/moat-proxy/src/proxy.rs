@@ -619,7 +619,11 @@ impl ReqState<'_> {
     ) -> Option<Box<AfterBody>> {
         let status = resp.status();
         self.route.metrics.record(decision, status.as_u16());
-        self.route.metrics.duration.observe(self.start.elapsed());
+        // One clock read serves the request's duration and the start of the
+        // after-response phase (each read is a vDSO call).
+        let t = Instant::now();
+        let duration = t.saturating_duration_since(self.start);
+        self.route.metrics.duration.observe(duration);
         for ev in &ctx.events {
             self.shared.metrics.count_security_event(
                 &ctx.route,
@@ -637,7 +641,6 @@ impl ReqState<'_> {
         if pipeline.after_response.is_empty() && sink.is_none() {
             return None;
         }
-        let t = Instant::now();
         if let Some(sink) = sink {
             let dropped = ctx
                 .events
@@ -650,7 +653,7 @@ impl ReqState<'_> {
         if !pipeline.after_response.is_empty() {
             let done = Finished::new(&ctx, parts, status, resp.headers())
                 .with_bodies(self.request_body.as_ref(), self.response_body.as_ref())
-                .with_duration_us(self.start.elapsed().as_micros() as u64);
+                .with_duration_us(duration.as_micros() as u64);
             for p in &pipeline.after_response {
                 p.after_response(&done);
             }
