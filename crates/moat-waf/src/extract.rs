@@ -396,6 +396,8 @@ impl<'e> Inspector<'e> {
         }
     }
 
+    /// Runs the detectors on a value, and on what it decodes to (in windows
+    /// when it is longer than [`MAX_VALUE`]).
     ///
     /// Inlined for its first test: a short value with no class that a
     /// detector needs (most short values) returns without a call.
