@@ -428,7 +428,8 @@ impl<'e> Inspector<'e> {
                 while !raw.is_char_boundary(e) {
                     e -= 1;
                 }
-                self.analyze_one(loc, &raw[a..e], scope, nest);
+                let w = &raw[a..e];
+                self.analyze_classified(loc, w, Classes::of(w.as_bytes()), scope, nest);
                 if e == raw.len() {
                     break;
                 }
@@ -436,19 +437,12 @@ impl<'e> Inspector<'e> {
             }
             return;
         }
-        self.analyze_one(loc, raw, scope, nest);
+        self.analyze_classified(loc, raw, Classes::of(raw.as_bytes()), scope, nest);
     }
 
-    fn analyze_one(&mut self, loc: Loc<'_>, raw: &str, scope: Scope, nest: u8) {
-        let c = Classes::of(raw.as_bytes());
-        if raw.len() < SHORT_VALUE && inert(c, raw) {
-            return;
-        }
-        self.analyze_classified(loc, raw, c, scope, nest);
-    }
-
-    /// [`Inspector::analyze_one`] with the value's classes `c` computed
-    /// (`Classes::of(raw)`), unless it is short and inert.
+    /// The analysis of a value whose classes `c` the caller has computed
+    /// (`Classes::of(raw)`): [`Inspector::analyze`] has returned already for
+    /// a short inert value, and windows of a long one are never short.
     #[inline(never)]
     fn analyze_classified(&mut self, loc: Loc<'_>, raw: &str, c: Classes, scope: Scope, nest: u8) {
         debug_assert_eq!(c, Classes::of(raw.as_bytes()));

@@ -127,8 +127,15 @@ pub(crate) mod sse2 {
     #[target_feature(enable = "sse2")]
     pub(crate) fn load(b: &[u8; 16]) -> __m128i {
         let (lo, hi) = b.split_at(8);
-        let word = |w: &[u8]| i64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-        _mm_set_epi64x(word(hi), word(lo))
+        let word = |w: &[u8]| w.try_into().unwrap_or([0; 8]);
+        load_words(&word(lo), &word(hi))
+    }
+
+    /// `lo` then `hi` as one vector (bytes 0-7 and 8-15).
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub(crate) fn load_words(lo: &[u8; 8], hi: &[u8; 8]) -> __m128i {
+        _mm_set_epi64x(i64::from_le_bytes(*hi), i64::from_le_bytes(*lo))
     }
 
     /// [`super::find2`]: 16 bytes per compare over the first 64, then `memchr2`.

@@ -297,16 +297,8 @@ mod sse2 {
             (s.first_chunk::<8>(), s.last_chunk::<8>(), s.len() < 16)
         {
             // one block of the first and the last 8 bytes, overlapping
-            let v = _mm_set_epi64x(i64::from_le_bytes(*last), i64::from_le_bytes(*first));
-            let mut m = 0;
-            let mut other = others(v);
-            while other != 0 {
-                let k = other.trailing_zeros() as usize;
-                let at = if k < 8 { k } else { s.len() + k - 16 };
-                m |= CLASS_OF_BYTE[usize::from(s[at])];
-                other &= other - 1;
-            }
-            return m;
+            let other = others(crate::util::sse2::load_words(first, last));
+            return classes_at(other, |k| if k < 8 { s[k] } else { s[s.len() + k - 16] });
         }
         let mut m = 0;
         let mut blocks = s.chunks_exact(16);
@@ -328,10 +320,16 @@ mod sse2 {
         let Ok(b) = <&[u8; 16]>::try_from(b) else {
             return super::classes_bytewise(b);
         };
-        let mut other = others(crate::util::sse2::load(b));
+        classes_at(others(crate::util::sse2::load(b)), |k| b[k])
+    }
+
+    /// The classes of the bytes marked in `other` (bit `k`: the block's byte
+    /// `k`, read by `byte`).
+    #[inline]
+    fn classes_at(mut other: u32, byte: impl Fn(usize) -> u8) -> u32 {
         let mut m = 0;
         while other != 0 {
-            m |= CLASS_OF_BYTE[usize::from(b[other.trailing_zeros() as usize])];
+            m |= CLASS_OF_BYTE[usize::from(byte(other.trailing_zeros() as usize))];
             other &= other - 1;
         }
         m
