@@ -551,6 +551,18 @@ fn cost_measures_each_engine_of_a_config() {
         .unwrap()
         .iter()
         .all(|r| r["blocked"] == 0 && r["requests"] == 20));
+    // The thread's counters: a number where the machine has the counter (the task
+    // clock wherever perf events are allowed; instructions on hardware that counts
+    // them), else null, never zero.
+    for r in rows.as_array().unwrap() {
+        for field in ["instructions_per_req", "cpu_ns_per_req"] {
+            let v = &r[field];
+            assert!(
+                v.is_null() || v.as_f64().is_some_and(|x| x > 0.0),
+                "{field}: {v} in {r}"
+            );
+        }
+    }
 
     let attack = run(&["--engines", "waf", "--path", "/?id=1'%20OR%201=1--"]);
     assert_eq!(attack[0]["blocked"], 20, "{attack}");

@@ -8,11 +8,14 @@
 //! own cost, which the table subtracts.
 //!
 //! Allocations per request come from the counting allocator (a binary built with the
-//! `alloc-stats` feature). Instructions per request need hardware counters, which
-//! virtual machines often lack; `scripts/engine-cost` runs this command under
-//! callgrind instead (collecting only inside [`measured`], see there), which counts
-//! the same instructions on any machine and repeats to the instruction whatever else
-//! runs.
+//! `alloc-stats` feature). Instructions and CPU time per request come from the
+//! thread's perf counters ([`thread_counters`]) where the machine has them. Virtual
+//! machines often lack the hardware instruction counter; `scripts/engine-cost` runs
+//! this command under callgrind instead (collecting only inside [`measured`], see
+//! there), which counts the same instructions on any machine and repeats to the
+//! instruction whatever else runs.
+
+mod thread_counters;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +26,7 @@ use bytes::Bytes;
 use moat_core::{BodyNeed, DecodeLimits, Finished, RequestCtx, Verdict};
 use moat_proxy::config::{self, ConfigSource};
 use moat_proxy::pipeline::{build_pipeline, max_need, Pipeline};
+use thread_counters::ThreadCounter;
 
 /// Arguments of `moat bench cost`.
 #[derive(clap::Args)]
@@ -75,7 +79,18 @@ struct Cost {
     blocked: u64,
     allocs_per_req: Option<f64>,
     alloc_bytes_per_req: Option<f64>,
+    /// User-space instructions retired (hardware counter; `None` without one).
+    instructions_per_req: Option<f64>,
+    /// CPU time of the measuring thread (the kernel's task clock).
+    cpu_ns_per_req: Option<f64>,
+    /// Wall time.
     ns_per_req: f64,
+}
+
+/// The thread's counters, opened once for every measurement.
+struct Counters {
+    instructions: ThreadCounter,
+    cpu_time: ThreadCounter,
 }
 
 /// Runs `moat bench cost`.
@@ -116,14 +131,18 @@ fn cost(a: CostArgs) -> anyhow::Result<ExitCode> {
             sets
         }
     };
+    let mut counters = Counters {
+        instructions: ThreadCounter::instructions(),
+        cpu_time: ThreadCounter::cpu_time(),
+    };
     let rows: Vec<Cost> = sets
         .iter()
-        .map(|set| measure(&full, set, &ex, a.requests))
+        .map(|set| measure(&full, set, &ex, a.requests, &mut counters))
         .collect();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print_table(&rows);
+        print_table(&rows, &counters);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -233,14 +252,24 @@ fn exchange(
     })
 }
 
-fn measure(full: &Pipeline, engines: &[String], ex: &Exchange, n: u64) -> Cost {
+fn measure(
+    full: &Pipeline,
+    engines: &[String],
+    ex: &Exchange,
+    n: u64,
+    counters: &mut Counters,
+) -> Cost {
     let p = only(full, engines);
     // Warm-up: caches, lazily built matchers, the discovery window's first sample.
     warm_up(&p, ex, n);
     let a0 = moat_proxy::metrics::allocation_totals();
+    counters.instructions.start();
+    counters.cpu_time.start();
     let t = Instant::now();
     let blocked = measured(&p, ex, n);
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let cpu_ns = counters.cpu_time.stop();
+    let instructions = counters.instructions.stop();
     let a1 = moat_proxy::metrics::allocation_totals();
     let per = |x: u64| x as f64 / n as f64;
     let (allocs, bytes) = match (a0, a1) {
@@ -260,6 +289,8 @@ fn measure(full: &Pipeline, engines: &[String], ex: &Exchange, n: u64) -> Cost {
         blocked,
         allocs_per_req: allocs,
         alloc_bytes_per_req: bytes,
+        instructions_per_req: instructions.map(per),
+        cpu_ns_per_req: cpu_ns.map(per),
         ns_per_req: ns,
     }
 }
@@ -347,26 +378,40 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
     false
 }
 
-fn print_table(rows: &[Cost]) {
+fn print_table(rows: &[Cost], counters: &Counters) {
     let base = rows.first().filter(|r| r.engines == "none");
-    println!("| engines | allocs/req | alloc bytes/req | ns/req (wall, noisy) | added allocs/req | blocked |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| engines | instructions/req | added instructions/req | CPU ns/req | added CPU ns/req \
+         | allocs/req | alloc bytes/req | added allocs/req | blocked |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let opt = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.1}"));
+    let whole = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
+    let added = |x: Option<f64>, b: Option<f64>, digits: usize| match (x, b) {
+        (Some(x), Some(b)) => format!("{:.*}", digits, x - b),
+        _ => "n/a".into(),
+    };
     for r in rows {
-        let added = match (r.allocs_per_req, base.and_then(|b| b.allocs_per_req)) {
-            (Some(x), Some(b)) => format!("{:.1}", x - b),
-            _ => "n/a".into(),
-        };
+        let b = |f: fn(&Cost) -> Option<f64>| base.and_then(f);
         println!(
-            "| {} | {} | {} | {:.0} | {} | {}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
             r.engines,
+            whole(r.instructions_per_req),
+            added(r.instructions_per_req, b(|c| c.instructions_per_req), 0),
+            whole(r.cpu_ns_per_req),
+            added(r.cpu_ns_per_req, b(|c| c.cpu_ns_per_req), 0),
             opt(r.allocs_per_req),
             opt(r.alloc_bytes_per_req),
-            r.ns_per_req,
-            added,
+            added(r.allocs_per_req, b(|c| c.allocs_per_req), 1),
             r.blocked,
             r.requests
         );
+    }
+    if let Some(why) = counters.instructions.missing() {
+        println!("\ninstructions: n/a ({why}; `scripts/engine-cost` counts them under callgrind)");
+    }
+    if let Some(why) = counters.cpu_time.missing() {
+        println!("\nCPU time: n/a ({why})");
     }
     if base.is_some_and(|b| b.allocs_per_req.is_none()) {
         println!("\nallocations: n/a (build with `--features alloc-stats`)");
