@@ -463,8 +463,9 @@ pub trait AfterResponsePhase: Send + Sync {
     /// Engine name.
     fn name(&self) -> &'static str;
     /// Whether this request's bodies should be kept for [`after_response`](Self::after_response)
-    /// (e.g. the request is sampled), and up to what size.
-    fn wants_bodies(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed;
+    /// (e.g. the request is sampled), and up to what size. The phase may note in its
+    /// slot of `ctx` what [`after_response`](Self::after_response) can reuse.
+    fn wants_bodies(&self, ctx: &mut RequestCtx, req: &http::request::Parts) -> BodyNeed;
     /// Sees the finished exchange.
     fn after_response(&self, done: &Finished<'_>);
 }

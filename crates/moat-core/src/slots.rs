@@ -28,4 +28,7 @@ pub struct EngineSlots {
     /// The WAF's mode on this request (route, allow list, monitor-only), decided with the
     /// head and reused when the body arrives.
     pub waf: Option<RouteMode>,
+    /// API discovery's keyed hash of (method, path template), computed when the body
+    /// need is asked and reused after the response instead of walking the path again.
+    pub discovery: Option<u64>,
 }

@@ -236,6 +236,46 @@ fn sampling_windows_by_template_and_status() {
     assert_eq!(endpoint(&apis, "GET", "/orders/{id}")["count"], 1);
 }
 
+/// The proxy asks for the body need before the response, which leaves the template's
+/// keyed hash in the request's slot; after the response the slot key is derived from
+/// it. Requests that went through both phases and requests that did not (a caller
+/// that never asked) must land in the same (method, template, status) slots, and
+/// statuses and templates must stay apart.
+#[test]
+fn slot_keys_from_the_body_need_hash_match_a_fresh_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
+    let as_proxy = |uri: &str, status: u16| {
+        let mut ex = Ex::get(uri, status);
+        let _ = d.wants_bodies(&mut ex.ctx, &parts("GET", uri));
+        assert!(ex.ctx.slots.discovery.is_some());
+        ex.send(&d);
+    };
+    for i in 0..6 {
+        as_proxy(&format!("/users/{i}"), 200);
+        Ex::get(&format!("/users/{}", 100 + i), 200).send(&d);
+    }
+    as_proxy("/users/7", 404);
+    Ex::get("/users/8", 404).send(&d);
+    as_proxy("/users/9", 500);
+    as_proxy("/orders/1", 200);
+    Ex::get("/orders/2", 200).send(&d);
+    d.shutdown();
+    let st = d.stats();
+    assert_eq!(st.received, 17);
+    // One sample per (method, template, status): 200, 404 and 500 of /users/{id}, 200
+    // of /orders/{id}; the slot-derived and freshly walked keys agree, or there would
+    // be more.
+    assert_eq!(st.sampled, 4, "{st:?}");
+    let apis: Value = serde_json::from_str(&apis_endpoint(&d)).unwrap();
+    let users = endpoint(&apis, "GET", "/users/{id}");
+    assert_eq!(users["count"], 15);
+    assert_eq!(users["responses"]["200"]["count"], 12);
+    assert_eq!(users["responses"]["404"]["count"], 2);
+    assert_eq!(users["responses"]["500"]["count"], 1);
+    assert_eq!(endpoint(&apis, "GET", "/orders/{id}")["count"], 2);
+}
+
 #[test]
 fn zero_interval_samples_every_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -251,22 +291,22 @@ fn zero_interval_samples_every_request() {
 fn wants_bodies_once_per_template_window_under_global_cap() {
     let dir = tempfile::tempdir().unwrap();
     let d = DiscoveryWorker::start(&cfg(Duration::from_secs(3600)), dir.path()).unwrap();
-    let ctx = RequestCtx::for_test("api");
+    let mut ctx = RequestCtx::for_test("api");
     let max = DiscoveryConfig::default().max_body_bytes as usize;
     assert_eq!(
-        d.wants_bodies(&ctx, &parts("GET", "/users/1")),
+        d.wants_bodies(&mut ctx, &parts("GET", "/users/1")),
         BodyNeed::Buffer(max)
     );
     assert_eq!(
-        d.wants_bodies(&ctx, &parts("GET", "/users/2?x=1")),
+        d.wants_bodies(&mut ctx, &parts("GET", "/users/2?x=1")),
         BodyNeed::None
     );
     assert_eq!(
-        d.wants_bodies(&ctx, &parts("POST", "/users/2")),
+        d.wants_bodies(&mut ctx, &parts("POST", "/users/2")),
         BodyNeed::Buffer(max)
     );
     assert_eq!(
-        d.wants_bodies(&ctx, &parts("GET", "/users/me")),
+        d.wants_bodies(&mut ctx, &parts("GET", "/users/me")),
         BodyNeed::Buffer(max)
     );
     assert_eq!(d.stats().body_requests, 3);
@@ -282,7 +322,9 @@ fn wants_bodies_once_per_template_window_under_global_cap() {
     )
     .unwrap();
     let yes = (0..20)
-        .filter(|i| capped.wants_bodies(&ctx, &parts("GET", &format!("/t{i}/x"))) != BodyNeed::None)
+        .filter(|i| {
+            capped.wants_bodies(&mut ctx, &parts("GET", &format!("/t{i}/x"))) != BodyNeed::None
+        })
         .count();
     assert!((1..20).contains(&yes), "{yes} of 20 allowed at 1/s");
     assert_eq!(capped.stats().body_requests, yes as u64);

@@ -137,7 +137,7 @@ impl AfterResponsePhase for Recorder {
     fn name(&self) -> &'static str {
         "test-recorder"
     }
-    fn wants_bodies(&self, _ctx: &RequestCtx, _req: &http::request::Parts) -> BodyNeed {
+    fn wants_bodies(&self, _ctx: &mut RequestCtx, _req: &http::request::Parts) -> BodyNeed {
         BodyNeed::None
     }
     fn after_response(&self, done: &Finished<'_>) {

@@ -703,7 +703,7 @@ impl AfterResponsePhase for RateLimitEngine {
         "bans"
     }
 
-    fn wants_bodies(&self, _: &RequestCtx, _: &http::request::Parts) -> BodyNeed {
+    fn wants_bodies(&self, _: &mut RequestCtx, _: &http::request::Parts) -> BodyNeed {
         BodyNeed::None
     }
 

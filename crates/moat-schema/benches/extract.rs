@@ -100,17 +100,21 @@ fn bench(c: &mut Criterion) {
         Arc::new(Refuse),
     )
     .expect("discovery");
-    let ctx = moat_core::RequestCtx::for_test("api");
+    let mut ctx = moat_core::RequestCtx::for_test("api");
     let (parts, ()) = http::Request::builder()
         .uri("/api/v1/users/12345/orders/9f1c2a7e-1b2c-4d5e-8f90-123456789abc")
         .body(())
         .expect("request")
         .into_parts();
     // The first call samples the template; the measured calls take the common path.
-    let _ = d.wants_bodies(&ctx, &parts);
+    let _ = d.wants_bodies(&mut ctx, &parts);
     c.bench_function("phase/wants_bodies", |b| {
-        b.iter(|| d.wants_bodies(&ctx, &parts))
+        b.iter(|| d.wants_bodies(&mut ctx, &parts))
     });
+    // The proxy asks for the body need first, which leaves the template's hash in the
+    // request's slot for after_response.
+    let mut ex = (*ex).clone();
+    let _ = d.wants_bodies(&mut ex.ctx, &ex.request);
     // After the first (sampled) call, the common path: the request is counted in its slot.
     let done = moat_core::Finished::of(&ex);
     d.after_response(&done);

@@ -10,8 +10,9 @@
 //!   of the path template, one atomic load, and one short lock of a sharded map.
 //!   Bodies are asked for at most once per `sample_interval` per (method, template)
 //!   and at most `max_samples_per_sec` times per second overall.
-//! - [`after_response`](AfterResponsePhase::after_response): a keyed hash of
-//!   (method, template, status), one short lock of a sharded map, and the request
+//! - [`after_response`](AfterResponsePhase::after_response): the key of (method,
+//!   template, status), derived from the hash `wants_bodies` left in the request's
+//!   slot (no second walk of the path), one short lock of a sharded map, and the request
 //!   counted in its slot. When the slot's window has expired (at most once per
 //!   `sample_interval`, or again when this request brings bodies and the slot's
 //!   last bodies are older than the window) and the global cap allows, the
@@ -536,15 +537,23 @@ impl Discovery {
         }
     }
 
-    /// The sampler key of (method, template of path, status).
-    fn key(&self, method: &str, path: &str, status: Option<u16>) -> u64 {
+    /// The keyed hash of (method, template of path): the body window's key.
+    fn template_key(&self, method: &str, path: &str) -> u64 {
         let mut h = self.keys.build_hasher();
         hash_template(&mut h, method, path);
-        if let Some(s) = status {
-            h.write_u16(s);
-        }
         h.finish()
     }
+}
+
+/// The slot key of (method, template, status) from the template's keyed hash.
+///
+/// Not a second keyed hash (the path walk and SipHash were half of discovery's
+/// request-thread work): `template` is already a keyed hash a client cannot predict,
+/// so two templates' keys collide only by chance whatever the statuses; one
+/// template's statuses never collide, because the multiplication by an odd constant
+/// is injective on `u64`.
+fn slot_key(template: u64, status: u16) -> u64 {
+    template ^ u64::from(status).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 impl AfterResponsePhase for Discovery {
@@ -552,12 +561,14 @@ impl AfterResponsePhase for Discovery {
         "discovery"
     }
 
-    fn wants_bodies(&self, _ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
+    fn wants_bodies(&self, ctx: &mut RequestCtx, req: &http::request::Parts) -> BodyNeed {
+        let h = self.template_key(req.method.as_str(), req.uri.path());
+        // After the response, the slot key is derived from it (`slot_key`).
+        ctx.slots.discovery = Some(h);
         let now = Instant::now();
         if !self.body_limiter.available(now) {
             return BodyNeed::None;
         }
-        let h = self.key(req.method.as_str(), req.uri.path(), None);
         let mut map = self.body_windows[(h as usize) % SHARDS]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -591,7 +602,11 @@ impl AfterResponsePhase for Discovery {
         counters.received.fetch_add(1, Ordering::Relaxed);
         let req = done.request;
         let status = done.status.as_u16();
-        let key = self.key(req.method.as_str(), req.uri.path(), Some(status));
+        let template_key = match done.ctx.slots.discovery {
+            Some(h) => h,
+            None => self.template_key(req.method.as_str(), req.uri.path()),
+        };
+        let key = slot_key(template_key, status);
         let has_body = done.request_body.is_some() || done.response_body.is_some();
         let auth = auth_kinds(done.ctx, &req.headers);
         let now = Instant::now();

@@ -329,7 +329,7 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
     }
     let mut keep = BodyNeed::None;
     for ph in &p.after_response {
-        keep = max_need(keep, ph.wants_bodies(&ctx, &head));
+        keep = max_need(keep, ph.wants_bodies(&mut ctx, &head));
     }
     let need = max_need(keep, p.request_body_need(&ctx, &head));
     let mut kept_request = None;
