@@ -47,9 +47,13 @@ impl ThreadCounter {
         // disabled until `start`, kernel and hypervisor excluded.
         let counter = perf_event::Builder::new(event)
             .build()
-            .map_err(|e| match e.raw_os_error() {
-                Some(2) | Some(95) => "no such counter on this machine".to_string(),
-                Some(1) | Some(13) => {
+            .map_err(|e| match e.kind() {
+                // ENOENT: no such event on this PMU (or under this hypervisor); ENOSYS:
+                // a kernel without perf events. Other errors keep the OS message.
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::Unsupported => {
+                    "no such counter on this machine".to_string()
+                }
+                std::io::ErrorKind::PermissionDenied => {
                     format!("not permitted (kernel.perf_event_paranoid): {e}")
                 }
                 _ => e.to_string(),
