@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod body;
+pub mod clock;
 pub mod event;
 pub mod reply;
 pub mod slots;

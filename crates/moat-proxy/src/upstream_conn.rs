@@ -3,11 +3,12 @@
 //! pool of one endpoint, and a response body decoded from the connection as it is
 //! polled (the connection goes back to the pool at the body's end).
 
+use moat_core::clock::CoarseInstant;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::Method;
@@ -220,8 +221,10 @@ pub struct EndpointPool {
 
 #[derive(Debug, Default)]
 struct Idle {
-    /// Oldest first: `put` pushes and `checkout` pops at the end.
-    conns: Vec<(Box<Conn>, Instant)>,
+    /// Oldest first: `put` pushes and `checkout` pops at the end. Idle since when, on
+    /// the coarse clock: idle timeouts are seconds long, and a pooled exchange would
+    /// otherwise read the TSC twice (see moat_core::clock).
+    conns: Vec<(Box<Conn>, CoarseInstant)>,
     /// The fewest connections the pool held since the last purge: the first
     /// `unused` of `conns` were not taken once in that interval.
     unused: usize,
@@ -253,7 +256,7 @@ impl EndpointPool {
     pub(crate) fn put(&self, conn: Box<Conn>) {
         let mut idle = self.idle.lock();
         if idle.conns.len() < self.max_idle {
-            idle.conns.push((conn, Instant::now()));
+            idle.conns.push((conn, CoarseInstant::now()));
         }
     }
 

@@ -35,7 +35,10 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+// Sampling windows and rates are seconds long: the coarse clock is precise enough
+// and costs no TSC read per request (see moat_core::clock).
+use moat_core::clock::CoarseInstant;
+use std::time::Duration;
 
 use moat_core::{AfterResponsePhase, BodyNeed, DecodeLimits, Exchange, Finished, RequestCtx};
 use serde::{Deserialize, Serialize};
@@ -161,7 +164,7 @@ impl DiscoveryConfig {
 /// GCRA rate limiter on one atomic: at most `rate` per second, bursts of `rate`.
 #[derive(Debug)]
 struct RateLimiter {
-    epoch: Instant,
+    epoch: CoarseInstant,
     tat_ns: AtomicU64,
     period_ns: u64,
     burst_ns: u64,
@@ -171,7 +174,7 @@ impl RateLimiter {
     fn new(rate: u32) -> Self {
         let period_ns = 1_000_000_000 / rate.max(1) as u64;
         RateLimiter {
-            epoch: Instant::now(),
+            epoch: CoarseInstant::now(),
             tat_ns: AtomicU64::new(0),
             period_ns,
             burst_ns: period_ns * rate.max(1) as u64,
@@ -180,17 +183,17 @@ impl RateLimiter {
 
     /// `now` in nanoseconds since the limiter's epoch (the caller's clock
     /// reading, shared with its other uses of the time).
-    fn nanos(&self, now: Instant) -> u64 {
-        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    fn nanos(&self, now: CoarseInstant) -> u64 {
+        now.duration_since(self.epoch).as_nanos() as u64
     }
 
-    fn available(&self, now: Instant) -> bool {
+    fn available(&self, now: CoarseInstant) -> bool {
         let now = self.nanos(now);
         let tat = self.tat_ns.load(Ordering::Relaxed).max(now);
         tat + self.period_ns <= now + self.burst_ns
     }
 
-    fn try_acquire(&self, now: Instant) -> bool {
+    fn try_acquire(&self, now: CoarseInstant) -> bool {
         let now = self.nanos(now);
         let mut cur = self.tat_ns.load(Ordering::Relaxed);
         loop {
@@ -299,8 +302,8 @@ struct Tally {
     count: u64,
     /// Per [`AUTH_KINDS`].
     auth: [u64; 3],
-    first: Option<Instant>,
-    last: Option<Instant>,
+    first: Option<CoarseInstant>,
+    last: Option<CoarseInstant>,
 }
 
 /// One (method, template, status) key of the request-side sampler: its
@@ -311,21 +314,21 @@ struct Slot {
     template: Box<str>,
     status: u16,
     route: Arc<str>,
-    last_any: Option<Instant>,
-    last_body: Option<Instant>,
+    last_any: Option<CoarseInstant>,
+    last_body: Option<CoarseInstant>,
     tally: Tally,
 }
 
 impl Slot {
     /// Whether a request with (or without) bodies is to be sampled now.
-    fn due(&self, now: Instant, has_body: bool, window: Duration) -> bool {
-        let expired = |t: Option<Instant>| t.is_none_or(|t| now.duration_since(t) >= window);
+    fn due(&self, now: CoarseInstant, has_body: bool, window: Duration) -> bool {
+        let expired = |t: Option<CoarseInstant>| t.is_none_or(|t| now.duration_since(t) >= window);
         expired(self.last_any) || (has_body && expired(self.last_body))
     }
 
     /// Whether the slot holds nothing the sampler or the inventory still needs.
-    fn idle(&self, now: Instant, window: Duration) -> bool {
-        let expired = |t: Option<Instant>| t.is_none_or(|t| now.duration_since(t) >= window);
+    fn idle(&self, now: CoarseInstant, window: Duration) -> bool {
+        let expired = |t: Option<CoarseInstant>| t.is_none_or(|t| now.duration_since(t) >= window);
         self.tally.count == 0 && expired(self.last_any) && expired(self.last_body)
     }
 }
@@ -345,7 +348,7 @@ pub struct Discovery {
     keys: RandomState,
     sample_limiter: RateLimiter,
     body_limiter: RateLimiter,
-    body_windows: Vec<Mutex<KeyMap<Instant>>>,
+    body_windows: Vec<Mutex<KeyMap<CoarseInstant>>>,
 }
 
 /// What the request threads, the worker and the admin readers share.
@@ -359,10 +362,10 @@ impl Shared {
     /// Moves the requests counted in the sampler's slots into the inventory.
     fn fold(&self) {
         // Unix time of each slot's Instants, from one reading of both clocks.
-        let (now, now_unix) = (Instant::now(), now_ms());
-        let unix = |t: Option<Instant>| {
+        let (now, now_unix) = (CoarseInstant::now(), now_ms());
+        let unix = |t: Option<CoarseInstant>| {
             t.map_or(now_unix, |t| {
-                now_unix.saturating_sub(now.saturating_duration_since(t).as_millis() as u64)
+                now_unix.saturating_sub(now.duration_since(t).as_millis() as u64)
             })
         };
         let mut batch = Vec::new();
@@ -565,7 +568,7 @@ impl AfterResponsePhase for Discovery {
         let h = self.template_key(req.method.as_str(), req.uri.path());
         // After the response, the slot key is derived from it (`slot_key`).
         ctx.slots.discovery = Some(h);
-        let now = Instant::now();
+        let now = CoarseInstant::now();
         if !self.body_limiter.available(now) {
             return BodyNeed::None;
         }
@@ -609,7 +612,7 @@ impl AfterResponsePhase for Discovery {
         let key = slot_key(template_key, status);
         let has_body = done.request_body.is_some() || done.response_body.is_some();
         let auth = auth_kinds(done.ctx, &req.headers);
-        let now = Instant::now();
+        let now = CoarseInstant::now();
         let window = self.cfg.sample_interval;
         let mut map = self.shared.slots[(key as usize) % SHARDS]
             .lock()

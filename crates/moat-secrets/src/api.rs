@@ -5,7 +5,8 @@
 //! "value":"jwt"}|{"type":"raw_value","value":"..."}], "timeout_ms":N}`.
 //! Response: `{"status":"FOUND"|"NOT_FOUND"|"TIMEOUT"|"INPUT_ERROR", "results":[...]}`.
 
-use std::time::{Duration, Instant};
+use moat_core::clock::CoarseInstant;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +160,7 @@ pub fn scan_api_with(scanner: &Scanner, body: &[u8], limits: &ApiLimits) -> (u16
         Some(ms) => Duration::from_millis(ms),
         None => limits.default_timeout,
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = CoarseInstant::now() + timeout;
     let excluded_rules: Vec<&str> = req
         .exclusions
         .iter()
@@ -175,7 +176,7 @@ pub fn scan_api_with(scanner: &Scanner, body: &[u8], limits: &ApiLimits) -> (u16
     let mut results = Vec::new();
     let mut timed_out = false;
     'payloads: for p in &req.payloads {
-        if Instant::now() >= deadline {
+        if CoarseInstant::now() >= deadline {
             timed_out = true;
             break;
         }

@@ -1,9 +1,9 @@
 //! The gateway phases: scan request (and optionally response) bodies.
 
+use moat_core::clock::CoarseInstant;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
@@ -304,7 +304,8 @@ impl SecretsEngine {
                 &format!("decoded body exceeds {} bytes", self.config.max_body_bytes),
             );
         }
-        let deadline = Instant::now() + self.config.scan_timeout;
+        // the coarse clock: a 50 ms budget does not need the TSC (moat_core::clock)
+        let deadline = CoarseInstant::now() + self.config.scan_timeout;
         let outcome = self.scanner.scan_with_deadline(data, None, Some(deadline));
         if outcome.timed_out {
             return self.limit(ctx, side, "scan time limit reached");

@@ -1,8 +1,8 @@
 //! The scanner: keyword prefilter, windowed regex matching and gitleaks'
 //! post-processing (secret group, entropy, allowlists, generic filter).
 
+use moat_core::clock::CoarseInstant;
 use std::sync::Arc;
-use std::time::Instant;
 
 use regex_automata::Input;
 
@@ -305,7 +305,7 @@ impl Scanner {
         &self,
         data: &[u8],
         path: Option<&str>,
-        deadline: Option<Instant>,
+        deadline: Option<CoarseInstant>,
     ) -> ScanOutcome {
         self.scan_impl(data, path, None, deadline, true)
     }
@@ -334,7 +334,7 @@ impl Scanner {
         data: &[u8],
         path: Option<&str>,
         commit: Option<&str>,
-        deadline: Option<Instant>,
+        deadline: Option<CoarseInstant>,
         use_windows: bool,
     ) -> ScanOutcome {
         let mut out = ScanOutcome::default();
@@ -369,7 +369,7 @@ impl Scanner {
             let mut budget = self.decode.max_decoded_bytes;
             let mut current: Option<Vec<u8>> = None;
             for _ in 0..self.decode.max_depth.min(MAX_DECODE_DEPTH) {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if deadline.is_some_and(|d| CoarseInstant::now() >= d) {
                     out.timed_out = true;
                     break;
                 }
@@ -407,7 +407,7 @@ impl Scanner {
         pass: &PassText<'_>,
         passes: &Passes,
         ctx: &mut Ctx<'_>,
-        deadline: Option<Instant>,
+        deadline: Option<CoarseInstant>,
         use_windows: bool,
         hits: &mut Vec<Hit>,
     ) -> bool {
@@ -462,7 +462,7 @@ impl Scanner {
             rest = tail;
             let rule = &rules[idx];
             let full = windows.iter().any(|g| g.hi == FULL);
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| CoarseInstant::now() >= d) {
                 return false;
             }
             matches.clear();
@@ -486,7 +486,7 @@ impl Scanner {
                 // A body dense in matches makes this loop the scan's cost: the
                 // deadline is checked here too, not only between rules.
                 if i % DEADLINE_STRIDE == DEADLINE_STRIDE - 1
-                    && deadline.is_some_and(|d| Instant::now() >= d)
+                    && deadline.is_some_and(|d| CoarseInstant::now() >= d)
                 {
                     return false;
                 }

@@ -277,10 +277,13 @@ fn limits_follow_on_limit() {
 fn scan_time_limit_follows_on_limit() {
     let e = engine(|c| {
         c.on_limit = LimitOutcome::Block;
-        c.scan_timeout = Duration::from_nanos(1);
+        c.scan_timeout = Duration::from_micros(1);
     });
     let mut ctx = RequestCtx::for_test("r");
-    let mut b = body(format!("token {GH}").as_bytes(), None);
+    // The scan reads the coarse clock, which moves once a scheduler tick (1-4 ms):
+    // the body is one line of about 21k tokens, whose scan outlasts a tick.
+    let dense = format!("token {GH} ").repeat(1_000_000 / (GH.len() + 7));
+    let mut b = body(dense.as_bytes(), None);
     let Verdict::Respond(r) = e.on_request_body(&mut ctx, &mut request("text/plain"), &mut b)
     else {
         panic!("expected the time limit to block");

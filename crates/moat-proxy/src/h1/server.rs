@@ -339,10 +339,11 @@ pub(crate) fn encode_response_head(
     buf.extend_from_slice(b"\r\n");
 }
 
-/// The `Date` field value, formatted once a second per thread.
+/// The `Date` field value, formatted once a second per thread. The second comes from
+/// the coarse wall clock (no TSC read per response; it lags by at most a tick).
 mod date {
     use std::cell::RefCell;
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::{Duration, UNIX_EPOCH};
 
     thread_local! {
         static CACHED: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
@@ -350,11 +351,10 @@ mod date {
 
     /// Calls `f` with the current date in IMF-fixdate form.
     pub(super) fn with(f: impl FnOnce(&[u8])) {
-        let now = SystemTime::now();
-        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let secs = moat_core::clock::unix_secs();
         CACHED.with_borrow_mut(|(at, text)| {
             if *at != secs {
-                let s = httpdate::fmt_http_date(now);
+                let s = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
                 if s.len() == text.len() {
                     text.copy_from_slice(s.as_bytes());
                     *at = secs;
