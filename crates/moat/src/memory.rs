@@ -14,22 +14,24 @@
 //! an idle gateway pays nothing. The wake-ups of the config poll (every second)
 //! give a parked worker further chances after the flood.
 
+use moat_core::clock::CoarseInstant;
 use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Least time between two collections on one thread.
 pub const COLLECT_EVERY: Duration = Duration::from_millis(500);
 
 thread_local! {
-    static LAST_COLLECT: Cell<Option<Instant>> = const { Cell::new(None) };
+    static LAST_COLLECT: Cell<Option<CoarseInstant>> = const { Cell::new(None) };
 }
 
 /// The runtime's `on_thread_park` hook: collects this thread's heap when the
-/// last collection is older than [`COLLECT_EVERY`].
+/// last collection is older than [`COLLECT_EVERY`]. A worker parks up to twice per
+/// request at low load: the coarse clock (no TSC read) times half-second intervals.
 pub fn on_park() {
-    let now = Instant::now();
+    let now = CoarseInstant::now();
     let due = LAST_COLLECT.with(|last| {
-        let due = last.get().is_none_or(|t| now - t >= COLLECT_EVERY);
+        let due = last.get().is_none_or(|t| now.duration_since(t) >= COLLECT_EVERY);
         if due {
             last.set(Some(now));
         }
