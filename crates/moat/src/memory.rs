@@ -31,7 +31,9 @@ thread_local! {
 pub fn on_park() {
     let now = CoarseInstant::now();
     let due = LAST_COLLECT.with(|last| {
-        let due = last.get().is_none_or(|t| now.duration_since(t) >= COLLECT_EVERY);
+        let due = last
+            .get()
+            .is_none_or(|t| now.duration_since(t) >= COLLECT_EVERY);
         if due {
             last.set(Some(now));
         }
