@@ -213,16 +213,18 @@ pub fn moat_config(input: &MoatConfigInput<'_>) -> anyhow::Result<MoatLayout> {
     let admin = free_port()?;
     let on = |e: Engine| input.engines.contains(&e);
     let mut listener_v = json!({"name": "main", "address": listener.to_string()});
+    // Files the config names are written beside it and named by file name alone: moat
+    // resolves a relative path against the config's directory, so `input.dir` joined in
+    // would name `dir/dir/file` whenever `dir` is itself relative (the default output
+    // directory is).
     if input.tls {
         let cert = crate::tls::self_signed(&["localhost", "127.0.0.1"])?;
-        let (c, k) = (input.dir.join("cert.pem"), input.dir.join("key.pem"));
-        std::fs::write(&c, &cert.cert_pem)?;
-        std::fs::write(&k, &cert.key_pem)?;
-        listener_v["tls"] = json!({"certificates": [{"cert": c, "key": k}]});
+        std::fs::write(input.dir.join("cert.pem"), &cert.cert_pem)?;
+        std::fs::write(input.dir.join("key.pem"), &cert.key_pem)?;
+        listener_v["tls"] = json!({"certificates": [{"cert": "cert.pem", "key": "key.pem"}]});
         if let Some(ca_pem) = input.client_ca {
-            let ca = input.dir.join("clients-ca.pem");
-            std::fs::write(&ca, ca_pem)?;
-            listener_v["tls"]["client_auth"] = json!({"mode": "STRICT", "ca": ca});
+            std::fs::write(input.dir.join("clients-ca.pem"), ca_pem)?;
+            listener_v["tls"]["client_auth"] = json!({"mode": "STRICT", "ca": "clients-ca.pem"});
         }
     }
     let mut cfg = json!({
@@ -238,9 +240,11 @@ pub fn moat_config(input: &MoatConfigInput<'_>) -> anyhow::Result<MoatLayout> {
     // Engine sections are written only for engines that are on (an engine that is
     // off is absent, which every engine treats as disabled).
     if on(Engine::Authz) {
-        let p = input.dir.join("policies.yaml");
-        std::fs::write(&p, input.policies.unwrap_or(""))?;
-        cfg["authz"] = json!({"enabled": true, "policies": [p]});
+        std::fs::write(
+            input.dir.join("policies.yaml"),
+            input.policies.unwrap_or(""),
+        )?;
+        cfg["authz"] = json!({"enabled": true, "policies": ["policies.yaml"]});
     }
     for e in [Engine::Waf, Engine::Secrets, Engine::Discovery] {
         if on(e) {
@@ -343,10 +347,15 @@ mod tests {
 
     #[test]
     fn config_has_engines_and_overrides() {
-        let dir = tempfile::tempdir().unwrap();
+        // A relative directory, as the default output directory is: paths written
+        // into the config must not repeat it.
+        let tmp = tempfile::tempdir_in(".").unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let rel = tmp.path().strip_prefix(&cwd).unwrap_or(tmp.path());
+        assert!(rel.is_relative(), "{rel:?}");
         let over = json!({"waf": {"mode": "block"}, "events": null});
         let l = moat_config(&MoatConfigInput {
-            dir: dir.path(),
+            dir: rel,
             upstream: "127.0.0.1:9".parse().unwrap(),
             engines: &[Engine::Waf, Engine::Authz],
             threads: 1,
@@ -361,14 +370,15 @@ mod tests {
         assert_eq!(v["waf"]["mode"], "block");
         assert!(v.get("secrets").is_none());
         assert!(v.get("events").is_none());
-        assert!(v["authz"]["policies"][0]
-            .as_str()
-            .unwrap()
-            .ends_with("policies.yaml"));
-        assert!(v["listeners"][0]["tls"]["certificates"][0]["cert"].is_string());
+        // Every file the config names is found relative to the config's directory, as
+        // moat resolves it.
+        let beside = |v: &Value| rel.join(v.as_str().unwrap());
+        assert!(beside(&v["authz"]["policies"][0]).is_file());
+        let cert = &v["listeners"][0]["tls"]["certificates"][0];
+        assert!(beside(&cert["cert"]).is_file() && beside(&cert["key"]).is_file());
         let client_auth = &v["listeners"][0]["tls"]["client_auth"];
         assert_eq!(client_auth["mode"], "STRICT");
-        let ca = std::fs::read_to_string(client_auth["ca"].as_str().unwrap()).unwrap();
+        let ca = std::fs::read_to_string(beside(&client_auth["ca"])).unwrap();
         assert_eq!(ca, "CA PEM");
         assert_eq!(v["clusters"][0]["endpoints"][0], "127.0.0.1:9");
     }
