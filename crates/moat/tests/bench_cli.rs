@@ -566,6 +566,17 @@ fn cost_measures_each_engine_of_a_config() {
 
     let attack = run(&["--engines", "waf", "--path", "/?id=1'%20OR%201=1--"]);
     assert_eq!(attack[0]["blocked"], 20, "{attack}");
+    // Evicting the caches between requests changes what a request costs, never what
+    // the engines decide.
+    let cold = run(&[
+        "--engines",
+        "waf",
+        "--evict-kib",
+        "64",
+        "--path",
+        "/?id=1'%20OR%201=1--",
+    ]);
+    assert_eq!(cold[0]["blocked"], 20, "{cold}");
 
     let out = moat()
         .args(["bench", "cost"])

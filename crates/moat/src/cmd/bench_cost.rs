@@ -57,6 +57,13 @@ pub struct CostArgs {
     /// `application/json`.
     #[arg(long)]
     response_file: Option<PathBuf>,
+    /// Between requests, write this many KiB of other memory (one byte per cache
+    /// line), so that each request starts with caches holding someone else's data,
+    /// as under the peer protocol, where the upstream runs on moat's CPU between its
+    /// requests. The `none` row pays the same eviction, so the added columns are
+    /// each engine's cost from cold caches. 0: warm caches (the default).
+    #[arg(long, default_value_t = 0)]
+    evict_kib: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -137,7 +144,7 @@ fn cost(a: CostArgs) -> anyhow::Result<ExitCode> {
     };
     let rows: Vec<Cost> = sets
         .iter()
-        .map(|set| measure(&full, set, &ex, a.requests, &mut counters))
+        .map(|set| measure(&full, set, &ex, a.requests, a.evict_kib, &mut counters))
         .collect();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -257,16 +264,19 @@ fn measure(
     engines: &[String],
     ex: &Exchange,
     n: u64,
+    evict_kib: usize,
     counters: &mut Counters,
 ) -> Cost {
     let p = only(full, engines);
     // Warm-up: caches, lazily built matchers, the discovery window's first sample.
     warm_up(&p, ex, n);
+    // filled, so that its pages exist before the measurement
+    let mut other = vec![1u8; evict_kib << 10];
     let a0 = moat_proxy::metrics::allocation_totals();
     counters.instructions.start();
     counters.cpu_time.start();
     let t = Instant::now();
-    let blocked = measured(&p, ex, n);
+    let blocked = measured(&p, ex, n, &mut other);
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
     let cpu_ns = counters.cpu_time.stop();
     let instructions = counters.instructions.stop();
@@ -305,14 +315,19 @@ fn warm_up(p: &Pipeline, ex: &Exchange, n: u64) {
     }
 }
 
-/// The measured loop: `n` requests through `p`; returns how many were answered by a
-/// phase. Not inlined, so that callgrind can collect inside it alone
+/// The measured loop: `n` requests through `p`, each followed by a write to every
+/// cache line of `other` (empty: none); returns how many were answered by a phase.
+/// Not inlined, so that callgrind can collect inside it alone
 /// (`--toggle-collect='*bench_cost::measured*'`).
 #[inline(never)]
-fn measured(p: &Pipeline, ex: &Exchange, n: u64) -> u64 {
+fn measured(p: &Pipeline, ex: &Exchange, n: u64, other: &mut [u8]) -> u64 {
     let mut blocked = 0;
     for _ in 0..n {
         blocked += u64::from(one(p, ex));
+        for line in other.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(1);
+        }
+        std::hint::black_box(&mut *other);
     }
     blocked
 }
