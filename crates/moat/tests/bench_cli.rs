@@ -577,6 +577,19 @@ fn cost_measures_each_engine_of_a_config() {
         "/?id=1'%20OR%201=1--",
     ]);
     assert_eq!(cold[0]["blocked"], 20, "{cold}");
+    // More than 1 GiB of eviction is refused with the limit named, not attempted.
+    let out = moat()
+        .args(["bench", "cost"])
+        .arg(&cfg)
+        .args(["--evict-kib", "18446744073709551615"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--evict-kib") && err.contains("1048576"),
+        "{err}"
+    );
 
     let out = moat()
         .args(["bench", "cost"])

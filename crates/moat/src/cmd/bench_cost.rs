@@ -61,9 +61,10 @@ pub struct CostArgs {
     /// line), so that each request starts with caches holding someone else's data,
     /// as under the peer protocol, where the upstream runs on moat's CPU between its
     /// requests. The `none` row pays the same eviction, so the added columns are
-    /// each engine's cost from cold caches. 0: warm caches (the default).
-    #[arg(long, default_value_t = 0)]
-    evict_kib: usize,
+    /// each engine's cost from cold caches. 0: warm caches (the default); at most
+    /// 1048576 (1 GiB).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1 << 20))]
+    evict_kib: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -264,14 +265,14 @@ fn measure(
     engines: &[String],
     ex: &Exchange,
     n: u64,
-    evict_kib: usize,
+    evict_kib: u64,
     counters: &mut Counters,
 ) -> Cost {
     let p = only(full, engines);
     // Warm-up: caches, lazily built matchers, the discovery window's first sample.
     warm_up(&p, ex, n);
     // filled, so that its pages exist before the measurement
-    let mut other = vec![1u8; evict_kib << 10];
+    let mut other = vec![1u8; (evict_kib as usize) << 10];
     let a0 = moat_proxy::metrics::allocation_totals();
     counters.instructions.start();
     counters.cpu_time.start();
