@@ -577,27 +577,24 @@ fn cost_measures_each_engine_of_a_config() {
         "/?id=1'%20OR%201=1--",
     ]);
     assert_eq!(cold[0]["blocked"], 20, "{cold}");
+    // A refused invocation: exit code 2, and its stderr.
+    let refused = |args: &[&str]| {
+        let out = moat()
+            .args(["bench", "cost"])
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
     // More than 1 GiB of eviction is refused with the limit named, not attempted.
-    let out = moat()
-        .args(["bench", "cost"])
-        .arg(&cfg)
-        .args(["--evict-kib", "18446744073709551615"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["--evict-kib", "18446744073709551615"]);
     assert!(
         err.contains("--evict-kib") && err.contains("1048576"),
         "{err}"
     );
 
-    let out = moat()
-        .args(["bench", "cost"])
-        .arg(&cfg)
-        .args(["--engines", "authz"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["--engines", "authz"]);
     assert!(err.contains("engine `authz` is not enabled"), "{err}");
 }
