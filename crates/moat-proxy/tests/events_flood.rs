@@ -308,27 +308,35 @@ async fn aggregated_counts_reach_a_real_syslog_receiver_in_every_format() {
     };
     let moat_key = |r: &Value| format!("{}@{}", r["event"]["rule"], r["event"]["location"]);
     let moat_span = |r: &Value| Some((str_of(&r["ts"])?, str_of(&r["last_ts"])?));
+    let tally_moat = |lines: &[String]| tally(&parse("moat", lines), moat_key, count, moat_span);
+    let tally_ecs = |lines: &[String]| {
+        tally(
+            &parse("ecs", lines),
+            |r| format!("{}@{}", r["rule"]["id"], r["moat"]["location"]),
+            |r| r["moat"]["count"].as_u64().unwrap_or(1),
+            |r| Some((str_of(&r["event"]["start"])?, str_of(&r["event"]["end"])?)),
+        )
+    };
+    let tally_ocsf = |lines: &[String]| {
+        tally(
+            &parse("ocsf", lines),
+            |r| {
+                format!(
+                    "{}@{}",
+                    r["finding_info"]["analytic"]["uid"], r["evidences"][0]["data"]["location"]
+                )
+            },
+            |r| r["count"].as_u64().unwrap_or(1),
+            |r| Some((str_of(&r["start_time"])?, str_of(&r["end_time"])?)),
+        )
+    };
+    // The three sinks deliver independently: wait for every format, not the first.
     let lines = rs.wait_until(Duration::from_secs(15), |lines| {
-        complete(&tally(&parse("moat", lines), moat_key, count, moat_span).0)
+        complete(&tally_moat(lines).0)
+            && complete(&tally_ecs(lines).0)
+            && complete(&tally_ocsf(lines).0)
     });
-    let moat = tally(&parse("moat", &lines), moat_key, count, moat_span);
-    let ecs = tally(
-        &parse("ecs", &lines),
-        |r| format!("{}@{}", r["rule"]["id"], r["moat"]["location"]),
-        |r| r["moat"]["count"].as_u64().unwrap_or(1),
-        |r| Some((str_of(&r["event"]["start"])?, str_of(&r["event"]["end"])?)),
-    );
-    let ocsf = tally(
-        &parse("ocsf", &lines),
-        |r| {
-            format!(
-                "{}@{}",
-                r["finding_info"]["analytic"]["uid"], r["evidences"][0]["data"]["location"]
-            )
-        },
-        |r| r["count"].as_u64().unwrap_or(1),
-        |r| Some((str_of(&r["start_time"])?, str_of(&r["end_time"])?)),
-    );
+    let (moat, ecs, ocsf) = (tally_moat(&lines), tally_ecs(&lines), tally_ocsf(&lines));
     for (name, (sums, spanned)) in [("moat", &moat), ("ecs", &ecs), ("ocsf", &ocsf)] {
         assert!(complete(sums), "{name}: {sums:?}");
         assert!(*spanned, "{name}: no record carried a count");
