@@ -112,6 +112,12 @@ impl Pipeline {
         need
     }
 
+    /// Whether any engine inspects the request before it is forwarded (a phase on
+    /// its head or its body).
+    pub fn inspects_requests(&self) -> bool {
+        !self.request_headers.is_empty() || !self.request_body.is_empty()
+    }
+
     /// True when no phase of any kind is configured (plain proxying fast path).
     pub fn is_empty(&self) -> bool {
         self.connection.is_empty()

@@ -463,6 +463,17 @@ async fn upstream_phase(
         body: forward,
     };
 
+    // Every request ready now runs its phases before the first of them is written
+    // upstream: an upstream on moat's CPU runs at each write (its wake-up preempts
+    // moat) and evicts the engines' code from the caches, so the phases of a batch
+    // run back to back while that code is warm (tokio wakes a yielded task only
+    // after the ready ones and the I/O driver have run). Under the peer protocol
+    // this halves the turns per all-engines POST and gains 16% req/s; without
+    // request phases there is nothing to keep warm and the yield only adds turns
+    // (docs/perf-log/2026-11-29-session14.md).
+    if st.snap.pipeline.inspects_requests() {
+        tokio::task::yield_now().await;
+    }
     let t = Instant::now();
     let result = cluster.send(ep, up_req).await;
     let took = t.elapsed();

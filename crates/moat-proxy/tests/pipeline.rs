@@ -564,3 +564,238 @@ async fn virtual_patch_file_change_triggers_reload() {
     assert_eq!(s, StatusCode::OK);
     gw.shutdown(Duration::from_secs(2)).await;
 }
+
+/// Permits for the gated upstream's reads: a connection's handler takes one before
+/// each request it reads, so the test decides when bytes leave the socket's queue.
+#[derive(Default)]
+struct Permits {
+    left: std::sync::Mutex<usize>,
+    granted: std::sync::Condvar,
+}
+
+impl Permits {
+    fn grant(&self, n: usize) {
+        *self.left.lock().unwrap() += n;
+        self.granted.notify_all();
+    }
+    fn take(&self) {
+        let mut left = self.left.lock().unwrap();
+        while *left == 0 {
+            left = self.granted.wait(left).unwrap();
+        }
+        *left -= 1;
+    }
+}
+
+/// An HTTP/1.1 upstream on blocking sockets that answers each GET with `200 ok` once
+/// a permit allows it to read the request, and keeps a handle on every connection it
+/// accepted, for the test to look into their receive queues.
+fn gated_upstream(
+    permits: Arc<Permits>,
+) -> (std::net::SocketAddr, Arc<Mutex<Vec<std::net::TcpStream>>>) {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+    let kept = conns.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            kept.lock().push(s.try_clone().unwrap());
+            let permits = permits.clone();
+            std::thread::spawn(move || loop {
+                permits.take();
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .is_err()
+                {
+                    return;
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// The request-headers phase of the batching test: request `x-order: 1` holds the
+/// gateway's only thread until the test has sent request 2; request 2 records whether
+/// any bytes were waiting in the upstream's sockets when its phase ran.
+struct OrderProbe {
+    in_phase: std::sync::mpsc::SyncSender<()>,
+    sent_second: Mutex<std::sync::mpsc::Receiver<()>>,
+    upstream_conns: Arc<Mutex<Vec<std::net::TcpStream>>>,
+    written_before_second: std::sync::mpsc::SyncSender<bool>,
+}
+
+impl RequestHeadersPhase for OrderProbe {
+    fn name(&self) -> &'static str {
+        "test-order"
+    }
+    fn on_request_headers(&self, _ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
+        match req.headers.get("x-order").map(|v| v.as_bytes()) {
+            Some(b"1") => {
+                self.in_phase.send(()).unwrap();
+                let sent = self
+                    .sent_second
+                    .lock()
+                    .recv_timeout(Duration::from_secs(10));
+                sent.expect("the test sends request 2");
+            }
+            Some(b"2") => {
+                // The upstream's handlers are waiting for permits, not reading: any
+                // byte queued on their sockets is a request moat already wrote.
+                let mut queued = false;
+                for s in self.upstream_conns.lock().iter() {
+                    s.set_nonblocking(true).unwrap();
+                    queued |= matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+                    s.set_nonblocking(false).unwrap();
+                }
+                self.written_before_second.send(queued).unwrap();
+            }
+            _ => {}
+        }
+        Verdict::Continue
+    }
+}
+
+/// Sends a GET with an `x-order` header on a kept-alive client connection, in one
+/// write (`write!` would make one per piece, and Nagle's algorithm would hold all but
+/// the first until moat's acknowledgement).
+fn send_get(c: &mut std::net::TcpStream, path: &str, order: &str) {
+    let head = format!("GET {path} HTTP/1.1\r\nhost: t\r\nx-order: {order}\r\n\r\n");
+    c.write_all(head.as_bytes()).unwrap();
+}
+
+/// The bytes waiting to be read on the IPv4 TCP socket bound to `local` and connected
+/// to `remote`, from /proc/net/tcp (its `rx_queue`); 0 when there is no such socket.
+fn unread_bytes(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> u64 {
+    let hex = |a: std::net::SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), a.port())
+        }
+        std::net::IpAddr::V6(_) => String::new(),
+    };
+    let (local, remote) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[1] == local && f[2] == remote)
+        .and_then(|f| f[4].split_once(':'))
+        .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+        .unwrap_or(0)
+}
+
+/// Reads the upstream's `200 ok`, forwarded, from a client connection.
+fn read_ok(c: &mut std::net::TcpStream) {
+    use std::io::Read as _;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while !got.ends_with(b"\r\n\r\nok") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+}
+
+/// Before it writes its request upstream, a request lets every other request that is
+/// ready run its phases: under load the engines' code then serves a batch while it is
+/// in the caches, where an upstream on moat's CPU, which runs at each write, would
+/// evict it between requests. Checked on the single-threaded runtime `moat serve`
+/// uses on one CPU, without timing: request 1's phase holds the thread until request 2
+/// has reached moat's socket; request 2's phase then finds nothing written upstream
+/// yet (request 1 goes out on a pooled connection, which a write without the yield
+/// would have reached at once).
+#[test]
+fn ready_requests_run_their_phases_before_the_first_upstream_write() {
+    let permits = Arc::new(Permits::default());
+    let (up, upstream_conns) = gated_upstream(permits.clone());
+    let (in_phase_tx, in_phase) = std::sync::mpsc::sync_channel(1);
+    let (sent_second, sent_second_rx) = std::sync::mpsc::sync_channel(1);
+    let (written_tx, written) = std::sync::mpsc::sync_channel(1);
+    let probe = Arc::new(OrderProbe {
+        in_phase: in_phase_tx,
+        sent_second: Mutex::new(sent_second_rx),
+        upstream_conns: upstream_conns.clone(),
+        written_before_second: written_tx,
+    });
+    let opts = GatewayOptions {
+        pipeline_factory: Arc::new(move |cfg, src| {
+            let mut p: Pipeline = moat_proxy::build_pipeline(cfg, src)?;
+            p.request_headers.push(probe.clone());
+            Ok(p)
+        }),
+        ..GatewayOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = basic_config(up, "");
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let dir_path = dir.path().to_path_buf();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let gw = gateway(&dir_path, &yaml, opts).await;
+            addr_tx.send(gw.listener_addr("main").unwrap()).unwrap();
+            let _ = stop_rx.await;
+            gw.shutdown(Duration::from_secs(1)).await;
+        });
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let timeout = Some(Duration::from_secs(10));
+    let mut first = std::net::TcpStream::connect(addr).unwrap();
+    let mut second = std::net::TcpStream::connect(addr).unwrap();
+    for c in [&first, &second] {
+        c.set_read_timeout(timeout).unwrap();
+        c.set_nodelay(true).unwrap();
+    }
+
+    // One exchange leaves an idle upstream connection in moat's pool.
+    permits.grant(1);
+    send_get(&mut second, "/warm", "0");
+    read_ok(&mut second);
+    assert_eq!(upstream_conns.lock().len(), 1);
+
+    send_get(&mut first, "/one", "1");
+    in_phase.recv_timeout(Duration::from_secs(10)).unwrap();
+    send_get(&mut second, "/two", "2");
+    // Loopback delivery can be left to a softirq thread on a busy machine: request 2
+    // is ready once it is in moat's receive queue.
+    let queued_at_moat = || unread_bytes(second.peer_addr().unwrap(), second.local_addr().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while queued_at_moat() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "request 2 never reached moat"
+        );
+        std::thread::yield_now();
+    }
+    sent_second.send(()).unwrap();
+    let queued = written.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        !queued,
+        "request 1 was written upstream before request 2's phases ran"
+    );
+
+    // Both are then forwarded and answered.
+    permits.grant(100);
+    read_ok(&mut first);
+    read_ok(&mut second);
+    stop_tx.send(()).unwrap();
+    server.join().unwrap();
+}
