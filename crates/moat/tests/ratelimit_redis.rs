@@ -386,16 +386,31 @@ fn redis_cluster_holds_one_combined_limit_and_shares_bans() {
     wait_store_connected(admin_b, 1.0);
     let paths: Vec<String> = (0..16).map(|i| format!("/p{i}")).collect();
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    // Keys are routed by hash slot, not all sent to the seed node. Leases expire
+    // within moments of the load (on a busy machine, before a scan after it could
+    // run), so the masters are scanned while the load runs: every master that held
+    // a key at some scan counts.
+    let loading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let scanner = {
+        let (ports, loading) = (ports.clone(), loading.clone());
+        thread::spawn(move || {
+            let mut holding = std::collections::BTreeSet::new();
+            while loading.load(Ordering::Relaxed) {
+                for &p in &ports {
+                    if redis_cli(p, &["--scan", "--pattern", "moat:rl:*"]).contains("moat:rl:") {
+                        holding.insert(p);
+                    }
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            holding.len()
+        })
+    };
     let load = offer_load(&[a, a, b, b], Duration::from_secs(4), &paths);
+    loading.store(false, Ordering::Relaxed);
+    let holding = scanner.join().unwrap();
     // A short run: the lease batches (10 tokens per gateway) weigh more than over 30 s.
     assert_combined("cluster", load, 100.0, 10.0, 0.1);
-    let holding = ports
-        .iter()
-        .filter(|&&p| redis_cli(p, &["--scan", "--pattern", "moat:rl:*"]).contains("moat:rl:"))
-        .count();
-    // Keys are routed by hash slot, not all sent to the seed node; leases expire
-    // within moments of the load, so the scan may find a master already empty:
-    // two masters holding keys shows the routing without a race.
     assert!(holding >= 2, "keys on {holding} of 3 masters");
     ban_is_shared((a, admin_a), (b, admin_b));
 }
