@@ -55,6 +55,14 @@ pub fn unix_secs() -> u64 {
     imp::unix_secs()
 }
 
+/// Milliseconds since the Unix epoch, read precisely (`SystemTime`): the
+/// timestamp of a record, a ban's expiry, a reload. Zero before 1970.
+pub fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// How far a reading may lag the precise clock: one scheduler tick.
 pub fn resolution() -> Duration {
     imp::resolution()
@@ -163,5 +171,6 @@ mod tests {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         assert!(unix_secs().abs_diff(precise) <= 1);
+        assert!(unix_millis() / 1000 >= precise);
     }
 }

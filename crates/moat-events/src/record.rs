@@ -3,13 +3,8 @@
 use moat_core::{EventAction, HandshakeRecord, SecurityEvent};
 use serde::Serialize;
 
-/// Current time as unix milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+/// Current time as unix milliseconds (the records' timestamps).
+pub use moat_core::clock::unix_millis as now_ms;
 
 /// One event record. Serialized as a JSON object with `"type":"access"|"security"|"tls"|"tcp"`
 /// followed by the fields of the variant.

@@ -251,7 +251,7 @@ impl Shared {
 
     fn record(&self, origin: &str, diff: Option<String>, result: &Result<(), ConfigError>) {
         self.reloads.push(ReloadRecord {
-            at_ms: crate::reloads::now_ms(),
+            at_ms: moat_core::clock::unix_millis(),
             origin: origin.to_string(),
             ok: result.is_ok(),
             error: result.as_ref().err().map(|e| e.to_string()),

@@ -175,12 +175,8 @@ impl std::fmt::Debug for Bans {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// Milliseconds since the Unix epoch (bans' expiry times).
+pub use moat_core::clock::unix_millis as unix_ms;
 
 impl Bans {
     /// Bans configured by `cfg`; list files resolve against `base_dir`.

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 // Sampling windows and rates are seconds long: the coarse clock is precise enough
 // and costs no TSC read per request (see moat_core::clock).
-use moat_core::clock::CoarseInstant;
+use moat_core::clock::{unix_millis, CoarseInstant};
 use std::time::Duration;
 
 use moat_core::{AfterResponsePhase, BodyNeed, DecodeLimits, Exchange, Finished, RequestCtx};
@@ -362,7 +362,7 @@ impl Shared {
     /// Moves the requests counted in the sampler's slots into the inventory.
     fn fold(&self) {
         // Unix time of each slot's Instants, from one reading of both clocks.
-        let (now, now_unix) = (CoarseInstant::now(), now_ms());
+        let (now, now_unix) = (CoarseInstant::now(), unix_millis());
         let unix = |t: Option<CoarseInstant>| {
             t.map_or(now_unix, |t| {
                 now_unix.saturating_sub(now.duration_since(t).as_millis() as u64)
@@ -515,7 +515,7 @@ impl Discovery {
         counters.processed.fetch_add(1, Ordering::Relaxed);
         let sample = extract(ex, &self.scanners, self.cfg.max_body_bytes as usize);
         let path = template(ex.request.uri.path());
-        let now = now_ms();
+        let now = unix_millis();
         let obs = Observation {
             method: ex.request.method.as_str(),
             path: &path,
@@ -682,13 +682,6 @@ pub fn apis_endpoint(discovery: &Discovery) -> String {
         "stats": discovery.stats(),
     })
     .to_string()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Authentication seen on a request: `[jwt, mtls]`. JWT is a verified token or
