@@ -433,6 +433,11 @@ impl Scanner {
                         continue;
                     }
                     match rule.window.or(rule.prefix.as_ref().map(|p| p.1)) {
+                        Some(_) if rule.starts_at_keyword => plan.regions.push(Region {
+                            rule: r,
+                            lo: start,
+                            hi: start,
+                        }),
                         Some(l) => plan.regions.push(Region {
                             rule: r,
                             lo: end.saturating_sub(l),
@@ -476,7 +481,11 @@ impl Scanner {
             if full || !use_windows {
                 matches.extend(re.find_iter(data).map(|m| (m.start(), m.end())));
             } else if let Some(l) = rule.window {
-                windowed(re, data, windows, l, &mut matches);
+                if rule.starts_at_keyword {
+                    anchored_at_starts(re, data, windows, l, &mut matches);
+                } else {
+                    windowed(re, data, windows, l, &mut matches);
+                }
             } else if let Some((pre, l)) = &rule.prefix {
                 prefixed(re, pre, data, windows, *l, &mut matches);
             } else {
@@ -850,6 +859,41 @@ fn windowed(
                 }
                 _ => break,
             }
+        }
+    }
+}
+
+/// Runs `re` anchored at the start `lo` of each region (keyword hits, sorted),
+/// for a rule whose every match starts with a keyword and is at most `l` bytes
+/// long ([`Rule::starts_at_keyword`]). This reproduces `find_iter`: a match can
+/// start nowhere but at a hit, the leftmost start is the first hit past the last
+/// match where an anchored attempt succeeds, and there the anchored search
+/// prefers the same match. An attempt that fails reads only as far as the regex
+/// can still match (`SKU-` fails at the `U`), where [`windowed`]' search reads
+/// the whole window.
+fn anchored_at_starts(
+    re: &regex_automata::meta::Regex,
+    data: &[u8],
+    regions: &[Region],
+    l: usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let mut pos = 0usize;
+    for g in regions {
+        let s = g.lo;
+        if s < pos {
+            continue;
+        }
+        let end = s.saturating_add(l).min(data.len());
+        let input = Input::new(data)
+            .range(s..end)
+            .anchored(regex_automata::Anchored::Yes);
+        match re.find(input) {
+            Some(m) => {
+                out.push((m.start(), m.end()));
+                pos = resume_after(&m);
+            }
+            None => pos = s + 1,
         }
     }
 }

@@ -184,3 +184,36 @@ fn default_rules_load_in_gitleaks_too() {
         }
     }
 }
+
+/// The scan that runs rules only around keyword hits (anchored at the hits'
+/// starts for rules whose matches start with a keyword) reports exactly what the
+/// whole-text reference reports, on payloads dense in hits: every sample back to
+/// back, each secret with its keyword repeated in front (`SKSK41d4…`, where the
+/// first hit starts no match and the second does), cut short, and upper- and
+/// lower-cased.
+#[test]
+fn keyword_anchored_scans_equal_the_whole_text_scan() {
+    let s = Scanner::builtin().expect("default rules");
+    let mut pieces: Vec<String> = Vec::new();
+    for (_, text, secret) in TPS {
+        pieces.push(text.to_string());
+        let head: String = secret.chars().take(4).collect();
+        pieces.push(format!("{head}{secret}"));
+        pieces.push(format!("{head}{}", &secret[..secret.len() / 2]));
+    }
+    pieces.extend(FPS.iter().map(|f| f.to_string()));
+    let mut checked = 0;
+    for sep in ["", " ", "\n", "-"] {
+        let joined = pieces.join(sep);
+        for payload in [
+            joined.clone(),
+            joined.to_ascii_uppercase(),
+            joined.to_ascii_lowercase(),
+        ] {
+            let a = s.scan(payload.as_bytes(), None);
+            assert_eq!(a, s.scan_reference(payload.as_bytes(), None), "{payload:?}");
+            checked += a.len();
+        }
+    }
+    assert!(checked > 50, "{checked} findings");
+}

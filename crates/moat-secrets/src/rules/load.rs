@@ -10,7 +10,9 @@ use crate::rules::extend::{invalid_at, translate, Layer};
 use crate::rules::format::{compile_allowlist, RawAllowlist, RawRequired};
 use crate::rules::go_regex::{compile_go, parse_hir};
 use crate::rules::model::{Required, Rule, RuleSet, RulesError, SkippedRule};
-use crate::rules::prefilter::{bounded_prefix, keyword_case, keyword_window, prefix_filter};
+use crate::rules::prefilter::{
+    bounded_prefix, keyword_case, keyword_window, prefix_filter, starts_with_keyword,
+};
 
 impl RuleSet {
     /// Parses and compiles a gitleaks-format TOML ruleset. `origin` names the
@@ -166,6 +168,10 @@ impl RuleSet {
             // bounded prefix for a prefix-filtered rule, the whole match otherwise.
             let cased = if prefix.is_some() { &lead } else { &hir };
             let keyword_case = cased.as_ref().and_then(|h| keyword_case(h, &keywords));
+            let starts_at_keyword = window.is_some()
+                && hir
+                    .as_ref()
+                    .is_some_and(|h| starts_with_keyword(h, &keywords, keyword_case));
             compiled[slot] = Some(Rule {
                 generic: id.to_lowercase().contains("generic"),
                 id: Arc::from(id.as_str()),
@@ -180,6 +186,7 @@ impl RuleSet {
                 window,
                 prefix,
                 keyword_case,
+                starts_at_keyword,
                 required: Vec::new(),
                 skip_report: r.skip_report,
             });

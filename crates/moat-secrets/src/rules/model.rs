@@ -203,6 +203,10 @@ pub struct Rule {
     /// region the rule runs over with `window` or `prefix` contains it): keyword
     /// hits in another case start no region.
     pub keyword_case: Option<KeywordCase>,
+    /// For a rule with a `window`: every match starts with one of the keywords (in
+    /// `keyword_case` when set), so the regex runs anchored at the start of each
+    /// keyword hit rather than over the hit's window.
+    pub starts_at_keyword: bool,
     /// `[[rules.required]]`: auxiliary rules that must match near a finding of
     /// this rule for it to be reported (empty: an ordinary rule).
     pub required: Vec<Required>,

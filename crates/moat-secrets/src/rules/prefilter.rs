@@ -112,6 +112,30 @@ pub(super) fn keyword_case(
         })
 }
 
+/// Whether every match of `hir` starts with one of `keywords`: in `case` when the
+/// regex fixes the keyword's case (see [`keyword_case`]), ASCII case-insensitively
+/// otherwise. `\b(SK[0-9a-f]{32})\b` with keyword `sk` and case `Upper` does, so
+/// its matches can start only where a keyword hit in that case starts, and the
+/// rule needs one anchored attempt per hit instead of a search of a window.
+pub(super) fn starts_with_keyword(
+    hir: &regex_syntax::hir::Hir,
+    keywords: &[String],
+    case: Option<KeywordCase>,
+) -> bool {
+    let kws: Vec<Vec<u8>> = keywords
+        .iter()
+        .map(|k| match case {
+            Some(KeywordCase::Upper) => k.to_ascii_uppercase().into_bytes(),
+            _ => k.to_ascii_lowercase().into_bytes(),
+        })
+        .collect();
+    if kws.iter().any(Vec::is_empty) {
+        return false;
+    }
+    let starts = affix(hir, true, case.is_none());
+    !starts.is_empty() && starts.iter().all(|s| kws.iter().any(|k| s.starts_with(k)))
+}
+
 fn contains_kw(s: &[u8], kws: &[&[u8]]) -> bool {
     kws.iter().any(|k| memchr::memmem::find(s, k).is_some())
 }
@@ -360,5 +384,33 @@ mod tests {
         assert_eq!(case(r"-----[A-Z]{4}", &["-----"]), None);
         // the keyword in the right case must be in every match, not in some
         assert_eq!(case(r"(?:SK|[0-9]{2})_[0-9a-f]{8}", &["sk"]), None);
+    }
+
+    #[test]
+    fn matches_that_start_with_a_keyword() {
+        let kw = |ks: &[&str]| ks.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let starts = |re: &str, ks: &[&str]| {
+            let h = parse_hir(re).unwrap();
+            starts_with_keyword(&h, &kw(ks), keyword_case(&h, &kw(ks)))
+        };
+        assert!(starts(r"\b(SK[0-9a-f]{32})\b", &["sk"]));
+        assert!(starts(r"ghp_[0-9a-zA-Z]{36}", &["ghp_"]));
+        assert!(starts(
+            r"(?i)\b((?:A3T[A-Z0-9]|AKIA|ASIA)[A-Z0-9]{16})\b",
+            &["a3t", "akia", "asia"]
+        ));
+        assert!(starts(r"(?:xoxb|xoxp)-[0-9]{10}", &["xox"]));
+        // the keyword inside the match, not at its start
+        assert!(!starts(r"[a-z]{2}SK[0-9a-f]{8}", &["sk"]));
+        assert!(!starts(
+            r"(?:key|passw(?:or)?d)\s{0,3}=\s{0,3}([a-z0-9]{8,40})",
+            &["passwd", "password"]
+        ));
+        // some alternatives start without one
+        assert!(!starts(r"(?:SK|AB)[0-9a-f]{8}", &["sk"]));
+        // lower-case starts for an upper-case keyword case: `Upper` drops their hits
+        assert!(!starts(r"sk[0-9a-f]{4}SK", &["sk"]));
+        // nothing known about the start
+        assert!(!starts(r"[a-z]+SK", &["sk"]));
     }
 }
