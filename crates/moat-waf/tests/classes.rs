@@ -441,3 +441,33 @@ fn exclusion_round_trip() {
         "body2=%3Cimg+src%3Dx+onerror%3Dalert(1)%3E"
     )));
 }
+
+/// A double extension is looked for in the last non-empty path segment, whatever
+/// slashes follow it.
+#[test]
+fn path_double_extension_in_the_last_segment() {
+    let e = engine(&WafConfig::default());
+    let upload_in_path = |t: &str| {
+        inspect(&e, "GET", t, "", "")
+            .findings
+            .iter()
+            .any(|f| f.attack == Attack::Upload && f.location == "path")
+    };
+    for t in [
+        "/uploads/shell.php.jpg",
+        "/uploads/shell.php.jpg/",
+        "/uploads/shell.php.jpg//",
+        "shell.php.jpg",
+    ] {
+        assert!(upload_in_path(t), "missed: {t}");
+    }
+    for t in [
+        "/uploads/photo.jpg",
+        "/uploads/shell.php.jpg/view",
+        "/",
+        "//",
+        "",
+    ] {
+        assert!(!upload_in_path(t), "false positive: {t}");
+    }
+}

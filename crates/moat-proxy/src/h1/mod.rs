@@ -11,8 +11,11 @@ pub(crate) mod oracle;
 mod proptests;
 pub(crate) mod server;
 
+use std::sync::LazyLock;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+use memchr::memmem::Finder;
 
 /// Longest accepted chunk-size line (size, extensions, CRLF).
 const MAX_CHUNK_LINE: usize = 4096;
@@ -133,9 +136,12 @@ pub(crate) fn encode_chunked_end(buf: &mut Vec<u8>, trailers: Option<&HeaderMap>
 /// `scanned` remembers how far previous calls looked, so a head arriving in many
 /// small reads is scanned once.
 pub(crate) fn head_end(buf: &[u8], scanned: &mut usize) -> Option<usize> {
+    // Built once: `memmem::find` builds its searcher on every call, which cost more
+    // than the search of a response head (about 200 instructions a response).
+    static BLANK_LINE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
     let from = scanned.saturating_sub(3);
     *scanned = buf.len();
-    memchr::memmem::find(&buf[from..], b"\r\n\r\n").map(|i| from + i + 4)
+    BLANK_LINE.find(&buf[from..]).map(|i| from + i + 4)
 }
 
 /// The connection-level role of a header field.
