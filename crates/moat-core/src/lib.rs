@@ -185,6 +185,18 @@ pub fn strip_port(h: &str) -> &str {
     }
 }
 
+/// The last segment of a path that is not empty, ignoring trailing slashes (`b` for
+/// `/a/b//`; empty for `/` or an empty path). Found on bytes: `/` is ASCII, so both
+/// ends are char boundaries, and the per-request callers skip a char searcher.
+pub fn last_path_segment(path: &str) -> &str {
+    let end = path.bytes().rposition(|b| b != b'/').map_or(0, |i| i + 1);
+    let start = path.as_bytes()[..end]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1);
+    path.get(start..end).unwrap_or("")
+}
+
 /// What a phase decided.
 #[derive(Debug)]
 pub enum Verdict {
@@ -475,7 +487,18 @@ pub trait AfterResponsePhase: Send + Sync {
 
 #[cfg(test)]
 mod tests {
-    use super::strip_port;
+    use super::{last_path_segment, strip_port};
+
+    #[test]
+    fn last_path_segment_skips_trailing_slashes() {
+        assert_eq!(last_path_segment("/uploads/shell.php.jpg"), "shell.php.jpg");
+        assert_eq!(last_path_segment("/a/b//"), "b");
+        assert_eq!(last_path_segment("b"), "b");
+        assert_eq!(last_path_segment("/"), "");
+        assert_eq!(last_path_segment("//"), "");
+        assert_eq!(last_path_segment(""), "");
+        assert_eq!(last_path_segment("/ü/ß/"), "ß");
+    }
 
     #[test]
     fn strip_port_drops_only_a_numeric_port() {

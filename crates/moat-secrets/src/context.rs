@@ -763,7 +763,7 @@ fn form_kind(path: &str) -> FormKind {
 
 fn last_segment(path: &str) -> &str {
     let path = path.split(['?', '#']).next().unwrap_or("");
-    path.trim_end_matches('/').rsplit('/').next().unwrap_or("")
+    moat_core::last_path_segment(path)
 }
 
 /// `name="value"` (or unquoted) in a multipart part's headers, not matching

@@ -657,14 +657,8 @@ impl<'e> Inspector<'e> {
                 self.report(Loc::Path, h);
             }
         }
-        // The last non-empty segment, found on bytes (`/` is ASCII, so both ends are
-        // char boundaries): `rsplit`'s searcher cost about 280 instructions a request.
-        let end = p.bytes().rposition(|b| b != b'/').map_or(0, |i| i + 1);
-        let start = p.as_bytes()[..end]
-            .iter()
-            .rposition(|&b| b == b'/')
-            .map_or(0, |i| i + 1);
-        if let Some(last) = p.get(start..end).filter(|s| !s.is_empty()) {
+        let last = moat_core::last_path_segment(&p);
+        if !last.is_empty() {
             if let Some(h) = upload::double_extension(last) {
                 self.report(Loc::Path, h);
             }
