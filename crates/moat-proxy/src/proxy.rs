@@ -140,6 +140,32 @@ pub(crate) async fn handle(
     (resp, after)
 }
 
+/// Yields once, to the back of the tasks already queued: the request's task wakes
+/// itself, so it runs again after the tasks that are ready now and before those the
+/// next I/O poll wakes. `tokio::task::yield_now` defers the wake-up past that poll,
+/// which puts every request of a batch behind the phases of the next batch as well
+/// (docs/perf-log/2026-11-29-session16.md).
+#[derive(Default)]
+struct BehindReadyTasks {
+    yielded: bool,
+}
+
+impl std::future::Future for BehindReadyTasks {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.yielded {
+            return std::task::Poll::Ready(());
+        }
+        self.yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
 /// Per-request state that outlives the phases (for records).
 struct ReqState<'a> {
     /// The request's spans, when tracing is on and the request is sampled.
@@ -466,13 +492,12 @@ async fn upstream_phase(
     // Every request ready now runs its phases before the first of them is written
     // upstream: an upstream on moat's CPU runs at each write (its wake-up preempts
     // moat) and evicts the engines' code from the caches, so the phases of a batch
-    // run back to back while that code is warm (tokio wakes a yielded task only
-    // after the ready ones and the I/O driver have run). Under the peer protocol
-    // this halves the turns per all-engines POST and gains 16% req/s; without
-    // request phases there is nothing to keep warm and the yield only adds turns
+    // run back to back while that code is warm. Under the peer protocol this halves
+    // the turns per all-engines POST and gains 16% req/s; without request phases
+    // there is nothing to keep warm and the yield only adds turns
     // (docs/perf-log/2026-11-29-session14.md).
     if st.snap.pipeline.inspects_requests() {
-        tokio::task::yield_now().await;
+        BehindReadyTasks::default().await;
     }
     let t = Instant::now();
     let result = cluster.send(ep, up_req).await;

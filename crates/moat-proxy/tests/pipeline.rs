@@ -624,14 +624,16 @@ fn gated_upstream(
     (addr, conns)
 }
 
-/// The request-headers phase of the batching test: request `x-order: 1` holds the
-/// gateway's only thread until the test has sent request 2; request 2 records whether
-/// any bytes were waiting in the upstream's sockets when its phase ran.
+/// The request-headers phase of the batching test. Request `x-order: hold` holds the
+/// gateway's only thread until the test has queued requests 1 and 2 at moat's sockets,
+/// then answers itself (it never goes upstream); of requests 1 and 2, whichever runs
+/// its phase second records whether any bytes were waiting in the upstream's sockets.
 struct OrderProbe {
     in_phase: std::sync::mpsc::SyncSender<()>,
-    sent_second: Mutex<std::sync::mpsc::Receiver<()>>,
+    queued_both: Mutex<std::sync::mpsc::Receiver<()>>,
+    phases_run: std::sync::atomic::AtomicUsize,
     upstream_conns: Arc<Mutex<Vec<std::net::TcpStream>>>,
-    written_before_second: std::sync::mpsc::SyncSender<bool>,
+    written_before_second_phase: std::sync::mpsc::SyncSender<bool>,
 }
 
 impl RequestHeadersPhase for OrderProbe {
@@ -640,24 +642,30 @@ impl RequestHeadersPhase for OrderProbe {
     }
     fn on_request_headers(&self, _ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
         match req.headers.get("x-order").map(|v| v.as_bytes()) {
-            Some(b"1") => {
+            Some(b"hold") => {
                 self.in_phase.send(()).unwrap();
-                let sent = self
-                    .sent_second
+                let queued = self
+                    .queued_both
                     .lock()
                     .recv_timeout(Duration::from_secs(10));
-                sent.expect("the test sends request 2");
+                queued.expect("the test queues requests 1 and 2");
+                return Verdict::Respond(Reply::text(StatusCode::OK, "ok"));
             }
-            Some(b"2") => {
-                // The upstream's handlers are waiting for permits, not reading: any
-                // byte queued on their sockets is a request moat already wrote.
-                let mut queued = false;
-                for s in self.upstream_conns.lock().iter() {
-                    s.set_nonblocking(true).unwrap();
-                    queued |= matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0);
-                    s.set_nonblocking(false).unwrap();
+            Some(b"1" | b"2") => {
+                let earlier = self
+                    .phases_run
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if earlier == 1 {
+                    // The upstream's handlers are waiting for permits, not reading:
+                    // any byte queued on their sockets is a request moat already wrote.
+                    let mut queued = false;
+                    for s in self.upstream_conns.lock().iter() {
+                        s.set_nonblocking(true).unwrap();
+                        queued |= matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+                        s.set_nonblocking(false).unwrap();
+                    }
+                    self.written_before_second_phase.send(queued).unwrap();
                 }
-                self.written_before_second.send(queued).unwrap();
             }
             _ => {}
         }
@@ -714,22 +722,27 @@ fn read_ok(c: &mut std::net::TcpStream) {
 /// ready run its phases: under load the engines' code then serves a batch while it is
 /// in the caches, where an upstream on moat's CPU, which runs at each write, would
 /// evict it between requests. Checked on the single-threaded runtime `moat serve`
-/// uses on one CPU, without timing: request 1's phase holds the thread until request 2
-/// has reached moat's socket; request 2's phase then finds nothing written upstream
-/// yet (request 1 goes out on a pooled connection, which a write without the yield
+/// uses on one CPU, without timing: a third request's phase holds the thread until
+/// requests 1 and 2 have both reached moat's sockets, so one I/O poll makes both
+/// ready; whichever of them runs its phase second then finds nothing written upstream
+/// yet (the other goes out on a pooled connection, which a write without the yield
 /// would have reached at once).
+///
+/// A request that arrives while a batch runs its phases joins the next batch: the
+/// batch's writes go out first (docs/perf-log/2026-11-29-session17.md).
 #[test]
 fn ready_requests_run_their_phases_before_the_first_upstream_write() {
     let permits = Arc::new(Permits::default());
     let (up, upstream_conns) = gated_upstream(permits.clone());
     let (in_phase_tx, in_phase) = std::sync::mpsc::sync_channel(1);
-    let (sent_second, sent_second_rx) = std::sync::mpsc::sync_channel(1);
+    let (queued_both, queued_both_rx) = std::sync::mpsc::sync_channel(1);
     let (written_tx, written) = std::sync::mpsc::sync_channel(1);
     let probe = Arc::new(OrderProbe {
         in_phase: in_phase_tx,
-        sent_second: Mutex::new(sent_second_rx),
+        queued_both: Mutex::new(queued_both_rx),
+        phases_run: Default::default(),
         upstream_conns: upstream_conns.clone(),
-        written_before_second: written_tx,
+        written_before_second_phase: written_tx,
     });
     let opts = GatewayOptions {
         pipeline_factory: Arc::new(move |cfg, src| {
@@ -758,38 +771,45 @@ fn ready_requests_run_their_phases_before_the_first_upstream_write() {
     });
     let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let timeout = Some(Duration::from_secs(10));
+    let mut holder = std::net::TcpStream::connect(addr).unwrap();
     let mut first = std::net::TcpStream::connect(addr).unwrap();
     let mut second = std::net::TcpStream::connect(addr).unwrap();
-    for c in [&first, &second] {
+    for c in [&holder, &first, &second] {
         c.set_read_timeout(timeout).unwrap();
         c.set_nodelay(true).unwrap();
     }
 
-    // One exchange leaves an idle upstream connection in moat's pool.
-    permits.grant(1);
+    // One exchange on each connection: moat has accepted both, and their exchanges,
+    // one after the other, leave one idle upstream connection in moat's pool.
+    permits.grant(2);
+    send_get(&mut first, "/warm", "0");
+    read_ok(&mut first);
     send_get(&mut second, "/warm", "0");
     read_ok(&mut second);
     assert_eq!(upstream_conns.lock().len(), 1);
 
-    send_get(&mut first, "/one", "1");
+    send_get(&mut holder, "/hold", "hold");
     in_phase.recv_timeout(Duration::from_secs(10)).unwrap();
+    send_get(&mut first, "/one", "1");
     send_get(&mut second, "/two", "2");
-    // Loopback delivery can be left to a softirq thread on a busy machine: request 2
+    // Loopback delivery can be left to a softirq thread on a busy machine: a request
     // is ready once it is in moat's receive queue.
-    let queued_at_moat = || unread_bytes(second.peer_addr().unwrap(), second.local_addr().unwrap());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while queued_at_moat() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "request 2 never reached moat"
-        );
-        std::thread::yield_now();
+    for c in [&first, &second] {
+        while unread_bytes(c.peer_addr().unwrap(), c.local_addr().unwrap()) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a request never reached moat"
+            );
+            std::thread::yield_now();
+        }
     }
-    sent_second.send(()).unwrap();
+    queued_both.send(()).unwrap();
+    read_ok(&mut holder);
     let queued = written.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(
         !queued,
-        "request 1 was written upstream before request 2's phases ran"
+        "a request was written upstream before the other ready request's phases ran"
     );
 
     // Both are then forwarded and answered.
