@@ -249,12 +249,16 @@ pub struct ErrorCounts {
     pub status_4xx: u64,
     /// 5xx responses.
     pub status_5xx: u64,
+    /// gRPC answers (a `grpc-status` in the response head or trailers) other than
+    /// `0` (OK): an HTTP 200 that failed as a call.
+    #[serde(default)]
+    pub grpc: u64,
 }
 
 impl ErrorCounts {
     /// All errors.
     pub fn total(&self) -> u64 {
-        self.io + self.timeouts + self.status_4xx + self.status_5xx
+        self.io + self.timeouts + self.status_4xx + self.status_5xx + self.grpc
     }
 }
 
@@ -584,6 +588,9 @@ async fn worker(mut conn: Conn, plan: Plan, shared: Rc<Shared>) {
             let interval = Duration::from_secs_f64(plan.workers as f64 / rate);
             let offset = Duration::from_secs_f64(plan.worker as f64 / rate);
             let mut prev_done = plan.start;
+            // How late this generator itself sent the connection's previous request
+            // (its timer), carried into a request that then had to queue behind it.
+            let mut own_lateness = Duration::ZERO;
             let mut i: u32 = 0;
             while let Some(intended) = interval
                 .checked_mul(i)
@@ -601,13 +608,32 @@ async fn worker(mut conn: Conn, plan: Plan, shared: Rc<Shared>) {
                     tokio::time::sleep_until(intended.into()).await;
                 }
                 let sent = Instant::now();
-                // Busy at the intended time: the server delayed this request, count
-                // from the intended time. Idle: only our timer was late, count from send.
-                let reference = if prev_done > intended { intended } else { sent };
+                let reference = open_loop_reference(intended, sent, prev_done, own_lateness);
+                own_lateness = reference.saturating_duration_since(intended);
                 prev_done = one(&mut conn, template, reference, measured, &shared).await;
                 template = (template + 1) % plan.n_templates;
             }
         }
+    }
+}
+
+/// The instant an open-loop request's latency is counted from (coordinated-omission
+/// correction). Idle at the intended time (`prev_done` before it): only this
+/// generator's timer can have made it late, so from the send. Busy: the previous
+/// answer held the request back, so from the intended time, shifted by the lateness of
+/// the generator's own that the previous request carried (`own_lateness`): with a 1 ms
+/// interval and tokio's 1 ms timer, that lateness would otherwise cascade from request
+/// to request and be charged to the server.
+fn open_loop_reference(
+    intended: Instant,
+    sent: Instant,
+    prev_done: Instant,
+    own_lateness: Duration,
+) -> Instant {
+    if prev_done > intended {
+        sent.min(intended + own_lateness)
+    } else {
+        sent
     }
 }
 
@@ -640,7 +666,11 @@ async fn one(
         .set(shared.in_flight_measured.get().saturating_sub(1));
     shared.last_done.set(Some(done));
     match res {
-        Ok((status, bytes)) => {
+        Ok(Answer {
+            status,
+            bytes,
+            grpc_failed,
+        }) => {
             let ns = done.saturating_duration_since(reference).as_nanos();
             stats::record_ns(
                 &mut shared.hist.borrow_mut(),
@@ -653,6 +683,9 @@ async fn one(
                 500..=599 => shared.add_error(|e| e.status_5xx += 1),
                 _ => {}
             }
+            if grpc_failed {
+                shared.add_error(|e| e.grpc += 1);
+            }
         }
         Err(_) => {
             shared.add_error(|e| e.io += 1);
@@ -661,6 +694,15 @@ async fn one(
         }
     }
     done
+}
+
+/// What a request got back.
+struct Answer {
+    status: u16,
+    /// Response body bytes.
+    bytes: u64,
+    /// A gRPC call that did not end with `grpc-status: 0`.
+    grpc_failed: bool,
 }
 
 enum Conn {
@@ -699,7 +741,7 @@ impl H1Conn {
         Ok(())
     }
 
-    async fn send(&mut self, template: usize, shared: &Shared) -> io::Result<(u16, u64)> {
+    async fn send(&mut self, template: usize, shared: &Shared) -> io::Result<Answer> {
         self.ensure(shared).await?;
         let (req, head) = &self.ctx.h1_requests[template];
         let Some(stream) = self.stream.as_mut() else {
@@ -715,7 +757,11 @@ impl H1Conn {
                 if r.close || self.ctx.new_connection_per_request {
                     self.stream = None;
                 }
-                Ok((r.status, r.bytes))
+                Ok(Answer {
+                    status: r.status,
+                    bytes: r.bytes,
+                    grpc_failed: false,
+                })
             }
             Err(e) => {
                 self.stream = None;
@@ -753,7 +799,7 @@ impl H2Conn {
         Ok(sender)
     }
 
-    async fn send(&mut self, template: usize, shared: &Shared) -> io::Result<(u16, u64)> {
+    async fn send(&mut self, template: usize, shared: &Shared) -> io::Result<Answer> {
         let mut sender = self.ensure(shared).await?;
         let req = self.ctx.h2_requests[template]
             .to_http2(&self.ctx.target)
@@ -761,9 +807,19 @@ impl H2Conn {
         let result = async {
             sender.ready().await?;
             let resp = sender.send_request(req).await?;
-            let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await?;
-            Ok::<_, hyper::Error>((status, body.to_bytes().len() as u64))
+            let (head, body) = resp.into_parts();
+            let body = body.collect().await?;
+            // A gRPC status comes in the trailers, or in the head of a
+            // trailers-only answer (an error before any message).
+            let grpc = head
+                .headers
+                .get("grpc-status")
+                .or_else(|| body.trailers().and_then(|t| t.get("grpc-status")));
+            Ok::<_, hyper::Error>(Answer {
+                status: head.status.as_u16(),
+                grpc_failed: grpc.is_some_and(|s| s != "0"),
+                bytes: body.to_bytes().len() as u64,
+            })
         }
         .await;
         result.map_err(|e| {
@@ -776,6 +832,97 @@ impl H2Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_loop_counts_the_servers_delays_and_not_the_generators() {
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
+        // Idle connection, timer 300 µs late: counted from the send.
+        assert_eq!(
+            open_loop_reference(t0, t0 + us(300), t0 - us(500), Duration::ZERO),
+            t0 + us(300)
+        );
+        // Queued behind a request the timer sent 900 µs late (1 ms interval: 100 µs
+        // before this one's time), whose answer took 1,200 µs. Sent on time, it would
+        // have held this request 200 µs: counted from 900 µs, those 200 are the server's.
+        assert_eq!(
+            open_loop_reference(t0, t0 + us(1_100), t0 + us(1_100), us(900)),
+            t0 + us(900)
+        );
+        // Queued behind a stalled server (previous request sent on time): counted from
+        // the intended time, so the whole stall is the server's.
+        assert_eq!(
+            open_loop_reference(t0, t0 + us(200_000), t0 + us(200_000), Duration::ZERO),
+            t0
+        );
+        // The carried lateness never moves the reference past the send.
+        assert_eq!(
+            open_loop_reference(t0, t0 + us(50), t0 + us(50), us(900)),
+            t0 + us(50)
+        );
+    }
+
+    /// An h2 server whose every call fails with gRPC status 12 (UNIMPLEMENTED), in
+    /// the head of a trailers-only answer (`head`) or in the trailers.
+    fn failing_grpc_server(head: bool) -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((s, _)) = listener.accept().await {
+                    let svc = hyper::service::service_fn(move |_req| async move {
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("12"));
+                        let mut resp = http::Response::new(
+                            Full::new(Bytes::new())
+                                .with_trailers(std::future::ready(Some(Ok(trailers.clone())))),
+                        );
+                        let h = resp.headers_mut();
+                        h.insert(
+                            "content-type",
+                            http::HeaderValue::from_static("application/grpc"),
+                        );
+                        if head {
+                            h.extend(trailers);
+                        }
+                        Ok::<_, std::convert::Infallible>(resp)
+                    });
+                    tokio::spawn(
+                        hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(hyper_util::rt::TokioIo::new(s), svc),
+                    );
+                }
+            });
+        });
+        addr
+    }
+
+    #[test]
+    fn failed_grpc_calls_are_errors() {
+        for head in [true, false] {
+            let addr = failing_grpc_server(head);
+            let target = Target::parse(&format!("http://{addr}")).unwrap();
+            let mut call = RequestTemplate::get("/pkg.Service/Method");
+            call.method = "POST".into();
+            call.headers = vec![("content-type".into(), "application/grpc".into())];
+            let mut spec = LoadSpec::closed(target, vec![call], 1);
+            spec.protocol = Protocol::H2;
+            spec.warmup = Duration::ZERO;
+            spec.max_requests = Some(10);
+            let res = run(&spec, None).unwrap();
+            assert_eq!(res.responses, 10, "status in the head: {head}");
+            assert_eq!(res.errors.grpc, 10, "status in the head: {head}");
+            assert_eq!(res.errors.total(), 10);
+        }
+    }
 
     #[test]
     fn parses_targets() {

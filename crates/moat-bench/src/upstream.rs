@@ -1,5 +1,7 @@
 //! The built-in upstream: a small, fast HTTP/1.1 (and h2c) server on one thread,
-//! pinned to a CPU, answering every request with one configured response.
+//! pinned to a CPU, answering every request with one configured response (and
+//! every gRPC call over h2 with OK and an empty message: the floor of a gRPC
+//! benchmark).
 //!
 //! It counts requests (tests use that to check the load generator's rate) and
 //! can stall once, blocking its thread for a while at the K-th request, the way
@@ -289,6 +291,12 @@ async fn tls_connection(stream: TcpStream, acceptor: tokio_rustls::TlsAcceptor, 
     }
 }
 
+/// An h2 response body: the configured body, and trailers for a gRPC answer.
+type H2Body = http_body_util::combinators::WithTrailers<
+    Full<Bytes>,
+    std::future::Ready<Option<Result<http::HeaderMap, std::convert::Infallible>>>,
+>;
+
 async fn serve_h2<S>(stream: S, state: Arc<State>) -> Result<(), hyper::Error>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -297,21 +305,46 @@ where
         let state = state.clone();
         async move {
             use http_body_util::BodyExt;
+            let grpc = req
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
             // Read the request body fully, like a real application would.
             let _ = req.into_body().collect().await;
             state.on_request();
+            if grpc {
+                return Ok(grpc_ok());
+            }
             let mut b = http::Response::builder()
                 .status(state.status)
                 .header("content-type", state.content_type.as_str());
             if state.gzip {
                 b = b.header("content-encoding", "gzip");
             }
-            b.body(Full::new(state.body.clone()))
+            b.body(Full::new(state.body.clone()).with_trailers(std::future::ready(None)))
         }
     });
     hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
         .await
+}
+
+/// The answer to any gRPC call: OK with an empty message, which every unary method
+/// can decode (all fields default; for Envoy's `Check`, an allow). It makes the
+/// upstream the do-nothing floor of a gRPC benchmark, such as the ext_authz Check's.
+fn grpc_ok() -> http::Response<H2Body> {
+    use http_body_util::BodyExt;
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    // A message is a compression flag and a 4-byte length: an empty one is 5 zeros.
+    let body = Full::new(Bytes::from_static(&[0; 5]))
+        .with_trailers(std::future::ready(Some(Ok(trailers))));
+    let mut resp = http::Response::new(body);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    resp
 }
 
 async fn serve_h1<S>(mut stream: S, state: Arc<State>) -> io::Result<()>

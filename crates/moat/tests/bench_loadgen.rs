@@ -102,6 +102,29 @@ fn h2_and_keep_alive_and_reconnects_work() {
 }
 
 #[test]
+fn the_upstream_answers_grpc_calls_over_h2() {
+    let up = Upstream::start(UpstreamConfig::default()).unwrap();
+    let mut call = RequestTemplate::get("/envoy.service.auth.v3.Authorization/Check");
+    call.method = "POST".into();
+    call.headers = vec![
+        ("content-type".into(), "application/grpc".into()),
+        ("te".into(), "trailers".into()),
+    ];
+    // An empty CheckRequest: a zero compression flag and a zero length.
+    call.body = vec![0u8; 5].into();
+    let mut spec = LoadSpec::closed(target(&up), vec![call], 2);
+    spec.warmup = Duration::ZERO;
+    spec.max_requests = Some(100);
+    spec.protocol = Protocol::H2;
+    let res = loadgen::run(&spec, None).unwrap();
+    assert_eq!(res.responses, 100);
+    // grpc-status 0 in the trailers: no gRPC errors.
+    assert_eq!(res.errors.total(), 0, "{:?}", res.errors);
+    // The empty message: 5 bytes.
+    assert_eq!(res.bytes, 500);
+}
+
+#[test]
 fn refused_connections_are_counted_as_errors() {
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

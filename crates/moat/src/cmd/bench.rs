@@ -326,9 +326,10 @@ fn print_result(res: &loadgen::LoadResult, json: bool) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{:.0} req/s, {} responses in {:.2}s, errors {} (io {}, timeouts {}, 4xx {}, 5xx {}), {} connections opened",
+            "{:.0} req/s, {} responses in {:.2}s, errors {} (io {}, timeouts {}, 4xx {}, 5xx {}, gRPC {}), {} connections opened",
             res.rps(), res.responses, res.elapsed_s, res.errors.total(), res.errors.io,
-            res.errors.timeouts, res.errors.status_4xx, res.errors.status_5xx, res.connections_opened
+            res.errors.timeouts, res.errors.status_4xx, res.errors.status_5xx, res.errors.grpc,
+            res.connections_opened
         );
         println!(
             "latency µs: mean {:.1}  p50 {:.1}  p90 {:.1}  p95 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",

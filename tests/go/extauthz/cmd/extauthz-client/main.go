@@ -11,6 +11,10 @@
 // when it is sent, or from its schedule when no caller was free then) or as fast as -c
 // concurrent callers can, and prints {"calls":N,"errors":E,"seconds":S,"per_second":R,
 // "p50_us":..,"p99_us":..,"max_us":..,"start_late_p50_us":..,"start_late_p99_us":..}.
+//
+// With -frame FILE it writes the CheckRequest as one gRPC message (the 5-byte length
+// prefix, then the protobuf) to FILE and exits: the body `moat bench load --h2` posts
+// to /envoy.service.auth.v3.Authorization/Check, a load generator without Go's runtime.
 package main
 
 import (
@@ -27,6 +31,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	auth "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -56,6 +62,7 @@ func main() {
 	rate := flag.Int("rate", 0, "calls per second with -n (0 = as fast as possible)")
 	conc := flag.Int("c", 1, "concurrent callers with -n")
 	timeout := flag.Duration("timeout", 5*time.Second, "per-call deadline")
+	frame := flag.String("frame", "", "write the request as a gRPC message to this file and exit")
 	var headers headerList
 	flag.Var(&headers, "H", "request header name:value (repeatable)")
 	flag.Parse()
@@ -63,6 +70,12 @@ func main() {
 	req, err := buildRequest(*method, *path, *host, *scheme, *body, *source, *dest, *principal, *certFile, *sni, *ctxExt, headers)
 	if err != nil {
 		fail(err)
+	}
+	if *frame != "" {
+		if err := writeFrame(*frame, req); err != nil {
+			fail(err)
+		}
+		return
 	}
 	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -80,6 +93,18 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "extauthz-client:", err)
 	os.Exit(2)
+}
+
+// writeFrame writes req as gRPC frames it on the wire: a zero byte (not compressed),
+// the message length as 4 big-endian bytes, the protobuf encoding.
+func writeFrame(path string, req *auth.CheckRequest) error {
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	n := len(msg)
+	out := append([]byte{0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, msg...)
+	return os.WriteFile(path, out, 0o644)
 }
 
 func socketAddress(s string) (*core.Address, error) {
