@@ -153,6 +153,34 @@ pub fn check_chunked_round_trip(
     oracle::check_chunked_round_trip(data, sizes, trailers, after, pieces)
 }
 
+/// A gRPC provider's answer body (what a CUSTOM call reads from the network) on
+/// arbitrary bytes: taken only as exactly one uncompressed message whose declared
+/// length is what follows, and what it decodes to encodes back to a message that
+/// decodes the same.
+pub fn check_response_parse(input: &[u8]) -> Result<(), String> {
+    use prost::Message;
+    let Ok(resp) = crate::ext_authz::check_response(input) else {
+        return Ok(());
+    };
+    let declared = input
+        .get(1..5)
+        .and_then(|l| <[u8; 4]>::try_from(l).ok())
+        .map(u32::from_be_bytes);
+    if input.first() != Some(&0) || declared != u32::try_from(input.len() - 5).ok() {
+        return Err(format!(
+            "took a badly framed answer: {:?}",
+            &input[..input.len().min(5)]
+        ));
+    }
+    let again = resp.encode_to_vec();
+    let back = envoy_types::pb::envoy::service::auth::v3::CheckResponse::decode(again.as_slice())
+        .map_err(|e| format!("re-encoded answer does not decode: {e}"))?;
+    if back != resp {
+        return Err("the answer changed through a round trip".into());
+    }
+    Ok(())
+}
+
 /// The decision service's `CheckRequest` conversion on arbitrary protobuf bytes: they
 /// are decoded as Envoy's `CheckRequest` (prost), then turned into moat's request
 /// model. A message the conversion refuses is fine (Envoy gets `INVALID_ARGUMENT`); one
