@@ -3,10 +3,11 @@
 # $out with their fixed ports replaced (the machine may be shared). Sets P_DEC (decision
 # listener), P_DADM, P_GW (gateway listener), P_GADM, P_UP (upstream), P_OPA (OPA's gRPC),
 # P_OREST (OPA's REST API), P_NG (nginx alone), P_NGM (nginx + auth_request), P_ALLOW
-# (extauthz-allow, the benchmark's floor).
-read -r P_DEC P_DADM P_GW P_GADM P_UP P_OPA P_OREST P_NG P_NGM P_ALLOW < <(python3 -c '
+# (extauthz-allow, the benchmark's floor), P_FLOOR (`moat bench upstream` as a do-nothing
+# gRPC provider), P_GW2 and P_GADM2 (a second gateway whose provider is that floor).
+read -r P_DEC P_DADM P_GW P_GADM P_UP P_OPA P_OREST P_NG P_NGM P_ALLOW P_FLOOR P_GW2 P_GADM2 < <(python3 -c '
 import socket
-s = [socket.socket() for _ in range(10)]
+s = [socket.socket() for _ in range(13)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(" ".join(str(x.getsockname()[1]) for x in s))')
 for f in moat.yaml custom.yaml policies.yaml custom-policies.yaml; do
