@@ -177,16 +177,15 @@ pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
         BenchCommand::Run(a) => run_scenario(a),
         BenchCommand::Check { scenario } => match moat_bench::scenario::Scenario::load(&scenario) {
-            Ok(s) => {
-                println!(
-                    "{}: ok ({} load(s), {} variant(s), {} repetition(s))",
-                    scenario.display(),
-                    s.loads.len(),
-                    s.variants.len(),
-                    s.repetitions
-                );
-                Ok(ExitCode::SUCCESS)
-            }
+            Ok(s) => super::print_out(&format!(
+                "{}: ok ({} load(s), {} variant(s), {} repetition(s))\n",
+                scenario.display(),
+                s.loads.len(),
+                s.variants.len(),
+                s.repetitions
+            ))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
             Err(e) => {
                 eprintln!("{e}");
                 Ok(ExitCode::from(1))
@@ -258,7 +257,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let report = moat_bench::runner::run(&opts, &mut |m| eprintln!("{m}"))?;
-    println!("{}", moat_bench::report::markdown(&report));
+    super::print_out(&format!("{}\n", moat_bench::report::markdown(&report)))?;
     eprintln!(
         "wrote {0}/report.md, {0}/report.html, {0}/report.json",
         out_dir.display()
@@ -314,28 +313,24 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
 
 fn print_result(res: &loadgen::LoadResult, json: bool) -> anyhow::Result<()> {
     let s = res.summary();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "rps": res.rps(), "responses": res.responses, "errors": res.errors,
-                "elapsed_s": res.elapsed_s, "bytes": res.bytes,
-                "connections_opened": res.connections_opened, "latency_us": s,
-                "generator_cpu_s": res.generator_cpu_s,
-            }))?
-        );
+    let text = if json {
+        serde_json::to_string_pretty(&serde_json::json!({
+            "rps": res.rps(), "responses": res.responses, "errors": res.errors,
+            "elapsed_s": res.elapsed_s, "bytes": res.bytes,
+            "connections_opened": res.connections_opened, "latency_us": s,
+            "generator_cpu_s": res.generator_cpu_s,
+        }))? + "\n"
     } else {
-        println!(
-            "{:.0} req/s, {} responses in {:.2}s, errors {} (io {}, timeouts {}, 4xx {}, 5xx {}, gRPC {}), {} connections opened",
+        format!(
+            "{:.0} req/s, {} responses in {:.2}s, errors {} (io {}, timeouts {}, 4xx {}, 5xx {}, gRPC {}), {} connections opened\n\
+             latency µs: mean {:.1}  p50 {:.1}  p90 {:.1}  p95 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}\n",
             res.rps(), res.responses, res.elapsed_s, res.errors.total(), res.errors.io,
             res.errors.timeouts, res.errors.status_4xx, res.errors.status_5xx, res.errors.grpc,
-            res.connections_opened
-        );
-        println!(
-            "latency µs: mean {:.1}  p50 {:.1}  p90 {:.1}  p95 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            res.connections_opened,
             s.mean_us, s.p50_us, s.p90_us, s.p95_us, s.p99_us, s.p999_us, s.max_us
-        );
-    }
+        )
+    };
+    super::print_out(&text)?;
     Ok(())
 }
 
@@ -375,18 +370,18 @@ fn selftest(a: SelftestArgs) -> anyhow::Result<ExitCode> {
     let mut spec = LoadSpec::closed(target, vec![RequestTemplate::get("/")], a.connections);
     spec.duration = a.duration;
     let res = loadgen::run(&spec, Some(a.cpu_load))?;
-    println!(
-        "load generator on CPU {}, upstream on CPU {}, {} connections, closed loop, HTTP/1.1 keep-alive:",
+    super::print_out(&format!(
+        "load generator on CPU {}, upstream on CPU {}, {} connections, closed loop, HTTP/1.1 keep-alive:\n",
         a.cpu_load, a.cpu_upstream, a.connections
-    );
+    ))?;
     print_result(&res, false)?;
-    println!(
-        "generator thread CPU: {:.2} s for {} responses (warm-up included) = {:.0} responses per CPU-second; load average {}",
+    super::print_out(&format!(
+        "generator thread CPU: {:.2} s for {} responses (warm-up included) = {:.0} responses per CPU-second; load average {}\n",
         res.generator_cpu_s,
         res.total_responses,
         res.responses_per_generator_cpu_s(),
         moat_bench::report::loadavg()
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -406,9 +401,9 @@ fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
         "the reports have no (load, variant) cell in common"
     );
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&lines)?);
+        super::print_out(&(serde_json::to_string_pretty(&lines)? + "\n"))?;
     } else {
-        print!("{}", moat_bench::compare::markdown(&lines, threshold));
+        super::print_out(&moat_bench::compare::markdown(&lines, threshold))?;
     }
     let regressed = lines
         .iter()

@@ -25,14 +25,12 @@ pub struct ManArgs {
 
 /// Prints the completion script of `shell` for `cmd` on standard output.
 pub fn completions(args: CompletionsArgs, mut cmd: clap::Command) -> ExitCode {
-    use std::io::Write;
     let name = cmd.get_name().to_string();
     // Generated into memory: clap_complete panics on a failed write (a closed pipe).
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, name, &mut buf);
-    match std::io::stdout().lock().write_all(&buf) {
+    match super::print_out(&String::from_utf8_lossy(&buf)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("moat completions: {e}");
             ExitCode::from(1)
