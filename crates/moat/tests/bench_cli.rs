@@ -599,18 +599,20 @@ fn cost_measures_each_engine_of_a_config() {
     assert!(err.contains("engine `authz` is not enabled"), "{err}");
 }
 
-/// `moat bench … | head -1`: the reader of moat's output went away before it wrote.
-/// That is the end of the output, not a crash (`println!` panics on a closed pipe).
+/// `moat … | head -1`: the reader of moat's output went away before it wrote. That is
+/// the end of the output, not a crash (`println!` panics on a closed pipe).
 #[test]
 fn a_closed_stdout_ends_the_output_without_a_panic() {
     let scenario = repo().join("bench/scenarios/overhead.yaml");
     let up = moat_bench::upstream::Upstream::start(Default::default()).unwrap();
     let url = format!("http://{}/", up.addr());
-    let runs: [&[&str]; 2] = [
+    let runs: [&[&str]; 4] = [
         &[
             "bench", "load", &url, "-c", "1", "-n", "20", "--warmup", "0s",
         ],
         &["bench", "check", scenario.to_str().unwrap()],
+        &["waf", "test", "--url", "/items?q=O%27Reilly+books"],
+        &["completions", "bash"],
     ];
     for args in runs {
         let (reader, writer) = std::io::pipe().unwrap();

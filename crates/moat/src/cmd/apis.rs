@@ -68,7 +68,7 @@ pub fn run(args: ApisArgs) -> ExitCode {
                 }
             };
             if openapi.as_os_str() == "-" {
-                print!("{text}");
+                out!("{text}");
             } else if let Err(e) = std::fs::write(&openapi, text) {
                 eprintln!("moat apis export: {}: {e}", openapi.display());
                 return ExitCode::from(1);
@@ -89,12 +89,12 @@ pub fn run(args: ApisArgs) -> ExitCode {
             if json {
                 let list: Vec<serde_json::Value> =
                     endpoints.iter().map(Endpoint::to_json).collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({ "count": list.len(), "endpoints": list })
                 );
             } else {
-                print!("{}", table(&endpoints));
+                out!("{}", table(&endpoints));
             }
             ExitCode::SUCCESS
         }

@@ -78,20 +78,20 @@ pub fn run(args: BansArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     match args.command {
-        BansCommand::List { json: true } => println!("{answer}"),
+        BansCommand::List { json: true } => outln!("{answer}"),
         BansCommand::List { json: false } => {
             let now = moat_ratelimit::bans::unix_ms();
             let bans = v["bans"].as_array().cloned().unwrap_or_default();
             if bans.is_empty() {
-                println!("no bans");
+                outln!("no bans");
             }
             for b in bans {
                 let left = b["until_ms"].as_u64().unwrap_or(0).saturating_sub(now) / 1000;
-                println!("{}\t{left}s left", b["ip"].as_str().unwrap_or("?"));
+                outln!("{}\t{left}s left", b["ip"].as_str().unwrap_or("?"));
             }
         }
-        BansCommand::Add { ip, .. } => println!("banned {ip}"),
-        BansCommand::Delete { ip } => println!("lifted the ban of {ip}"),
+        BansCommand::Add { ip, .. } => outln!("banned {ip}"),
+        BansCommand::Delete { ip } => outln!("lifted the ban of {ip}"),
     }
     ExitCode::SUCCESS
 }

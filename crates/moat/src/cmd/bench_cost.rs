@@ -148,7 +148,7 @@ fn cost(a: CostArgs) -> anyhow::Result<ExitCode> {
         .map(|set| measure(&full, set, &ex, a.requests, a.evict_kib, &mut counters))
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print_table(&rows, &counters);
     }
@@ -396,11 +396,11 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
 
 fn print_table(rows: &[Cost], counters: &Counters) {
     let base = rows.first().filter(|r| r.engines == "none");
-    println!(
+    outln!(
         "| engines | instructions/req | added instructions/req | CPU ns/req | added CPU ns/req \
          | allocs/req | alloc bytes/req | added allocs/req | blocked |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    outln!("|---|---|---|---|---|---|---|---|---|");
     let opt = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.1}"));
     let whole = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
     let added = |x: Option<f64>, b: Option<f64>, digits: usize| match (x, b) {
@@ -409,7 +409,7 @@ fn print_table(rows: &[Cost], counters: &Counters) {
     };
     for r in rows {
         let b = |f: fn(&Cost) -> Option<f64>| base.and_then(f);
-        println!(
+        outln!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
             r.engines,
             whole(r.instructions_per_req),
@@ -424,12 +424,12 @@ fn print_table(rows: &[Cost], counters: &Counters) {
         );
     }
     if let Some(why) = counters.instructions.missing() {
-        println!("\ninstructions: n/a ({why}; `scripts/engine-cost` counts them under callgrind)");
+        outln!("\ninstructions: n/a ({why}; `scripts/engine-cost` counts them under callgrind)");
     }
     if let Some(why) = counters.cpu_time.missing() {
-        println!("\nCPU time: n/a ({why})");
+        outln!("\nCPU time: n/a ({why})");
     }
     if base.is_some_and(|b| b.allocs_per_req.is_none()) {
-        println!("\nallocations: n/a (build with `--features alloc-stats`)");
+        outln!("\nallocations: n/a (build with `--features alloc-stats`)");
     }
 }

@@ -38,7 +38,7 @@ pub fn run(args: CertsArgs) -> ExitCode {
     match generate(&args).and_then(|files| write(&args.out, files, args.force)) {
         Ok(written) => {
             for p in written {
-                println!("{}", p.display());
+                outln!("{}", p.display());
             }
             ExitCode::SUCCESS
         }

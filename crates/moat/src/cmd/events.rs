@@ -86,10 +86,10 @@ pub fn run(args: EventsArgs) -> ExitCode {
     };
     if args.json {
         for e in &events {
-            println!("{e}");
+            outln!("{e}");
         }
     } else {
-        print!("{}", moat_events::text::render_table(&events));
+        out!("{}", moat_events::text::render_table(&events));
     }
     ExitCode::SUCCESS
 }

@@ -1,5 +1,24 @@
 //! One module per subcommand; each owns its clap arguments and a `run` function.
 
+/// `print!` for a command's output: a reader that went away ends the output quietly
+/// ([`print_out`]), any other write error ends the command ([`out_or_exit`]); `print!`
+/// would panic on either.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::out_or_exit(&format!($($arg)*))
+    };
+}
+
+/// `println!` for a command's output, as [`out!`].
+macro_rules! outln {
+    () => {
+        $crate::cmd::out_or_exit("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::out_or_exit(&(format!($($arg)*) + "\n"))
+    };
+}
+
 pub mod apis;
 pub mod bans;
 pub mod bench;
@@ -22,5 +41,15 @@ pub fn print_out(text: &str) -> std::io::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r,
+    }
+}
+
+/// Writes a command's output (see [`print_out`]); a write error other than a closed
+/// pipe (a full disk behind a redirection) ends the process with exit 1 and says so,
+/// rather than losing the rest of the output silently.
+pub fn out_or_exit(text: &str) {
+    if let Err(e) = print_out(text) {
+        eprintln!("moat: cannot write to standard output: {e}");
+        std::process::exit(1);
     }
 }

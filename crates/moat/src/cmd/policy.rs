@@ -143,7 +143,7 @@ pub fn run(args: PolicyArgs) -> ExitCode {
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
             match moat_authz::loader::load_paths(&v.policies, &cwd) {
                 Ok(set) => {
-                    println!(
+                    outln!(
                         "ok: {} AuthorizationPolicy, {} RequestAuthentication, {} PeerAuthentication",
                         set.authz.len(),
                         set.request_authn.len(),
@@ -196,10 +196,10 @@ fn run_check(c: Check) -> ExitCode {
     match result {
         Ok(d) => {
             match (c.tcp, c.json) {
-                (false, false) => print!("{}", check::to_text(&d)),
-                (false, true) => println!("{}", check::to_json(&d)),
-                (true, false) => print!("{}", check::connection_to_text(&d)),
-                (true, true) => println!("{}", check::connection_to_json(&d)),
+                (false, false) => out!("{}", check::to_text(&d)),
+                (false, true) => outln!("{}", check::to_json(&d)),
+                (true, false) => out!("{}", check::connection_to_text(&d)),
+                (true, true) => outln!("{}", check::connection_to_json(&d)),
             }
             if d.allowed {
                 ExitCode::SUCCESS
@@ -233,9 +233,9 @@ fn run_explain(x: Explain) -> ExitCode {
         Ok(engine) => {
             let e = explain::explain(&engine, &args.namespace, &labels);
             if x.json {
-                println!("{}", explain::to_json(&e));
+                outln!("{}", explain::to_json(&e));
             } else {
-                print!("{}", explain::to_text(&e));
+                out!("{}", explain::to_text(&e));
             }
             ExitCode::SUCCESS
         }

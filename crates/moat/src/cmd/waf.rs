@@ -240,7 +240,7 @@ fn exclude(a: ExcludeArgs) -> ExitCode {
         eprintln!("moat waf exclude: {err}");
         return ExitCode::from(2);
     }
-    print!("{}", triage::render_snippet(&e, Some(&comment)));
+    out!("{}", triage::render_snippet(&e, Some(&comment)));
     ExitCode::SUCCESS
 }
 
@@ -341,9 +341,9 @@ fn test(a: TestArgs) -> ExitCode {
             "findings": f.findings,
             "limits": f.limits,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!(
+        outln!(
             "verdict: {}",
             if blocked {
                 format!("block ({})", engine.config().status)
@@ -352,7 +352,7 @@ fn test(a: TestArgs) -> ExitCode {
             }
         );
         for x in &f.findings {
-            println!(
+            outln!(
                 "  {:<15} {:>3}  {:<28} {:?}",
                 x.attack.name(),
                 x.confidence,
@@ -361,7 +361,7 @@ fn test(a: TestArgs) -> ExitCode {
             );
         }
         for hit in &f.limits {
-            println!(
+            outln!(
                 "  limit {} at {} (on_limit: {:?})",
                 hit.limit,
                 hit.location,
@@ -369,7 +369,7 @@ fn test(a: TestArgs) -> ExitCode {
             );
         }
         if f.findings.is_empty() && f.limits.is_empty() {
-            println!("  no findings");
+            outln!("  no findings");
         }
     }
     if blocked {
@@ -414,15 +414,15 @@ fn run_eval(a: EvalArgs) -> ExitCode {
                         serde_json::to_value(&r).unwrap_or_default(),
                     );
                 } else {
-                    println!("{}", eval::render_blaze(&r));
+                    outln!("{}", eval::render_blaze(&r));
                     if a.mistakes {
                         for (id, cat, blocked, desc) in &r.mistakes {
-                            println!(
+                            outln!(
                                 "{} {id} {cat} {desc}",
                                 if *blocked { "FP  " } else { "MISS" }
                             );
                         }
-                        println!();
+                        outln!();
                     }
                 }
             }
@@ -442,10 +442,10 @@ fn run_eval(a: EvalArgs) -> ExitCode {
                         serde_json::to_value(&r).unwrap_or_default(),
                     );
                 } else {
-                    println!("{}", eval::render_gotestwaf(&r));
+                    outln!("{}", eval::render_gotestwaf(&r));
                     if a.mistakes {
                         for (kind, ph, enc, payload, desc) in &r.mistakes {
-                            println!("{kind} [{ph}/{enc}] {payload:?} -> {desc}");
+                            outln!("{kind} [{ph}/{enc}] {payload:?} -> {desc}");
                         }
                     }
                 }
@@ -457,7 +457,7 @@ fn run_eval(a: EvalArgs) -> ExitCode {
         }
     }
     if a.json {
-        println!("{}", serde_json::Value::Object(out));
+        outln!("{}", serde_json::Value::Object(out));
     }
     ExitCode::SUCCESS
 }
