@@ -5,7 +5,7 @@
 //! the proxy calls it here, before DENY and ALLOW take effect (Istio's order). A gRPC
 //! provider (`envoyExtAuthzGrpc`) gets Envoy's `CheckRequest` (`envoy-types`' message
 //! types) over a tonic channel (one HTTP/2 connection per provider, made on first use
-//! and multiplexed), posted as one whole gRPC message (see [`grpc_check`]); an HTTP
+//! and multiplexed), posted as one whole gRPC message (see `grpc_check`); an HTTP
 //! provider (`envoyExtAuthzHttp`) gets the original method
 //! and `pathPrefix` + path with the configured headers, through hyper's pooled client.
 //! A call that fails or takes longer than `timeout` allows the request when `failOpen`,
