@@ -177,15 +177,16 @@ pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.command {
         BenchCommand::Run(a) => run_scenario(a),
         BenchCommand::Check { scenario } => match moat_bench::scenario::Scenario::load(&scenario) {
-            Ok(s) => super::print_out(&format!(
-                "{}: ok ({} load(s), {} variant(s), {} repetition(s))\n",
-                scenario.display(),
-                s.loads.len(),
-                s.variants.len(),
-                s.repetitions
-            ))
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(anyhow::Error::from),
+            Ok(s) => {
+                outln!(
+                    "{}: ok ({} load(s), {} variant(s), {} repetition(s))",
+                    scenario.display(),
+                    s.loads.len(),
+                    s.variants.len(),
+                    s.repetitions
+                );
+                Ok(ExitCode::SUCCESS)
+            }
             Err(e) => {
                 eprintln!("{e}");
                 Ok(ExitCode::from(1))
@@ -257,7 +258,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let report = moat_bench::runner::run(&opts, &mut |m| eprintln!("{m}"))?;
-    super::print_out(&format!("{}\n", moat_bench::report::markdown(&report)))?;
+    outln!("{}", moat_bench::report::markdown(&report));
     eprintln!(
         "wrote {0}/report.md, {0}/report.html, {0}/report.json",
         out_dir.display()
@@ -330,7 +331,7 @@ fn print_result(res: &loadgen::LoadResult, json: bool) -> anyhow::Result<()> {
             s.mean_us, s.p50_us, s.p90_us, s.p95_us, s.p99_us, s.p999_us, s.max_us
         )
     };
-    super::print_out(&text)?;
+    out!("{text}");
     Ok(())
 }
 
@@ -370,18 +371,18 @@ fn selftest(a: SelftestArgs) -> anyhow::Result<ExitCode> {
     let mut spec = LoadSpec::closed(target, vec![RequestTemplate::get("/")], a.connections);
     spec.duration = a.duration;
     let res = loadgen::run(&spec, Some(a.cpu_load))?;
-    super::print_out(&format!(
-        "load generator on CPU {}, upstream on CPU {}, {} connections, closed loop, HTTP/1.1 keep-alive:\n",
+    outln!(
+        "load generator on CPU {}, upstream on CPU {}, {} connections, closed loop, HTTP/1.1 keep-alive:",
         a.cpu_load, a.cpu_upstream, a.connections
-    ))?;
+    );
     print_result(&res, false)?;
-    super::print_out(&format!(
-        "generator thread CPU: {:.2} s for {} responses (warm-up included) = {:.0} responses per CPU-second; load average {}\n",
+    outln!(
+        "generator thread CPU: {:.2} s for {} responses (warm-up included) = {:.0} responses per CPU-second; load average {}",
         res.generator_cpu_s,
         res.total_responses,
         res.responses_per_generator_cpu_s(),
         moat_bench::report::loadavg()
-    ))?;
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -401,9 +402,9 @@ fn compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
         "the reports have no (load, variant) cell in common"
     );
     if a.json {
-        super::print_out(&(serde_json::to_string_pretty(&lines)? + "\n"))?;
+        outln!("{}", serde_json::to_string_pretty(&lines)?);
     } else {
-        super::print_out(&moat_bench::compare::markdown(&lines, threshold))?;
+        out!("{}", moat_bench::compare::markdown(&lines, threshold));
     }
     let regressed = lines
         .iter()

@@ -29,13 +29,8 @@ pub fn completions(args: CompletionsArgs, mut cmd: clap::Command) -> ExitCode {
     // Generated into memory: clap_complete panics on a failed write (a closed pipe).
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, name, &mut buf);
-    match super::print_out(&String::from_utf8_lossy(&buf)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("moat completions: {e}");
-            ExitCode::from(1)
-        }
-    }
+    out!("{}", String::from_utf8_lossy(&buf));
+    ExitCode::SUCCESS
 }
 
 /// Prints or writes the man pages of `cmd`.

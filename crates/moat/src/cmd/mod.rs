@@ -1,8 +1,8 @@
 //! One module per subcommand; each owns its clap arguments and a `run` function.
 
-/// `print!` for a command's output: a reader that went away ends the output quietly
-/// ([`print_out`]), any other write error ends the command ([`out_or_exit`]); `print!`
-/// would panic on either.
+/// `print!` for a command's output ([`out_or_exit`]): a reader that went away ends the
+/// output quietly, any other write error ends the command; `print!` would panic on
+/// either.
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::cmd::out_or_exit(&format!($($arg)*))
@@ -32,24 +32,19 @@ pub mod scan;
 pub mod serve;
 pub mod waf;
 
-/// Writes `text` to standard output. A reader that went away (`moat … | head`) is not
-/// an error: the command's output was simply not wanted further, as for any Unix filter
-/// (`print!` would panic there instead).
-pub fn print_out(text: &str) -> std::io::Result<()> {
+/// Writes a command's output to standard output. A reader that went away (`moat … |
+/// head`) is not an error: the output was simply not wanted further, as for any Unix
+/// filter (`print!` would panic there instead). Any other write error (a full disk
+/// behind a redirection) ends the process with exit 1 and says so, rather than losing
+/// the rest of the output silently.
+pub fn out_or_exit(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
-    }
-}
-
-/// Writes a command's output (see [`print_out`]); a write error other than a closed
-/// pipe (a full disk behind a redirection) ends the process with exit 1 and says so,
-/// rather than losing the rest of the output silently.
-pub fn out_or_exit(text: &str) {
-    if let Err(e) = print_out(text) {
-        eprintln!("moat: cannot write to standard output: {e}");
-        std::process::exit(1);
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("moat: cannot write to standard output: {e}");
+            std::process::exit(1);
+        }
+        _ => {}
     }
 }
