@@ -4,8 +4,8 @@
 //! Access control decides which provider applies (it sets `RequestCtx::ext_authz`);
 //! the proxy calls it here, before DENY and ALLOW take effect (Istio's order). A gRPC
 //! provider (`envoyExtAuthzGrpc`) gets Envoy's `CheckRequest` (`envoy-types`' message
-//! types) over a tonic channel (one HTTP/2 connection per provider, made on first use
-//! and multiplexed), posted as one whole gRPC message (see `grpc_check`); an HTTP
+//! types) as one whole gRPC message over one HTTP/2 connection per provider, made on
+//! first use and multiplexed (`grpc`); an HTTP
 //! provider (`envoyExtAuthzHttp`) gets the original method
 //! and `pathPrefix` + path with the configured headers, through hyper's pooled client.
 //! A call that fails or takes longer than `timeout` allows the request when `failOpen`,
@@ -20,21 +20,24 @@
 //! given.
 
 mod connector;
+mod grpc;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use connector::Connector;
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
     HttpRequest, Peer, Request as AttrRequest, TlsSession,
 };
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
-use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST, TE};
-use http::{HeaderMap, Method, StatusCode};
+use grpc::GrpcClient;
+use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
+use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -43,10 +46,6 @@ use moat_authz::ExtensionProvider;
 use moat_core::{Connection, EventAction, Reply, RequestCtx, SecurityEvent};
 use moat_tls::UpstreamConnector;
 use prost::Message as _;
-use tonic::codegen::Service as _;
-use tonic::transport::{Channel, Endpoint};
-
-use connector::Connector;
 
 /// Largest denial body taken from an HTTP provider.
 const MAX_DENIAL_BODY: usize = 64 << 10;
@@ -83,15 +82,8 @@ struct Provider {
 
 /// Boxed: the clients are large, and a provider is looked up by reference.
 enum Kind {
-    Grpc(Box<GrpcProvider>),
+    Grpc(Box<GrpcClient>),
     Http(Box<HttpProvider>),
-}
-
-struct GrpcProvider {
-    endpoint: Endpoint,
-    connector: Connector,
-    /// Made on first use: a tonic channel needs the runtime.
-    channel: OnceLock<Channel>,
 }
 
 struct HttpProvider {
@@ -143,14 +135,10 @@ impl ExtAuthzClients {
             };
             let authority = authority(c.service, c.port);
             let kind = match &p.envoy_ext_authz_http {
-                None => Kind::Grpc(Box::new(GrpcProvider {
-                    // Always `http`: tonic refuses `https` without its own TLS feature;
-                    // the connector decides, the scheme only names it.
-                    endpoint: Endpoint::from_shared(format!("http://{authority}"))
+                None => Kind::Grpc(Box::new(
+                    GrpcClient::new(connector, c.service, c.port)
                         .map_err(|e| format!("provider `{}`: {e}", p.name))?,
-                    connector,
-                    channel: OnceLock::new(),
-                })),
+                )),
                 Some(h) => {
                     let scheme = if c.tls.is_some() { "https" } else { "http" };
                     Kind::Http(Box::new(HttpProvider {
@@ -286,7 +274,7 @@ impl ExtAuthzClients {
         let Some(p) = self.providers.get(name) else {
             return Err(format!("unknown extension provider `{name}`"));
         };
-        let Some(channel) = p.grpc_channel() else {
+        let Kind::Grpc(client) = &p.kind else {
             return Err(format!(
                 "extension provider `{name}` is HTTP: only gRPC providers check TCP connections"
             ));
@@ -294,7 +282,7 @@ impl ExtAuthzClients {
         let req = CheckRequest {
             attributes: Some(connection_attributes(conn)),
         };
-        let call = Box::pin(async move { grpc_check(channel, &req).await });
+        let call = Box::pin(grpc_check(client, &req));
         let answer = match tokio::time::timeout(p.timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(format!("no answer within {:?}", p.timeout)),
@@ -327,24 +315,12 @@ impl Provider {
         body: Option<CheckBody<'_>>,
     ) -> Result<Answer, String> {
         match &self.kind {
-            Kind::Grpc(_) => {
-                let channel = self.grpc_channel().ok_or("not a gRPC provider")?;
+            Kind::Grpc(client) => {
                 let pack = self.body.is_some_and(|b| b.pack_as_bytes);
-                grpc_check(channel, &check_request(ctx, parts, body, pack)).await
+                grpc_check(client, &check_request(ctx, parts, body, pack)).await
             }
             Kind::Http(h) => http_check(&h.client, &h.base, &h.cfg, ctx, parts, body).await,
         }
-    }
-
-    /// The gRPC channel (a clone shares the connection), made on first use.
-    fn grpc_channel(&self) -> Option<Channel> {
-        let Kind::Grpc(g) = &self.kind else {
-            return None;
-        };
-        let c = g
-            .channel
-            .get_or_init(|| g.endpoint.connect_with_connector_lazy(g.connector.clone()));
-        Some(c.clone())
     }
 }
 
@@ -473,43 +449,12 @@ fn connection_attributes(conn: &Connection) -> AttributeContext {
     }
 }
 
-/// Calls `Check` on a gRPC provider. The request goes out as one whole message with
-/// its length known (not through tonic's streaming codec, whose body ends with an
-/// empty frame of its own): HTTP/2 then writes the call in two system calls instead of
-/// three, a third of what a CUSTOM call cost the gateway in writes (docs/perf.md).
-async fn grpc_check(mut channel: Channel, req: &CheckRequest) -> Result<Answer, String> {
-    let call = http::Request::builder()
-        .method(Method::POST)
-        .uri(CHECK_PATH)
-        .header(CONTENT_TYPE, "application/grpc")
-        .header(TE, "trailers")
-        .body(tonic::body::Body::new(Full::new(grpc_message(req)?)))
-        .map_err(|e| format!("check request: {e}"))?;
-    std::future::poll_fn(|cx| channel.poll_ready(cx))
-        .await
-        .map_err(|e| format!("gRPC transport: {e}"))?;
-    let answer = channel
-        .call(call)
-        .await
-        .map_err(|e| format!("gRPC transport: {e}"))?;
-    let (head, body) = answer.into_parts();
-    if head.status != StatusCode::OK {
-        return Err(format!("gRPC: HTTP status {}", head.status));
-    }
-    // An error before any message comes in the head alone ("trailers-only").
-    let in_head = grpc_status(&head.headers)?;
-    let body = Limited::new(body, MAX_CHECK_RESPONSE)
-        .collect()
-        .await
-        .map_err(|e| format!("gRPC answer: {e}"))?;
-    let in_trailers = match body.trailers() {
-        Some(t) => grpc_status(t)?,
-        None => false,
-    };
-    if !in_head && !in_trailers {
-        return Err("gRPC: the answer ended without a grpc-status".into());
-    }
-    let resp = check_response(&body.to_bytes())?;
+/// Calls `Check` on a gRPC provider: the request as one whole message with its
+/// length known (not a streaming codec's body, which ends with an empty frame of its
+/// own), the answer's one `CheckResponse` mapped to allow or deny.
+async fn grpc_check(client: &GrpcClient, req: &CheckRequest) -> Result<Answer, String> {
+    let body = client.call(grpc_message(req)?).await?;
+    let resp = check_response(&body)?;
     let ok = resp.status.as_ref().is_none_or(|s| s.code == 0);
     let header = |h: &envoy_types::pb::envoy::config::core::v3::HeaderValueOption| {
         let h = h.header.as_ref()?;

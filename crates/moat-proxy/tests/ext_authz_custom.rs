@@ -229,6 +229,15 @@ authz:
     // failOpen still applies the DENY policies after it.
     let (s, _, _) = get(&c, &format!("{base}/open/private")).await;
     assert_eq!(s, StatusCode::OK, "OPA is down: only RBAC decides");
+
+    // OPA back on the same port: the next call opens a new connection (the old one is
+    // closed) and OPA decides again.
+    let _opa_again = start_opa(&opa, dir.path(), grpc_port);
+    let (s, _, b) = get(&c, &format!("{base}/opa/items")).await;
+    assert_eq!(s, StatusCode::OK, "{b:?}");
+    assert_eq!(common::json(&b)["headers"]["x-opa-checked"], "yes");
+    let (s, _, _) = get(&c, &format!("{base}/opa/private/x")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
 }
 
 /// Provider references are checked when the policies are loaded.

@@ -1,7 +1,7 @@
 //! Connections to an external authorizer: TCP, then TLS when the provider has a `tls`
 //! section (moat's upstream TLS client, [`UpstreamConnector`]). One connector serves
-//! both clients: hyper's pooled HTTP client and tonic's gRPC channel take any
-//! `Service<Uri>` that yields a connection.
+//! both clients: hyper's pooled HTTP client takes it as a `Service<Uri>`, the gRPC
+//! client (`super::grpc`) calls [`Connector::open`].
 
 use std::future::Future;
 use std::io;
@@ -24,10 +24,31 @@ pub(super) struct Connector {
     pub(super) tls: Option<Arc<UpstreamConnector>>,
 }
 
-/// A connection to a provider, plain or TLS.
-pub(super) struct Conn(TokioIo<Either<TcpStream, TlsStream<TcpStream>>>);
+/// A connection to a provider, plain or TLS, as tokio's I/O traits see it.
+pub(super) type Stream = Either<TcpStream, TlsStream<TcpStream>>;
 
-impl tonic::codegen::Service<Uri> for Connector {
+/// A connection to a provider, as hyper's I/O traits see it.
+pub(super) struct Conn(TokioIo<Stream>);
+
+impl Connector {
+    /// Connects to `host:port` (an IPv6 address may be in brackets), then TLS when
+    /// configured.
+    pub(super) async fn open(&self, host: &str, port: u16) -> io::Result<Stream> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let tcp = TcpStream::connect((host, port)).await?;
+        // Checks are small request/response exchanges: no Nagle delay.
+        tcp.set_nodelay(true)?;
+        Ok(match &self.tls {
+            None => Either::Left(tcp),
+            Some(t) => {
+                let (stream, _) = t.connect(tcp, host).await.map_err(io::Error::other)?;
+                Either::Right(stream)
+            }
+        })
+    }
+}
+
+impl tower_service::Service<Uri> for Connector {
     type Response = Conn;
     type Error = io::Error;
     type Future = Pin<Box<dyn Future<Output = io::Result<Conn>> + Send>>;
@@ -37,25 +58,19 @@ impl tonic::codegen::Service<Uri> for Connector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let tls = self.tls.clone();
+        let this = self.clone();
         Box::pin(async move {
             let host = uri
                 .host()
-                .ok_or_else(|| io::Error::other("provider URI without a host"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']');
-            let port = uri.port_u16().unwrap_or(80);
-            let tcp = TcpStream::connect((host, port)).await?;
-            // Checks are small request/response exchanges: no Nagle delay.
-            tcp.set_nodelay(true)?;
-            let io = match tls {
-                None => Either::Left(tcp),
-                Some(t) => {
-                    let (stream, _) = t.connect(tcp, host).await.map_err(io::Error::other)?;
-                    Either::Right(stream)
-                }
-            };
-            Ok(Conn(TokioIo::new(io)))
+                .ok_or_else(|| io::Error::other("provider URI without a host"))?;
+            let port = uri
+                .port_u16()
+                .unwrap_or(if uri.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                });
+            Ok(Conn(TokioIo::new(this.open(host, port).await?)))
         })
     }
 }
