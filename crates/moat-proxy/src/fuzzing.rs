@@ -182,25 +182,38 @@ pub fn check_response_parse(input: &[u8]) -> Result<(), String> {
 }
 
 /// The decision service's `CheckRequest` conversion on arbitrary protobuf bytes: they
-/// are decoded as Envoy's `CheckRequest` (prost), then turned into moat's request
-/// model. A message the conversion refuses is fine (Envoy gets `INVALID_ARGUMENT`); one
-/// it takes must keep the path and query, every header (names and value bytes, pseudo
-/// headers dropped, `host` from `http.host` only when no header gave one), the body
-/// bytes, and the source and destination, and must not add anything else.
+/// are decoded as the service decodes them (moat's view of the message, bytes borrowed
+/// from the input) and turned into moat's request model, and decoded again by
+/// `envoy-types`' generated `CheckRequest` as the reference. Bytes the reference takes,
+/// the view must take. A message the conversion refuses is fine (Envoy gets
+/// `INVALID_ARGUMENT`); one it takes must keep the path and query, every header (names
+/// and value bytes, pseudo headers dropped, a map key given in two cases once, `host`
+/// from `http.host` only when no header gave one), the body bytes, and the source and
+/// destination, and must not add anything else. (A message the reference refuses, such
+/// as one with a header value that is not UTF-8, is only converted.)
 pub fn check_request_conversion(input: &[u8]) -> Result<(), String> {
     use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
     use prost::Message;
-    let Ok(req) = CheckRequest::decode(input) else {
-        return Ok(());
+    let view = crate::decision::parsers::CheckRequest::decode(bytes::Bytes::copy_from_slice(input));
+    let caller = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+    let reference = CheckRequest::decode(input);
+    let (view, reference) = match (view, reference) {
+        (Ok(v), Ok(r)) => (v, r),
+        (Err(e), Ok(_)) => return Err(format!("the view refused what Envoy's type takes: {e}")),
+        (Ok(v), Err(_)) => {
+            let _ = crate::decision::parsers::to_check(v.attributes.unwrap_or_default(), caller);
+            return Ok(());
+        }
+        (Err(_), Err(_)) => return Ok(()),
     };
-    let attrs = req.attributes.unwrap_or_default();
+    let attrs = reference.attributes.unwrap_or_default();
     let http = attrs
         .request
         .as_ref()
         .and_then(|r| r.http.clone())
         .unwrap_or_default();
-    let caller = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
-    let Ok(check) = crate::decision::parsers::to_check(attrs, caller) else {
+    let Ok(check) = crate::decision::parsers::to_check(view.attributes.unwrap_or_default(), caller)
+    else {
         return Ok(());
     };
     let parts = &check.parts;
@@ -248,15 +261,28 @@ pub fn check_request_conversion(input: &[u8]) -> Result<(), String> {
     let host_added = usize::from(
         !http.host.is_empty() && !given.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")),
     );
-    if parts.headers.len() != given.len() + host_added {
+    // From the `headers` map, a name given in two cases is one header (its last value).
+    let mut want = given.len();
+    if http.header_map.is_none() {
+        let mut names: Vec<String> = given.iter().map(|(k, _)| k.to_ascii_lowercase()).collect();
+        names.sort_unstable();
+        names.dedup();
+        want = names.len();
+    }
+    if parts.headers.len() != want + host_added {
         return Err(format!(
-            "{} headers given, {} converted",
-            given.len(),
+            "{want} headers given, {} converted",
             parts.headers.len()
         ));
     }
     for (k, v) in &given {
-        if !parts.headers.get_all(*k).iter().any(|x| x.as_bytes() == *v) {
+        if !parts.headers.get_all(*k).iter().any(|x| {
+            x.as_bytes() == *v
+                || (http.header_map.is_none()
+                    && given
+                        .iter()
+                        .any(|(k2, v2)| k2.eq_ignore_ascii_case(k) && x.as_bytes() == *v2))
+        }) {
             return Err(format!("header {k:?} lost its value {v:?}"));
         }
     }

@@ -467,5 +467,22 @@ async fn hostile_check_requests() {
     let err = c.check(req(Some(huge))).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::OutOfRange);
     // Unknown gRPC methods are Unimplemented.
+    let mut raw = tonic::client::Grpc::new(
+        tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    raw.ready().await.unwrap();
+    let err = raw
+        .unary::<CheckRequest, CheckRequest, _>(
+            tonic::Request::new(req(None)),
+            http::uri::PathAndQuery::from_static("/envoy.service.auth.v3.Authorization/Nope"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unimplemented, "{err:?}");
     let _ = gw;
 }

@@ -1,5 +1,6 @@
-//! Envoy's ext_authz gRPC service (`envoy.service.auth.v3.Authorization/Check`), with
-//! the message types of Envoy's API as `envoy-types` generates them for tonic.
+//! Envoy's ext_authz gRPC service (`envoy.service.auth.v3.Authorization/Check`): the
+//! request decoded as moat's view of Envoy's `CheckRequest` ([`super::check_request`]),
+//! the answer encoded as `envoy-types`' `CheckResponse`, served by tonic's unary server.
 //!
 //! What moat reads from the `CheckRequest`'s attributes:
 //! * `request.http`: method, path and query (`path`), host, headers (`header_map` when
@@ -12,18 +13,18 @@
 //! * `destination.address`: the destination (`destination.ip`, `destination.port`);
 //! * `tls_session.sni`: `connection.sni`.
 
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
     address, Address, HeaderValue as PbHeader, HeaderValueOption,
 };
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::Peer;
-use envoy_types::pb::envoy::service::auth::v3::authorization_server::Authorization;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{
-    AttributeContext, CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse,
+    CheckResponse, DeniedHttpResponse, OkHttpResponse,
 };
 use envoy_types::pb::google::rpc;
 use http::header::{HeaderName, HeaderValue};
@@ -32,100 +33,144 @@ use percent_encoding::percent_decode_str;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
+use super::check_request::{Attributes, CheckRequest, Peer};
 use super::{decide, Check, Decided};
 use crate::state::Shared;
+
+/// The path of Envoy's `Check` method.
+pub(crate) const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
 
 /// gRPC status codes Envoy reads (`google.rpc.Code`).
 const OK: i32 = 0;
 const PERMISSION_DENIED: i32 = 7;
 
-/// The `Authorization` service of one decision listener, for one caller connection.
+/// The `Check` method of one decision listener, for one caller connection.
+#[derive(Clone)]
 pub(crate) struct CheckService {
     pub(crate) shared: Arc<Shared>,
     pub(crate) listener: Arc<str>,
     pub(crate) caller: SocketAddr,
 }
 
-#[tonic::async_trait]
-impl Authorization for CheckService {
-    async fn check(
-        &self,
-        request: tonic::Request<CheckRequest>,
-    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+impl CheckService {
+    async fn check(self, request: CheckRequest) -> Result<CheckResponse, tonic::Status> {
         let snap = self.shared.snapshot.load();
         let Some(rt) = snap.decision_listener(&self.listener) else {
             return Err(tonic::Status::unavailable("listener removed by a reload"));
         };
-        let attrs = request.into_inner().attributes.unwrap_or_default();
+        let attrs = request.attributes.unwrap_or_default();
         let check = to_check(attrs, self.caller)
             .map_err(|m| tonic::Status::invalid_argument(format!("CheckRequest: {m}")))?;
         let decided = decide(&self.shared, &snap, rt, check).await;
-        Ok(tonic::Response::new(to_response(decided)))
+        Ok(to_response(decided))
     }
+}
+
+impl tonic::server::UnaryService<CheckRequest> for CheckService {
+    type Response = CheckResponse;
+    /// Boxed: hyper spawns a task per HTTP/2 stream, and inline the whole decision (with
+    /// its external calls) would be moved into each of them.
+    type Future =
+        Pin<Box<dyn Future<Output = Result<tonic::Response<CheckResponse>, tonic::Status>> + Send>>;
+
+    fn call(&mut self, request: tonic::Request<CheckRequest>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            this.check(request.into_inner())
+                .await
+                .map(tonic::Response::new)
+        })
+    }
+}
+
+/// Answers one gRPC call: `Check`, decoded with messages of at most `max_message`
+/// bytes; `UNIMPLEMENTED` for any other method.
+pub(crate) async fn serve_call<B>(
+    service: CheckService,
+    max_message: usize,
+    req: http::Request<B>,
+) -> http::Response<tonic::body::Body>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    if req.uri().path() != CHECK_PATH {
+        return tonic::Status::unimplemented(format!("no method {}", req.uri().path())).into_http();
+    }
+    let codec = tonic_prost::ProstCodec::<CheckResponse, CheckRequest>::default();
+    let mut grpc =
+        tonic::server::Grpc::new(codec).apply_max_message_size_config(Some(max_message), None);
+    grpc.unary(service, req).await
 }
 
 /// Builds the request model from a `CheckRequest`'s attributes. The path must be in
 /// origin form (start with `/`, as Envoy's `:path` does): anything else would parse as
 /// an authority, and the policies would see `/` instead of what the proxy forwards.
-pub(crate) fn to_check(a: AttributeContext, caller: SocketAddr) -> Result<Check, String> {
+pub(crate) fn to_check(a: Attributes, caller: SocketAddr) -> Result<Check, String> {
     let http = a
         .request
         .and_then(|r| r.http)
         .ok_or("attributes.request.http is missing")?;
-    if !http.path.is_empty() && !http.path.starts_with('/') {
+    if !http.path.is_empty() && !http.path.starts_with(b"/") {
         return Err("attributes.request.http.path must start with `/`".into());
     }
-    let mut req = http::Request::builder()
-        .method(if http.method.is_empty() {
-            "GET"
-        } else {
-            &http.method
-        })
-        .uri(if http.path.is_empty() {
-            "/"
-        } else {
-            &http.path
-        });
-    let headers = req.headers_mut().ok_or("bad method or path")?;
-    let mut put = |k: &str, v: &[u8]| -> Result<(), String> {
-        if k.starts_with(':') {
-            return Ok(());
-        }
-        let name =
-            HeaderName::from_bytes(k.as_bytes()).map_err(|_| format!("header name `{k}`"))?;
-        let value = HeaderValue::from_bytes(v).map_err(|_| format!("header `{k}`: bad value"))?;
-        headers.append(name, value);
-        Ok(())
+    let method = if http.method.is_empty() {
+        http::Method::GET
+    } else {
+        http::Method::from_bytes(&http.method).map_err(|_| "bad method")?
     };
-    match &http.header_map {
+    let uri = if http.path.is_empty() {
+        http::Uri::from_static("/")
+    } else {
+        http::Uri::from_maybe_shared(http.path).map_err(|e| format!("path: {e}"))?
+    };
+    let mut req = http::Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    let headers = req.headers_mut();
+    let header = |k: &[u8], v: bytes::Bytes| -> Result<Option<(HeaderName, HeaderValue)>, String> {
+        if k.starts_with(b":") {
+            return Ok(None);
+        }
+        let shown = || String::from_utf8_lossy(k).into_owned();
+        let name = HeaderName::from_bytes(k).map_err(|_| format!("header name `{}`", shown()))?;
+        let value = HeaderValue::from_maybe_shared(v)
+            .map_err(|_| format!("header `{}`: bad value", shown()))?;
+        Ok(Some((name, value)))
+    };
+    match http.header_map {
         Some(map) => {
-            for h in &map.headers {
+            for h in map.headers {
                 let v = if h.raw_value.is_empty() {
-                    h.value.as_bytes()
+                    h.value
                 } else {
-                    &h.raw_value
+                    h.raw_value
                 };
-                put(&h.key, v)?;
+                if let Some((k, v)) = header(&h.key, v)? {
+                    headers.append(k, v);
+                }
             }
         }
+        // A protobuf map: a key given twice keeps its last value (names are
+        // case-insensitive, so `Foo` and `foo` are one key here).
         None => {
-            for (k, v) in &http.headers {
-                put(k, v.as_bytes())?;
+            for h in http.headers {
+                if let Some((k, v)) = header(&h.key, h.value)? {
+                    headers.insert(k, v);
+                }
             }
         }
     }
     if !headers.contains_key(http::header::HOST) && !http.host.is_empty() {
-        let host = HeaderValue::from_str(&http.host).map_err(|_| "bad host")?;
+        let host = HeaderValue::from_maybe_shared(http.host).map_err(|_| "bad host")?;
         headers.insert(http::header::HOST, host);
     }
-    let (parts, ()) = req
-        .body(())
-        .map_err(|e| format!("method or path: {e}"))?
-        .into_parts();
+    let (parts, ()) = req.into_parts();
     let body = if !http.raw_body.is_empty() {
-        Some(bytes::Bytes::from(http.raw_body))
+        Some(http.raw_body)
     } else if !http.body.is_empty() {
-        Some(bytes::Bytes::from(http.body))
+        Some(http.body)
     } else {
         None
     };

@@ -7,16 +7,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::auth::v3::authorization_server::AuthorizationServer;
 use http::header::CONTENT_TYPE;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
-use tonic::codegen::Service as _;
 
-use super::grpc::CheckService;
+use super::grpc::{serve_call, CheckService};
 use super::http_check;
 use crate::state::Shared;
 
@@ -42,27 +40,28 @@ pub(crate) async fn serve<I>(
         .load()
         .decision_listener(&listener)
         .map_or(0, |rt| usize::try_from(rt.max_body).unwrap_or(usize::MAX));
-    let grpc = AuthorizationServer::new(CheckService {
+    let grpc = CheckService {
         shared: shared.clone(),
         listener: listener.clone(),
         caller: peer,
-    })
-    .max_decoding_message_size(max_body.saturating_add(GRPC_HEAD_ROOM));
+    };
+    let max_message = max_body.saturating_add(GRPC_HEAD_ROOM);
     let svc = service_fn(move |req: http::Request<Incoming>| {
         let is_grpc = req
             .headers()
             .get(CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        let mut grpc = grpc.clone();
+        let grpc = grpc.clone();
         let shared = shared.clone();
         let listener = listener.clone();
         async move {
+            // Both paths boxed: hyper spawns this future for every HTTP/2 stream, and
+            // either one inline (tonic's unary call, or the HTTP decision with its
+            // external calls) would be moved into each stream's task; the HTTP path
+            // inline cost more than half of a Check's instructions in copies.
             if is_grpc {
-                return grpc.call(req).await;
+                return Ok::<_, Infallible>(Box::pin(serve_call(grpc, max_message, req)).await);
             }
-            // Boxed: hyper spawns this future for every HTTP/2 stream, and moving the
-            // whole decision inline (with its external calls) into each gRPC Check's
-            // task cost more than half of a Check's instructions in copies.
             let resp = Box::pin(http_check::handle(&shared, &listener, peer, local, req)).await;
             Ok::<_, Infallible>(resp.map(tonic::body::Body::new))
         }
