@@ -16,4 +16,4 @@ for f in moat.yaml custom.yaml policies.yaml custom-policies.yaml; do
       -e "s/127.0.0.1:18480/127.0.0.1:$P_UP/; s/port: 19192/port: $P_OPA/" \
       "bench/extauthz/$f" >"$out/$f"
 done
-wait_port() { for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 never opened" >&2; exit 1; }
+. scripts/wait-port.sh
