@@ -30,11 +30,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use connector::Connector;
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
-use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
-    HttpRequest, Peer, Request as AttrRequest, TlsSession,
-};
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
-use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use grpc::GrpcClient;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH, HOST};
 use http::{HeaderMap, StatusCode};
@@ -46,6 +43,10 @@ use moat_authz::ExtensionProvider;
 use moat_core::{Connection, EventAction, Reply, RequestCtx, SecurityEvent};
 use moat_tls::UpstreamConnector;
 use prost::Message as _;
+
+use crate::check_request::{
+    Attributes, CheckRequest, HeaderEntry, HttpRequest, Peer, Request as AttrRequest, TlsSession,
+};
 
 /// Largest denial body taken from an HTTP provider.
 const MAX_DENIAL_BODY: usize = 64 << 10;
@@ -337,9 +338,11 @@ fn socket(addr: std::net::SocketAddr) -> Address {
 }
 
 /// Envoy's `CheckRequest` for the request, as Envoy's ext_authz filter fills it: the
-/// body in `raw_body` when `pack_as_bytes`, else in `body` (as text: Envoy copies the
-/// bytes into the string field; moat replaces what is not UTF-8, which protobuf
-/// requires of a string).
+/// headers as Envoy's map (a name's values joined with `,`, then the pseudo-headers, and
+/// with a body `x-envoy-auth-partial-body`, moat's own and never the client's), the body
+/// in `raw_body` when `pack_as_bytes`, else in `body` (as text: Envoy copies the bytes
+/// into the string field; moat replaces what is not UTF-8, which protobuf requires of a
+/// string, as it does in header values).
 fn check_request(
     ctx: &RequestCtx,
     parts: &http::request::Parts,
@@ -347,41 +350,50 @@ fn check_request(
     pack_as_bytes: bool,
 ) -> CheckRequest {
     let tls = ctx.conn.tls.as_ref();
-    let mut headers: HashMap<String, String> = HashMap::new();
-    for (k, v) in &parts.headers {
-        let v = String::from_utf8_lossy(v.as_bytes());
-        headers
-            .entry(k.as_str().to_owned())
-            .and_modify(|e| {
-                e.push(',');
-                e.push_str(&v);
-            })
-            .or_insert_with(|| v.into_owned());
-    }
     let host = parts
         .uri
         .authority()
         .map(|a| a.as_str())
         .or_else(|| parts.headers.get(HOST).and_then(|h| h.to_str().ok()))
-        .unwrap_or_default()
-        .to_owned();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+        .unwrap_or_default();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let scheme = if tls.is_some() { "https" } else { "http" };
-    headers.insert(":authority".into(), host.clone());
-    headers.insert(":method".into(), parts.method.as_str().into());
-    headers.insert(":path".into(), path.clone());
-    headers.insert(":scheme".into(), scheme.into());
-    let (mut text, mut raw) = (String::new(), Vec::new());
+    let copy = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+    let entry = |key: &str, value: Bytes| HeaderEntry {
+        key: copy(key),
+        value,
+    };
+    let mut headers = Vec::with_capacity(parts.headers.keys_len() + 5);
+    for name in parts.headers.keys() {
+        if body.is_some() && *name == PARTIAL_BODY {
+            continue;
+        }
+        let mut joined = Vec::new();
+        for (i, v) in parts.headers.get_all(name).iter().enumerate() {
+            if i > 0 {
+                joined.push(b',');
+            }
+            joined.extend_from_slice(v.as_bytes());
+        }
+        headers.push(entry(name.as_str(), text(joined)));
+    }
+    headers.push(entry(":authority", copy(host)));
+    headers.push(entry(":method", copy(parts.method.as_str())));
+    headers.push(entry(":path", copy(path)));
+    headers.push(entry(":scheme", Bytes::from_static(scheme.as_bytes())));
+    let (mut text_body, mut raw_body) = (Bytes::new(), Bytes::new());
     if let Some(b) = body {
-        headers.insert(PARTIAL_BODY.as_str().into(), b.partial.to_string());
+        let partial: &'static str = if b.partial { "true" } else { "false" };
+        headers.push(entry(
+            PARTIAL_BODY.as_str(),
+            Bytes::from_static(partial.as_bytes()),
+        ));
         if pack_as_bytes {
-            raw = b.data.to_vec();
+            raw_body = b.data.clone();
+        } else if std::str::from_utf8(b.data).is_ok() {
+            text_body = b.data.clone();
         } else {
-            text = String::from_utf8_lossy(b.data).into_owned();
+            text_body = text(b.data.to_vec());
         }
     }
     let size = parts
@@ -392,22 +404,29 @@ fn check_request(
     let mut attributes = connection_attributes(&ctx.conn);
     attributes.request = Some(AttrRequest {
         http: Some(HttpRequest {
-            id: ctx.request_id.clone(),
-            method: parts.method.as_str().into(),
+            id: copy(&ctx.request_id),
+            method: copy(parts.method.as_str()),
             headers,
-            path,
-            host,
-            scheme: scheme.into(),
-            protocol: protocol(parts.version).into(),
+            path: copy(path),
+            host: copy(host),
+            scheme: Bytes::from_static(scheme.as_bytes()),
+            protocol: Bytes::from_static(protocol(parts.version).as_bytes()),
             size,
-            body: text,
-            raw_body: raw,
-            ..HttpRequest::default()
+            body: text_body,
+            raw_body,
+            header_map: None,
         }),
-        ..AttrRequest::default()
     });
     CheckRequest {
         attributes: Some(attributes),
+    }
+}
+
+/// `bytes` as UTF-8 text (what is not UTF-8 replaced), without a copy when it is.
+fn text(bytes: Vec<u8>) -> Bytes {
+    match String::from_utf8(bytes) {
+        Ok(s) => Bytes::from(s),
+        Err(e) => Bytes::from(String::from_utf8_lossy(e.as_bytes()).into_owned()),
     }
 }
 
@@ -425,27 +444,27 @@ fn protocol(v: http::Version) -> &'static str {
 /// The attributes Envoy gives of a connection: the source (address, and the SPIFFE
 /// URI SAN of a verified client certificate as `principal`), the destination and the
 /// SNI. All a TCP check (Envoy's network ext_authz filter) carries.
-fn connection_attributes(conn: &Connection) -> AttributeContext {
+fn connection_attributes(conn: &Connection) -> Attributes {
     let tls = conn.tls.as_ref();
     let principal = tls
         .and_then(|t| t.peer.as_ref())
         .and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")))
         .cloned()
         .unwrap_or_default();
-    AttributeContext {
+    Attributes {
         source: Some(Peer {
             address: Some(socket(conn.remote_addr)),
             principal,
-            ..Peer::default()
+            certificate: String::new(),
         }),
         destination: Some(Peer {
             address: Some(socket(conn.local_addr)),
             ..Peer::default()
         }),
+        request: None,
         tls_session: tls
             .and_then(|t| t.sni.clone())
             .map(|sni| TlsSession { sni }),
-        ..AttributeContext::default()
     }
 }
 
@@ -640,6 +659,7 @@ async fn http_check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::service::auth::v3 as envoy;
     use envoy_types::pb::envoy::service::auth::v3::DeniedHttpResponse;
 
     fn framed(flag: u8, msg: &[u8]) -> Vec<u8> {
@@ -652,16 +672,15 @@ mod tests {
     #[test]
     fn a_check_request_goes_out_as_one_message_that_decodes_back() {
         let req = CheckRequest {
-            attributes: Some(AttributeContext {
+            attributes: Some(Attributes {
                 request: Some(AttrRequest {
                     http: Some(HttpRequest {
-                        method: "GET".into(),
-                        path: "/custom/items".into(),
+                        method: Bytes::from_static(b"GET"),
+                        path: Bytes::from_static(b"/custom/items"),
                         ..HttpRequest::default()
                     }),
-                    ..AttrRequest::default()
                 }),
-                ..AttributeContext::default()
+                ..Attributes::default()
             }),
         };
         let wire = grpc_message(&req).unwrap();
@@ -670,7 +689,99 @@ mod tests {
             u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize,
             wire.len() - 5
         );
-        assert_eq!(CheckRequest::decode(&wire[5..]).unwrap(), req);
+        let back = envoy::CheckRequest::decode(&wire[5..]).unwrap();
+        let http = back.attributes.unwrap().request.unwrap().http.unwrap();
+        assert_eq!(
+            (http.method.as_str(), http.path.as_str()),
+            ("GET", "/custom/items")
+        );
+    }
+
+    /// The `CheckRequest` a gateway request becomes, as a provider decodes it (with
+    /// `envoy-types`' own message types): Envoy's header map (repeated names joined with
+    /// `,`, values made UTF-8, pseudo-headers added, the partial-body flag moat's own),
+    /// the request line, the body as text or bytes, and the connection's addresses.
+    #[test]
+    fn a_request_becomes_the_check_request_envoy_sends() {
+        use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+        let ctx = RequestCtx::for_test("r");
+        let (mut parts, ()) = http::Request::builder()
+            .method("POST")
+            .uri("/items?id=1")
+            .header(HOST, "shop.example")
+            .header("accept", "text/html")
+            .header("accept", "x/y")
+            .header("x-bin", HeaderValue::from_bytes(b"a\xffb").unwrap())
+            .header(PARTIAL_BODY, "true")
+            .header(CONTENT_LENGTH, "9")
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts.version = http::Version::HTTP_11;
+        let data = Bytes::from_static(b"body\xff1234");
+        let body = CheckBody {
+            data: &data,
+            partial: false,
+        };
+        for pack in [false, true] {
+            let wire = grpc_message(&check_request(&ctx, &parts, Some(body), pack)).unwrap();
+            let req = envoy::CheckRequest::decode(&wire[5..]).unwrap();
+            let a = req.attributes.unwrap();
+            let addr = |p: Option<envoy::attribute_context::Peer>| match p
+                .unwrap()
+                .address
+                .unwrap()
+                .address
+                .unwrap()
+            {
+                address::Address::SocketAddress(s) => (s.address, s.port_specifier),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                addr(a.source),
+                ("127.0.0.1".into(), Some(PortSpecifier::PortValue(40000)))
+            );
+            assert_eq!(
+                addr(a.destination),
+                ("127.0.0.1".into(), Some(PortSpecifier::PortValue(8080)))
+            );
+            let h = a.request.unwrap().http.unwrap();
+            assert_eq!(h.id, "test");
+            assert_eq!(h.method, "POST");
+            assert_eq!(h.path, "/items?id=1");
+            assert_eq!(h.host, "shop.example");
+            assert_eq!(h.scheme, "http");
+            assert_eq!(h.protocol, "HTTP/1.1");
+            assert_eq!(h.size, 9);
+            let mut headers: Vec<(&str, &str)> = h
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            headers.sort();
+            assert_eq!(
+                headers,
+                [
+                    (":authority", "shop.example"),
+                    (":method", "POST"),
+                    (":path", "/items?id=1"),
+                    (":scheme", "http"),
+                    ("accept", "text/html,x/y"),
+                    ("content-length", "9"),
+                    ("host", "shop.example"),
+                    ("x-bin", "a\u{fffd}b"),
+                    // moat's own flag, not the client's.
+                    ("x-envoy-auth-partial-body", "false"),
+                ]
+            );
+            if pack {
+                assert_eq!(h.raw_body, b"body\xff1234");
+                assert!(h.body.is_empty());
+            } else {
+                assert_eq!(h.body, "body\u{fffd}1234");
+                assert!(h.raw_body.is_empty());
+            }
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@
 
 pub mod admin;
 pub mod body;
+mod check_request;
 pub mod config;
 mod connection;
 mod decision;

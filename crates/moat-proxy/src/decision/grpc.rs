@@ -1,5 +1,5 @@
 //! Envoy's ext_authz gRPC service (`envoy.service.auth.v3.Authorization/Check`): the
-//! request decoded as moat's view of Envoy's `CheckRequest` ([`super::check_request`]),
+//! request decoded as moat's view of Envoy's `CheckRequest` (`crate::check_request`),
 //! the answer encoded as `envoy-types`' `CheckResponse`, served by tonic's unary server.
 //!
 //! What moat reads from the `CheckRequest`'s attributes:
@@ -33,8 +33,8 @@ use percent_encoding::percent_decode_str;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use super::check_request::{Attributes, CheckRequest, Peer};
 use super::{decide, Check, Decided};
+use crate::check_request::{Attributes, CheckRequest, Peer};
 use crate::state::Shared;
 
 /// The path of Envoy's `Check` method.

@@ -18,7 +18,6 @@
 //! metrics as for a proxied request. The proxy that asked (the caller) is named in the
 //! access record's `upstream` field as `caller`.
 
-mod check_request;
 mod grpc;
 mod http_check;
 mod serve;
@@ -44,9 +43,9 @@ pub(crate) use serve::serve;
 
 /// The network-facing parsers, for the fuzz targets (see [`crate::fuzzing`]).
 pub(crate) mod parsers {
-    pub(crate) use super::check_request::CheckRequest;
     pub(crate) use super::grpc::to_check;
     pub(crate) use super::http_check::{forwarded_client, original_request};
+    pub(crate) use crate::check_request::CheckRequest;
 }
 
 /// Names the security event a request raised (allowed in monitor mode, or denied).

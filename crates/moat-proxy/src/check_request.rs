@@ -1,16 +1,22 @@
-//! Envoy's `CheckRequest` as the decision service reads it: the fields it uses, with
-//! Envoy's field numbers, decoded from the gRPC message without copies.
+//! Envoy's `CheckRequest` as moat reads it (the decision service) and writes it (the
+//! CUSTOM client): the fields moat uses, with Envoy's field numbers.
 //!
-//! Why not `envoy-types`' own `CheckRequest`: it decodes every header of
-//! `request.http.headers` (a protobuf `map<string, string>`) into a `HashMap` of two
-//! allocated and UTF-8-checked `String`s per header, hashed with SipHash, only for the
-//! decision to copy them again into an `http::HeaderMap`; that decode was a fifth of a
-//! Check's instructions (docs/perf.md). On the wire a map is a repeated message of key
-//! (field 1) and value (field 2), so here it is a `Vec` of entries whose bytes are
-//! slices of the received message (`Bytes`), as are the path, method, host and body.
-//! Fields moat does not read are skipped by the decoder. The fuzz entry
-//! `fuzzing::check_request_conversion` holds this view against `envoy-types`' decode of
-//! the same bytes.
+//! Why not `envoy-types`' own `CheckRequest`: its `request.http.headers` is a protobuf
+//! `map<string, string>` held in a `HashMap` of two allocated, UTF-8-checked `String`s
+//! per header, hashed with SipHash. Decoding it was a fifth of a Check's instructions,
+//! and the decision then copied every header again into an `http::HeaderMap`; building
+//! one for a CUSTOM call hashed every header of the request on its way out. On the wire a
+//! map is a repeated message of key (field 1) and value (field 2), so here it is a `Vec`
+//! of entries, and the HTTP fields are `Bytes`: decoded, they are slices of the received
+//! message. Fields moat does not read are skipped by the decoder. The fuzz entry
+//! `fuzzing::check_request_conversion` holds the decode against `envoy-types`' decode
+//! of the same bytes, and the CUSTOM client's tests decode what it writes with
+//! `envoy-types`.
+//!
+//! A `string` field read as bytes (same wire type) is not checked for UTF-8 on the way
+//! in: header values need not be UTF-8, and the method and path go through the `http`
+//! crate's parsers. On the way out the writer must put UTF-8 in them (protobuf requires
+//! it of a string, and providers decode them as strings).
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Address;
@@ -53,11 +59,12 @@ pub(crate) struct Request {
     pub(crate) http: Option<HttpRequest>,
 }
 
-/// `AttributeContext.HttpRequest`. Its `string` fields are read as bytes (the same wire
-/// type): header values need not be UTF-8 (`raw_value` exists for them), and the method
-/// and path are checked by the `http` crate's parsers instead.
+/// `AttributeContext.HttpRequest`, its `string` fields as bytes (see the module's doc).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct HttpRequest {
+    /// The request id (`x-request-id`).
+    #[prost(bytes = "bytes", tag = "1")]
+    pub(crate) id: Bytes,
     #[prost(bytes = "bytes", tag = "2")]
     pub(crate) method: Bytes,
     /// `map<string, string> headers`, as its wire form: one entry per key.
@@ -67,6 +74,14 @@ pub(crate) struct HttpRequest {
     pub(crate) path: Bytes,
     #[prost(bytes = "bytes", tag = "5")]
     pub(crate) host: Bytes,
+    #[prost(bytes = "bytes", tag = "6")]
+    pub(crate) scheme: Bytes,
+    /// `content-length`, -1 when unknown.
+    #[prost(int64, tag = "9")]
+    pub(crate) size: i64,
+    /// `HTTP/1.1`, `HTTP/2`...
+    #[prost(bytes = "bytes", tag = "10")]
+    pub(crate) protocol: Bytes,
     #[prost(bytes = "bytes", tag = "11")]
     pub(crate) body: Bytes,
     #[prost(bytes = "bytes", tag = "12")]
