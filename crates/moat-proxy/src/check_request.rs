@@ -21,6 +21,9 @@
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::Address;
 
+/// The path of Envoy's `Check` method, which carries this message.
+pub(crate) const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
+
 /// `envoy.service.auth.v3.CheckRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct CheckRequest {

@@ -54,9 +54,6 @@ const MAX_DENIAL_BODY: usize = 64 << 10;
 /// Largest answer taken from a gRPC provider (tonic's default limit for a message).
 const MAX_CHECK_RESPONSE: usize = 4 << 20;
 
-/// The path of Envoy's `Check` method.
-const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
-
 /// Tells the provider whether the body it got was cut at `maxRequestBytes` (Envoy's
 /// header; OPA's Envoy plugin reads truncation from `content-length` instead).
 const PARTIAL_BODY: HeaderName = HeaderName::from_static("x-envoy-auth-partial-body");

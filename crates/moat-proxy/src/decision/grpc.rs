@@ -34,11 +34,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
 use super::{decide, Check, Decided};
-use crate::check_request::{Attributes, CheckRequest, Peer};
+use crate::check_request::{Attributes, CheckRequest, Peer, CHECK_PATH};
 use crate::state::Shared;
-
-/// The path of Envoy's `Check` method.
-pub(crate) const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
 
 /// gRPC status codes Envoy reads (`google.rpc.Code`).
 const OK: i32 = 0;

@@ -16,7 +16,8 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use parking_lot::Mutex;
 
 use super::connector::Connector;
-use super::{grpc_status, CHECK_PATH, MAX_CHECK_RESPONSE};
+use super::{grpc_status, MAX_CHECK_RESPONSE};
+use crate::check_request::CHECK_PATH;
 
 /// Calls a gRPC provider's `Check`.
 pub(super) struct GrpcClient {
