@@ -22,6 +22,7 @@
 mod connector;
 mod grpc;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use connector::Connector;
-use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, SocketAddress};
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use grpc::GrpcClient;
@@ -44,9 +44,7 @@ use moat_core::{Connection, EventAction, Reply, RequestCtx, SecurityEvent};
 use moat_tls::UpstreamConnector;
 use prost::Message as _;
 
-use crate::check_request::{
-    Attributes, CheckRequest, HeaderEntry, HttpRequest, Peer, Request as AttrRequest, TlsSession,
-};
+use crate::check_request::{CheckOut, HttpOut};
 
 /// Largest denial body taken from an HTTP provider.
 const MAX_DENIAL_BODY: usize = 64 << 10;
@@ -56,7 +54,8 @@ const MAX_CHECK_RESPONSE: usize = 4 << 20;
 
 /// Tells the provider whether the body it got was cut at `maxRequestBytes` (Envoy's
 /// header; OPA's Envoy plugin reads truncation from `content-length` instead).
-const PARTIAL_BODY: HeaderName = HeaderName::from_static("x-envoy-auth-partial-body");
+const PARTIAL_BODY: HeaderName = HeaderName::from_static(PARTIAL_BODY_NAME);
+const PARTIAL_BODY_NAME: &str = "x-envoy-auth-partial-body";
 
 /// The configured external authorizers, by name.
 #[derive(Default)]
@@ -277,9 +276,7 @@ impl ExtAuthzClients {
                 "extension provider `{name}` is HTTP: only gRPC providers check TCP connections"
             ));
         };
-        let req = CheckRequest {
-            attributes: Some(connection_attributes(conn)),
-        };
+        let req = connection_attributes(conn);
         let call = Box::pin(grpc_check(client, &req));
         let answer = match tokio::time::timeout(p.timeout, call).await {
             Ok(r) => r,
@@ -322,30 +319,19 @@ impl Provider {
     }
 }
 
-fn socket(addr: std::net::SocketAddr) -> Address {
-    Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            address: addr.ip().to_string(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                addr.port(),
-            ))),
-            ..SocketAddress::default()
-        })),
-    }
-}
-
 /// Envoy's `CheckRequest` for the request, as Envoy's ext_authz filter fills it: the
 /// headers as Envoy's map (a name's values joined with `,`, then the pseudo-headers, and
 /// with a body `x-envoy-auth-partial-body`, moat's own and never the client's), the body
 /// in `raw_body` when `pack_as_bytes`, else in `body` (as text: Envoy copies the bytes
 /// into the string field; moat replaces what is not UTF-8, which protobuf requires of a
-/// string, as it does in header values).
-fn check_request(
-    ctx: &RequestCtx,
-    parts: &http::request::Parts,
-    body: Option<CheckBody<'_>>,
+/// string, as it does in header values). Borrowed from the request: only a header
+/// whose values are joined or not UTF-8 is copied.
+fn check_request<'a>(
+    ctx: &'a RequestCtx,
+    parts: &'a http::request::Parts,
+    body: Option<CheckBody<'a>>,
     pack_as_bytes: bool,
-) -> CheckRequest {
+) -> CheckOut<'a> {
     let tls = ctx.conn.tls.as_ref();
     let host = parts
         .uri
@@ -355,42 +341,33 @@ fn check_request(
         .unwrap_or_default();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let copy = |s: &str| Bytes::copy_from_slice(s.as_bytes());
-    let entry = |key: &str, value: Bytes| HeaderEntry {
-        key: copy(key),
-        value,
-    };
-    let mut headers = Vec::with_capacity(parts.headers.keys_len() + 5);
-    for name in parts.headers.keys() {
+    let mut headers: Vec<(&str, Cow<'_, str>)> = Vec::with_capacity(parts.headers.len() + 5);
+    // The map's iterator gives a name's values one after the other.
+    for (name, value) in &parts.headers {
         if body.is_some() && *name == PARTIAL_BODY {
             continue;
         }
-        let mut joined = Vec::new();
-        for (i, v) in parts.headers.get_all(name).iter().enumerate() {
-            if i > 0 {
-                joined.push(b',');
+        match headers.last_mut() {
+            Some((last, joined)) if *last == name.as_str() => {
+                let joined = joined.to_mut();
+                joined.push(',');
+                joined.push_str(&String::from_utf8_lossy(value.as_bytes()));
             }
-            joined.extend_from_slice(v.as_bytes());
+            _ => headers.push((name.as_str(), String::from_utf8_lossy(value.as_bytes()))),
         }
-        headers.push(entry(name.as_str(), text(joined)));
     }
-    headers.push(entry(":authority", copy(host)));
-    headers.push(entry(":method", copy(parts.method.as_str())));
-    headers.push(entry(":path", copy(path)));
-    headers.push(entry(":scheme", Bytes::from_static(scheme.as_bytes())));
-    let (mut text_body, mut raw_body) = (Bytes::new(), Bytes::new());
+    headers.push((":authority", Cow::Borrowed(host)));
+    headers.push((":method", Cow::Borrowed(parts.method.as_str())));
+    headers.push((":path", Cow::Borrowed(path)));
+    headers.push((":scheme", Cow::Borrowed(scheme)));
+    let (mut text_body, mut raw_body) = (Cow::Borrowed(""), &[][..]);
     if let Some(b) = body {
-        let partial: &'static str = if b.partial { "true" } else { "false" };
-        headers.push(entry(
-            PARTIAL_BODY.as_str(),
-            Bytes::from_static(partial.as_bytes()),
-        ));
+        let partial = if b.partial { "true" } else { "false" };
+        headers.push((PARTIAL_BODY_NAME, Cow::Borrowed(partial)));
         if pack_as_bytes {
-            raw_body = b.data.clone();
-        } else if std::str::from_utf8(b.data).is_ok() {
-            text_body = b.data.clone();
+            raw_body = &b.data[..];
         } else {
-            text_body = text(b.data.to_vec());
+            text_body = String::from_utf8_lossy(b.data);
         }
     }
     let size = parts
@@ -398,32 +375,20 @@ fn check_request(
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(-1);
-    let mut attributes = connection_attributes(&ctx.conn);
-    attributes.request = Some(AttrRequest {
-        http: Some(HttpRequest {
-            id: copy(&ctx.request_id),
-            method: copy(parts.method.as_str()),
+    CheckOut {
+        http: Some(HttpOut {
+            id: &ctx.request_id,
+            method: parts.method.as_str(),
             headers,
-            path: copy(path),
-            host: copy(host),
-            scheme: Bytes::from_static(scheme.as_bytes()),
-            protocol: Bytes::from_static(protocol(parts.version).as_bytes()),
+            path,
+            host,
+            scheme,
             size,
+            protocol: protocol(parts.version),
             body: text_body,
             raw_body,
-            header_map: None,
         }),
-    });
-    CheckRequest {
-        attributes: Some(attributes),
-    }
-}
-
-/// `bytes` as UTF-8 text (what is not UTF-8 replaced), without a copy when it is.
-fn text(bytes: Vec<u8>) -> Bytes {
-    match String::from_utf8(bytes) {
-        Ok(s) => Bytes::from(s),
-        Err(e) => Bytes::from(String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ..connection_attributes(&ctx.conn)
     }
 }
 
@@ -441,35 +406,26 @@ fn protocol(v: http::Version) -> &'static str {
 /// The attributes Envoy gives of a connection: the source (address, and the SPIFFE
 /// URI SAN of a verified client certificate as `principal`), the destination and the
 /// SNI. All a TCP check (Envoy's network ext_authz filter) carries.
-fn connection_attributes(conn: &Connection) -> Attributes {
+fn connection_attributes(conn: &Connection) -> CheckOut<'_> {
     let tls = conn.tls.as_ref();
     let principal = tls
         .and_then(|t| t.peer.as_ref())
         .and_then(|p| p.uri_sans.iter().find(|u| u.starts_with("spiffe://")))
-        .cloned()
-        .unwrap_or_default();
-    Attributes {
-        source: Some(Peer {
-            address: Some(socket(conn.remote_addr)),
-            principal,
-            certificate: String::new(),
-        }),
-        destination: Some(Peer {
-            address: Some(socket(conn.local_addr)),
-            ..Peer::default()
-        }),
-        request: None,
-        tls_session: tls
-            .and_then(|t| t.sni.clone())
-            .map(|sni| TlsSession { sni }),
+        .map_or("", String::as_str);
+    CheckOut {
+        source: conn.remote_addr,
+        principal,
+        destination: conn.local_addr,
+        sni: tls.and_then(|t| t.sni.as_deref()),
+        http: None,
     }
 }
 
 /// Calls `Check` on a gRPC provider: the request as one whole message with its
 /// length known (not a streaming codec's body, which ends with an empty frame of its
 /// own), the answer's one `CheckResponse` mapped to allow or deny.
-async fn grpc_check(client: &GrpcClient, req: &CheckRequest) -> Result<Answer, String> {
-    let body = client.call(grpc_message(req)?).await?;
+async fn grpc_check(client: &GrpcClient, req: &CheckOut<'_>) -> Result<Answer, String> {
+    let body = client.call(req.grpc_frame()?).await?;
     let resp = check_response(&body)?;
     let ok = resp.status.as_ref().is_none_or(|s| s.code == 0);
     let header = |h: &envoy_types::pb::envoy::config::core::v3::HeaderValueOption| {
@@ -508,20 +464,6 @@ async fn grpc_check(client: &GrpcClient, req: &CheckRequest) -> Result<Answer, S
             "RBAC: access denied",
         ))),
     }
-}
-
-/// `req` as one gRPC message: no compression, its length in 4 bytes big-endian, the
-/// protobuf.
-fn grpc_message(req: &CheckRequest) -> Result<Bytes, String> {
-    let len = req.encoded_len();
-    // The body in it is cut at `maxRequestBytes` and the head at moat's header limits.
-    let prefix = u32::try_from(len).map_err(|_| format!("a CheckRequest of {len} bytes"))?;
-    let mut out = Vec::with_capacity(5 + len);
-    out.push(0);
-    out.extend_from_slice(&prefix.to_be_bytes());
-    req.encode(&mut out)
-        .map_err(|e| format!("CheckRequest: {e}"))?;
-    Ok(Bytes::from(out))
 }
 
 /// Whether `headers` carry a `grpc-status`; `Err` with the status and its message
@@ -666,40 +608,13 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_check_request_goes_out_as_one_message_that_decodes_back() {
-        let req = CheckRequest {
-            attributes: Some(Attributes {
-                request: Some(AttrRequest {
-                    http: Some(HttpRequest {
-                        method: Bytes::from_static(b"GET"),
-                        path: Bytes::from_static(b"/custom/items"),
-                        ..HttpRequest::default()
-                    }),
-                }),
-                ..Attributes::default()
-            }),
-        };
-        let wire = grpc_message(&req).unwrap();
-        assert_eq!(wire[0], 0);
-        assert_eq!(
-            u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize,
-            wire.len() - 5
-        );
-        let back = envoy::CheckRequest::decode(&wire[5..]).unwrap();
-        let http = back.attributes.unwrap().request.unwrap().http.unwrap();
-        assert_eq!(
-            (http.method.as_str(), http.path.as_str()),
-            ("GET", "/custom/items")
-        );
-    }
-
     /// The `CheckRequest` a gateway request becomes, as a provider decodes it (with
     /// `envoy-types`' own message types): Envoy's header map (repeated names joined with
     /// `,`, values made UTF-8, pseudo-headers added, the partial-body flag moat's own),
     /// the request line, the body as text or bytes, and the connection's addresses.
     #[test]
     fn a_request_becomes_the_check_request_envoy_sends() {
+        use envoy_types::pb::envoy::config::core::v3::address;
         use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
         let ctx = RequestCtx::for_test("r");
         let (mut parts, ()) = http::Request::builder()
@@ -721,7 +636,9 @@ mod tests {
             partial: false,
         };
         for pack in [false, true] {
-            let wire = grpc_message(&check_request(&ctx, &parts, Some(body), pack)).unwrap();
+            let wire = check_request(&ctx, &parts, Some(body), pack)
+                .grpc_frame()
+                .unwrap();
             let req = envoy::CheckRequest::decode(&wire[5..]).unwrap();
             let a = req.attributes.unwrap();
             let addr = |p: Option<envoy::attribute_context::Peer>| match p
