@@ -319,12 +319,16 @@ impl std::fmt::Write for IpText {
 /// `AttributeContext.Peer` with its `Address.socket_address` (address 2, port_value 3:
 /// written even when 0, a member of a oneof) and `principal` (4).
 fn peer_len(ip: &IpText, port: u16, principal: &str) -> usize {
-    let socket = bytes_len(ip.as_bytes()) + 1 + varint_len(u64::from(port));
-    field_len(field_len(socket)) + str_len(principal)
+    field_len(field_len(socket_len(ip, port))) + str_len(principal)
+}
+
+/// `SocketAddress`: the address (2) and the port (3, a one-byte key and a varint).
+fn socket_len(ip: &IpText, port: u16) -> usize {
+    bytes_len(ip.as_bytes()) + 1 + varint_len(u64::from(port))
 }
 
 fn put_peer(out: &mut Vec<u8>, ip: &IpText, port: u16, principal: &str) {
-    let socket = bytes_len(ip.as_bytes()) + 1 + varint_len(u64::from(port));
+    let socket = socket_len(ip, port);
     put_head(out, 1, field_len(socket));
     put_head(out, 1, socket);
     put_bytes(out, 2, ip.as_bytes());
