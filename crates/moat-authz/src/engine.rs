@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use foldhash::fast::RandomState;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use moat_core::{
@@ -191,6 +192,17 @@ struct View {
     peer: PeerPolicy,
 }
 
+/// A workload's view held with the very `Arc`s a route shares with every request it
+/// routes. Holding them keeps their allocations alive, so no other workload's `Arc`
+/// can have their addresses while the entry exists: an address match is a match of
+/// the namespace and labels, without hashing or comparing them.
+#[derive(Clone)]
+struct PinnedView {
+    namespace: Arc<str>,
+    labels: Arc<BTreeMap<String, String>>,
+    view: Arc<View>,
+}
+
 /// The outcome of evaluating one request.
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
@@ -348,6 +360,9 @@ pub struct AuthzEngine {
     cache: TokenCache,
     views: RwLock<HashMap<u64, Vec<Arc<View>>, RandomState>>,
     hasher: RandomState,
+    /// The views of the workloads requests name through the proxy's shared `Arc`s,
+    /// found by those `Arc`s' addresses (see [`AuthzEngine::pinned_view`]).
+    pinned: ArcSwap<Vec<PinnedView>>,
     /// Dropping the sender stops the refresh thread.
     _refresh_stop: Option<mpsc::Sender<()>>,
 }
@@ -474,6 +489,7 @@ impl AuthzEngine {
             cache: TokenCache::new(cfg.jwt_cache_size),
             views: RwLock::new(HashMap::default()),
             hasher: RandomState::default(),
+            pinned: ArcSwap::default(),
             _refresh_stop: stop,
         }))
     }
@@ -544,6 +560,41 @@ impl AuthzEngine {
         }
         w.entry(h).or_default().push(v.clone());
         v
+    }
+
+    /// Calls `f` with the view of a workload named by shared `Arc`s (a route's,
+    /// carried by each request's context): on every request after the first, one
+    /// atomic load and an address comparison per pinned workload instead of
+    /// [`Self::view`]'s hash, lock and comparison of the labels. Pins at most
+    /// `max_workloads` workloads, then starts over, as `view` does.
+    fn with_pinned_view<R>(
+        &self,
+        ns: &Arc<str>,
+        labels: &Arc<BTreeMap<String, String>>,
+        f: impl FnOnce(&View) -> R,
+    ) -> R {
+        let same = |p: &PinnedView| Arc::ptr_eq(&p.labels, labels) && Arc::ptr_eq(&p.namespace, ns);
+        if let Some(p) = self.pinned.load().iter().find(|p| same(p)) {
+            return f(&p.view);
+        }
+        let view = self.view(ns, labels);
+        let max = self.cfg.max_workloads.max(1);
+        self.pinned.rcu(|list| {
+            let mut list = if list.len() >= max {
+                Vec::new()
+            } else {
+                list.to_vec()
+            };
+            if !list.iter().any(same) {
+                list.push(PinnedView {
+                    namespace: ns.clone(),
+                    labels: labels.clone(),
+                    view: view.clone(),
+                });
+            }
+            list
+        });
+        f(&view)
     }
 
     fn build_view(&self, ns: &str, labels: &BTreeMap<String, String>) -> View {
@@ -695,7 +746,16 @@ impl AuthzEngine {
     /// `headers` per outputPayloadToHeader / outputClaimToHeaders / forwardOriginalToken),
     /// then AUDIT, DENY and ALLOW policies.
     pub fn evaluate(&self, req: &RequestInput<'_>, headers: &mut HeaderMap) -> Decision {
-        let view = self.view(req.namespace, req.labels);
+        self.evaluate_in(&self.view(req.namespace, req.labels), req, headers)
+    }
+
+    /// [`Self::evaluate`] with the workload's view already found.
+    fn evaluate_in(
+        &self,
+        view: &View,
+        req: &RequestInput<'_>,
+        headers: &mut HeaderMap,
+    ) -> Decision {
         let (mode, pa_policy) = view.peer_mode(req.port.unwrap_or(0));
         if let Some(d) = strict_rejection(mode, pa_policy, req.peer.is_some()) {
             return d;
@@ -1012,7 +1072,7 @@ impl RequestHeadersPhase for AuthzEngine {
     }
 
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
-        let conn = ctx.conn.clone();
+        let conn = &*ctx.conn;
         let tls = conn.tls.as_ref();
         let source_ip = crate::request::canonical_ip(conn.remote_addr.ip());
         let remote_ip = match self.cfg.trusted_proxies {
@@ -1058,7 +1118,9 @@ impl RequestHeadersPhase for AuthzEngine {
             sni: tls.and_then(|t| t.sni.as_deref()),
             peer: tls.and_then(|t| t.peer.as_ref()),
         };
-        let d = self.evaluate(&input, &mut req.headers);
+        let d = self.with_pinned_view(&ctx.namespace, &ctx.labels, |view| {
+            self.evaluate_in(view, &input, &mut req.headers)
+        });
         ctx.ext_authz = d.custom.clone();
         let monitor = self.cfg.monitor_only || ctx.monitor_only;
         if let Some(j) = &d.jwt {

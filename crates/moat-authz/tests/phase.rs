@@ -275,3 +275,35 @@ spec:
     assert!(decide(b"caf\xe9.example"), "not UTF-8, matched lossily");
     assert!(!decide(b"caf\xe9.other"));
 }
+
+/// The phase finds a workload's policies by the identity of the route's shared
+/// `Arc`s: routes of different workloads, requests alternating between them, and a
+/// workload cap of one (every switch starts the pinned workloads over) must still
+/// give each request its own workload's decision, also for an equal workload held in
+/// another allocation.
+#[test]
+fn each_request_gets_its_own_workloads_policies() {
+    let key = rsa_key(1, "k", Algorithm::RS256);
+    let cfg = moat_authz::AuthzConfig {
+        max_workloads: 1,
+        ..Default::default()
+    };
+    let e = engine_cfg(&policies(&jwks(&[&key])), cfg);
+    let phase: Arc<dyn RequestHeadersPhase> = e;
+    let api = ctx("api", None);
+    let web = ctx("web", None);
+    let verdict = |route: &RequestCtx| {
+        let mut c = route.clone();
+        let mut p = parts("/orders/1", None);
+        matches!(phase.on_request_headers(&mut c, &mut p), Verdict::Continue)
+    };
+    for _ in 0..3 {
+        // `api` has an ALLOW policy this anonymous request does not match; `web` none.
+        assert!(!verdict(&api), "api's ALLOW policy applies");
+        assert!(verdict(&web), "no policy applies to web");
+        assert!(
+            !verdict(&ctx("api", None)),
+            "an equal workload, another Arc"
+        );
+    }
+}
