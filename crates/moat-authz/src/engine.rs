@@ -361,7 +361,7 @@ pub struct AuthzEngine {
     views: RwLock<HashMap<u64, Vec<Arc<View>>, RandomState>>,
     hasher: RandomState,
     /// The views of the workloads requests name through the proxy's shared `Arc`s,
-    /// found by those `Arc`s' addresses (see [`AuthzEngine::pinned_view`]).
+    /// found by those `Arc`s' addresses (see [`AuthzEngine::with_pinned_view`]).
     pinned: ArcSwap<Vec<PinnedView>>,
     /// Dropping the sender stops the refresh thread.
     _refresh_stop: Option<mpsc::Sender<()>>,
