@@ -1,7 +1,9 @@
 //! Attack classes added for issue 19 (Java deserialization, expression-language
 //! and script injection, render arrays, path normalisation), each with several
-//! variants and benign look-alikes; request context (code submissions, JSON
-//! beacons, blobs); sensitivity levels; the exclusion round trip.
+//! variants and benign look-alikes; command-injection forms from the public payload
+//! lists (globbed command paths, time-based probes, later arguments); request context
+//! (code submissions, JSON beacons, blobs); sensitivity levels; the exclusion round
+//! trip.
 
 use moat_waf::triage::{self, ExclusionRequest};
 use moat_waf::{Attack, BodyView, RequestView, Sensitivity, WafConfig, WafEngine};
@@ -169,6 +171,61 @@ fn render_arrays() {
         assert!(
             !blocked(&e, "POST", "/node/add", FORM, body),
             "false positive: {body}"
+        );
+    }
+}
+
+/// Shell forms the public command-injection payload lists use that need the shell's
+/// own reading: a command named by a glob (`/???/??t`), an empty substitution inside
+/// the command word, `sleep N` as the whole command (the blind, time-based probe), a
+/// system path after the first argument, a redirection later in the command.
+#[test]
+fn command_injection_shell_forms() {
+    let e = engine(&WafConfig::default());
+    for a in [
+        ";/bin/c?t /etc/passwd",
+        "|/???/??t /etc/passwd",
+        "1;/usr/bin/wh??mi",
+        ";wh$()oami",
+        ";sleep 5",
+        "| sleep 5",
+        "`sleep 5`",
+        "1 && sleep 10 #",
+        ";grep root /etc/passwd",
+        ";echo vulnerable > /tmp/x",
+        "x; printf '<?php system($_GET[0]);' >> /var/www/html/s.php",
+        ";printenv",
+    ] {
+        let q = format!("/search?q={}", form_encode(a));
+        assert!(blocked(&e, "GET", &q, "", ""), "missed in a query: {a}");
+        let body = format!("name=x&comment={}", form_encode(a));
+        assert!(
+            blocked(&e, "POST", "/comments", FORM, &body),
+            "missed in a form: {a}"
+        );
+    }
+    for b in [
+        "Good night; sleep 8 hours",
+        "Tom & Jerry; timeout 30 seconds later",
+        "rates & sleep 10 hours",
+        "Q&A; more info /docs/faq",
+        "see below; find it in /usr/share/doc",
+        "price; more than 5 > 3",
+        "results: a > b; echo chamber",
+        "what is /bin/c?t",
+        "docs; /api/v?/items",
+        "sort by date; grep for it later",
+        "fish & chips; cat food > dog food",
+    ] {
+        let q = format!("/search?q={}", form_encode(b));
+        assert!(
+            !blocked(&e, "GET", &q, "", ""),
+            "false positive in a query: {b}"
+        );
+        let body = format!("name=x&comment={}", form_encode(b));
+        assert!(
+            !blocked(&e, "POST", "/comments", FORM, &body),
+            "false positive in a form: {b}"
         );
     }
 }

