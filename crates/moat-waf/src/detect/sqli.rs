@@ -363,7 +363,15 @@ pub(crate) fn lex(s: &[u8], ctx: Option<u8>, out: &mut Vec<Tok>) -> bool {
                 }
                 i += 2;
                 match memchr::memmem::find(&s[i..], b"*/") {
-                    Some(p) => i += p + 2,
+                    // A closed comment with more code after it separates tokens as a
+                    // space does (`1'/**/OR/**/1=1`); one that ends the input is the
+                    // breakout's tail (`admin'/*`) and stays a token.
+                    Some(p) => {
+                        i += p + 2;
+                        if s[i..].iter().any(|c| !c.is_ascii_whitespace()) {
+                            continue;
+                        }
+                    }
                     None => i = s.len(),
                 }
                 T::Comment
@@ -937,6 +945,10 @@ mod tests {
             "1 order by 3--",
             "1 = (SELECT 1)",
             "' UNION SELECT username||'~'||password FROM users--",
+            // closed comments as spaces between the tokens
+            "1'/**/OR/**/1=1--",
+            "1' OR/*x*/1=1--",
+            "1'/**/and/**/'a'='a",
         ] {
             assert!(hit(a), "missed {a}");
         }
@@ -957,6 +969,9 @@ mod tests {
             "5 or 6 people",
             "Select your size from the menu below",
             "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+            "see /* the docs */ for more",
+            "int main() { /* comment */ return 0; }",
+            "price 10/*per unit*/ or less",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }

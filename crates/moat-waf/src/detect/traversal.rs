@@ -84,6 +84,16 @@ pub fn traversal(s: &str) -> Option<Hit> {
             }
         }
     }
+    // `....//` and `..././` are what a filter that strips `../` once leaves as `../`:
+    // judge the string that filter would pass on
+    if separators && (s.contains("....") || s.contains(".../") || s.contains("...\\")) {
+        let stripped = s.replace("../", "").replace("..\\", "");
+        if stripped.len() != s.len() {
+            if let Some(h) = traversal_inner(&stripped, true) {
+                return Some(h);
+            }
+        }
+    }
     traversal_inner(s, separators)
 }
 
@@ -158,7 +168,13 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
             || (t.starts_with('/') && t.len() <= 16 && !t.contains(' '))
             || t.ends_with("/./")
             || t.ends_with("\\");
+        // `/proc/self/` names a directory: its files (`environ`, `cmdline`, `fd/0`)
+        // follow without a space
+        let proc_file = s[p..p + l].eq_ignore_ascii_case("proc/self/")
+            && b.len() > p + l
+            && !b[p + l..].iter().any(|c| c.is_ascii_whitespace());
         let rest_ok = b.len() == p + l
+            || proc_file
             || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
         if abs && (rest_ok || t.ends_with("/./")) {
             return Some(Hit::new(
@@ -244,6 +260,12 @@ mod tests {
         assert!(traversal("/cgi-bin/../../../../bin/sh").is_some());
         assert!(traversal("/images/logo.png").is_none());
         assert!(traversal("see ../readme for details").is_none());
+        // what a filter that strips `../` once turns into `../../../etc/passwd`
+        assert!(traversal("....//....//....//etc/passwd").is_some());
+        assert!(traversal("..././..././..././etc/passwd").is_some());
+        assert!(traversal("/proc/self/environ").is_some());
+        assert!(traversal("/proc/self/fd/0").is_some());
+        assert!(traversal("wait.... what? see ../docs").is_none());
         assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
     }
 }
