@@ -722,6 +722,17 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             }
             Some(T::Concat | T::Arith | T::Cmp) if ctx.is_some() || after_paren => {
                 let k = j + 1;
+                // `'='`, `1'='1`: the whole value closes the string, compares it with a
+                // string the query's own quote closes (the login bypass)
+                if ctx.is_some()
+                    && j == 1
+                    && k + 1 == n
+                    && v.word(j) == b"="
+                    && v.t(k) == Some(T::Str)
+                    && v.toks[k].e == v.s.len()
+                {
+                    take(75, 0, n, &mut best);
+                }
                 let is_fn =
                     v.is_call(k) && (dangerous_function(v.word(k)) || sql_function(v.word(k)));
                 let sub = v.t(k) == Some(T::LParen) && v.t(k + 1) == Some(T::Kw(K::Select));
@@ -949,6 +960,9 @@ mod tests {
             "1'/**/OR/**/1=1--",
             "1' OR/*x*/1=1--",
             "1'/**/and/**/'a'='a",
+            // the string-equals-string login bypass
+            "'='",
+            "1'='1",
         ] {
             assert!(hit(a), "missed {a}");
         }
@@ -972,6 +986,10 @@ mod tests {
             "see /* the docs */ for more",
             "int main() { /* comment */ return 0; }",
             "price 10/*per unit*/ or less",
+            "it's = it's",
+            "O'Neil=1",
+            "a'=b",
+            "x = 'y'",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }
