@@ -351,11 +351,15 @@ const SYSTEM_DIRS: &[&str] = &[
 /// argument that is a path under a system directory (`grep root /etc/passwd`), or a
 /// redirection to a path or descriptor (`echo x > /tmp/f`, `2>&1`).
 fn later_shell_word(rest: &str) -> bool {
-    // The simple command ends at an operator (at most 128 bytes are read).
-    let end = rest
+    // The simple command ends at an operator (at most 128 bytes are read, cut at a
+    // character's start: the value is text, not ASCII).
+    let mut end = rest
         .find(['\n', '\r', ';', '|', '&', '`'])
         .unwrap_or(rest.len())
         .min(128);
+    while !rest.is_char_boundary(end) {
+        end -= 1;
+    }
     let cmd = &rest[..end];
     let second = cmd.split([' ', '\t']).find(|w| !w.is_empty()).unwrap_or("");
     let second = second.trim_matches(['\'', '"']);
@@ -624,6 +628,16 @@ mod tests {
             "| xargs -n1",
         ] {
             assert!(hit(a), "missed {a}");
+        }
+    }
+
+    #[test]
+    fn long_commands_cut_at_a_character() {
+        // the fuzzer's find: the 128-byte window of a later argument ended inside `é`
+        for pad in 120..=130 {
+            let s = format!(";grep a {}é /etc/passwd", "x".repeat(pad));
+            let _ = detect(&s, false);
+            let _ = detect(&s, true);
         }
     }
 
