@@ -378,8 +378,69 @@ fn later_shell_word(rest: &str) -> bool {
     })
 }
 
+/// Commands that run the command after their own options: `sudo id`, `timeout 5 id`,
+/// `env X=1 id`, `nohup nc ...`. The wrapped command is judged as if it stood at the
+/// command position.
+const WRAPPERS: &[&str] = &[
+    "sudo", "doas", "nohup", "timeout", "nice", "env", "setsid", "stdbuf", "time", "busybox",
+];
+
+/// Where the command a wrapper runs starts: past at most three of the wrapper's own
+/// words (options, durations and counts, `NAME=value` assignments), or None when no
+/// command follows them.
+fn wrapped_command(b: &[u8], mut i: usize) -> Option<usize> {
+    for _ in 0..3 {
+        i = skip_blanks(b, i);
+        let mut e = i;
+        while e < b.len() && is_word_byte(b[e]) {
+            e += 1;
+        }
+        let w = &b[i..e];
+        let own = w.len() > 1 && w[0] == b'-'
+            || w.first().is_some_and(u8::is_ascii_digit)
+                && w.iter()
+                    .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b's' | b'm' | b'h'))
+            || w.first().is_some_and(|c| c.is_ascii_alphabetic())
+                && w.iter().position(|&c| c == b'=').is_some_and(|p| {
+                    w[..p]
+                        .iter()
+                        .all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                });
+        if !own {
+            return (e > i).then_some(i);
+        }
+        i = e;
+    }
+    None
+}
+
 /// Checks the command at `i` (a command position). Returns a confidence.
 fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
+    let found = command_word(s, i, after_sep)?;
+    let direct = found.conf;
+    // One level of wrapper, at a command position only: `; timeout 5 id`.
+    if after_sep && direct.is_none_or(|(c, _)| c < 85) && WRAPPERS.contains(&found.cmd.as_str()) {
+        if let Some(p) = wrapped_command(s.as_bytes(), found.word_end) {
+            if let Some((c, e)) = command_word(s, p, true).and_then(|f| f.conf) {
+                if direct.is_none_or(|(d, _)| d < c) {
+                    return Some((c, e));
+                }
+            }
+        }
+    }
+    direct
+}
+
+/// A listed command found at a command position: its normalised name, where its word
+/// ends, and the confidence that it is injected (None: listed but not shell-shaped).
+struct CommandWord {
+    cmd: String,
+    word_end: usize,
+    conf: Option<(u8, usize)>,
+}
+
+/// Reads the command word at `i` and judges it with its arguments.
+fn command_word(s: &str, i: usize, after_sep: bool) -> Option<CommandWord> {
     let b = s.as_bytes();
     let substitution =
         i >= 1 && (b[i - 1] == b'`' || (i >= 2 && b[i - 1] == b'(' && b[i - 2] == b'$'));
@@ -425,12 +486,24 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
         (STRONG.contains(&cmd.as_str()), WEAK.contains(&cmd.as_str()))
     };
     if !strong && !weak {
-        return None;
+        // an unlisted wrapper (`nice`, `time`) is only a way to reach the command it runs
+        return WRAPPERS.contains(&cmd.as_str()).then_some(CommandWord {
+            cmd,
+            word_end: j,
+            conf: None,
+        });
     }
     // first argument
     let k = skip_blanks(b, j);
     let glued_ifs = k > j && b[j..k].contains(&b'$');
     let mut ae = k;
+    // a quoted first argument is one word whatever it holds: `awk '{print $1}' /etc/passwd`
+    if let Some(&q @ (b'\'' | b'"')) = b.get(k) {
+        let window = &b[k + 1..b.len().min(k + 1 + 128)];
+        if let Some(close) = memchr::memchr(q, window) {
+            ae = k + close + 2;
+        }
+    }
     while ae < b.len() && (is_word_byte(b[ae]) || b[ae] == b'<' || b[ae] == b'>') {
         ae += 1;
     }
@@ -501,7 +574,11 @@ fn command_at(s: &str, i: usize, after_sep: bool) -> Option<(u8, usize)> {
     } else {
         0
     };
-    (conf > 0).then_some((conf, ae.max(j)))
+    Some(CommandWord {
+        conf: (conf > 0).then_some((conf, ae.max(j))),
+        cmd,
+        word_end: j,
+    })
 }
 
 /// Runs the command-injection detector.
@@ -619,6 +696,13 @@ mod tests {
             "| sleep 10 #",
             "`sleep 5`",
             "&& timeout 7",
+            // a wrapper running a listed command
+            "; timeout 5 id",
+            "| sudo -u root id",
+            "; nice -n 10 cat /etc/shadow",
+            "&& env X=1 whoami",
+            // a quoted first argument, then a system path
+            "; awk '{print $1}' /etc/passwd",
             // a system path after the first argument, a redirection later in the command
             ";grep root /etc/passwd",
             "| sort -r /etc/group",
@@ -684,6 +768,11 @@ mod tests {
             "docs; /api/v?/items",
             "x; /*",
             "rates & timeout 30 seconds",
+            "coffee; time is money",
+            "cats & nice cat pictures",
+            "ok; sudo make me a sandwich",
+            "a; env is fine here",
+            "try; awk 'is a tool' for text",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b, false));
         }

@@ -775,7 +775,20 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 let tail_ok = if w.eq_ignore_ascii_case(b"order")
                     || w.eq_ignore_ascii_case(b"group")
                 {
-                    by && matches!(v.t(j + 2), Some(T::Num)) && v.end_or_comment(j + 3)
+                    // by a column number, or by a column name when a comment cuts the
+                    // query's rest off or a HAVING test follows (`' group by x having 1=1--`)
+                    let having = |h: usize| {
+                        v.t(h) == Some(T::Kw(K::Clause))
+                            && v.word(h).eq_ignore_ascii_case(b"having")
+                            && v.operand(h + 1).is_some_and(|a| v.cmp_at(a))
+                    };
+                    by && match v.t(j + 2) {
+                        Some(T::Num) => v.end_or_comment(j + 3) || having(j + 3),
+                        Some(T::Word) => v
+                            .operand(j + 2)
+                            .is_some_and(|e| v.t(e) == Some(T::Comment) || having(e)),
+                        _ => false,
+                    }
                 } else if w.eq_ignore_ascii_case(b"where") || w.eq_ignore_ascii_case(b"having") {
                     v.operand(j + 1).is_some_and(|a| v.cmp_at(a))
                 } else {
@@ -963,6 +976,11 @@ mod tests {
             // the string-equals-string login bypass
             "'='",
             "1'='1",
+            // grouping by a column name: with a HAVING test, or the query's rest cut off
+            "' GROUP BY x HAVING 1=1--",
+            "') group by users.id having 1=1#",
+            "1 group by 2 having 1=1",
+            "' order by username--",
         ] {
             assert!(hit(a), "missed {a}");
         }
@@ -990,6 +1008,10 @@ mod tests {
             "O'Neil=1",
             "a'=b",
             "x = 'y'",
+            "results group by country",
+            "'80s hits order by year -- newest first",
+            "sort order by name, then group by team",
+            "'group by' and 'order by' are SQL clauses",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }

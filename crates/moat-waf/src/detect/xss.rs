@@ -463,7 +463,9 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
                             | Classes::COMMENT
                             | Classes::PLUS
                             | Classes::SLASH,
-                    ) || is == 0;
+                    ) || is == 0
+                        // a template literal's substitution: `${alert(1)}`
+                        || (is >= 2 && &b[is - 2..is] == b"${");
                     let lname = name.to_ascii_lowercase();
                     let strong = matches!(
                         lname.as_str(),
@@ -712,6 +714,8 @@ mod tests {
             "prompt.call(null,1)",
             "confirm.apply(window,[1])",
             "alert.bind()(document.domain)",
+            "${alert(1)}",
+            "x${prompt`1`}",
             "<<scr\0ipt/src=http://xss.com/xss.js></script",
             "<iframe srcdoc=\"<svg onload=alert(1)>\"></iframe>",
             "<a href=data:text/html;base64,PHNjcmlwdD4=>1</a>",
@@ -738,6 +742,7 @@ mod tests {
             ">url=/pi?mode=<;>",
             "this[0] = value",
             "I'd like to print (two) copies",
+            "${price} (confirm at checkout)",
         ] {
             assert!(
                 !hit(b),
