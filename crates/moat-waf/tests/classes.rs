@@ -195,6 +195,11 @@ fn command_injection_shell_forms() {
         ";echo vulnerable > /tmp/x",
         "x; printf '<?php system($_GET[0]);' >> /var/www/html/s.php",
         ";printenv",
+        // session 24: a wrapper running a listed command; a quoted first argument
+        ";timeout 5 id",
+        "| nice -n 10 cat /etc/shadow",
+        "&& env X=1 whoami",
+        "; awk '{print $1}' /etc/passwd",
     ] {
         let q = format!("/search?q={}", form_encode(a));
         assert!(blocked(&e, "GET", &q, "", ""), "missed in a query: {a}");
@@ -216,6 +221,10 @@ fn command_injection_shell_forms() {
         "docs; /api/v?/items",
         "sort by date; grep for it later",
         "fish & chips; cat food > dog food",
+        "coffee; time is money",
+        "cats & nice cat pictures",
+        "ok; sudo make me a sandwich",
+        "try; awk 'is a tool' for text",
     ] {
         let q = format!("/search?q={}", form_encode(b));
         assert!(
