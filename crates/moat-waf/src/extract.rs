@@ -204,10 +204,17 @@ pub(crate) struct Inspector<'e> {
     outcomes: usize,
 }
 
-/// `select` in an otherwise inert value with spaces: the one keyword that sends
-/// such a value to the detectors, searched for in every long free-text value.
+/// `select` in an otherwise inert value with spaces: a keyword that sends such a value
+/// to the detectors (besides [`numeric_clause`]), searched for in every long free-text
+/// value.
 static SELECT: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"select"));
+
+/// A number followed by an `ORDER BY` / `GROUP BY` (`1 order by 3--`, the column count
+/// probe): a numeric context's breakout needs no byte outside the inert classes.
+fn numeric_clause(b: &[u8]) -> bool {
+    b[0].is_ascii_digit() && crate::util::find_ci(b, b" by ").is_some()
+}
 
 /// Most findings kept per request.
 const MAX_FINDINGS: usize = 32;
@@ -518,7 +525,8 @@ impl<'e> Inspector<'e> {
             }
         } else if raw.len() >= 10
             && memchr::memchr(b' ', raw.as_bytes()).is_some()
-            && crate::util::find_ci_with(raw.as_bytes(), b"select", Some(&SELECT)).is_some()
+            && (crate::util::find_ci_with(raw.as_bytes(), b"select", Some(&SELECT)).is_some()
+                || numeric_clause(raw.as_bytes()))
         {
             detect::run_all_classified(raw, c, scope, &mut |h| self.report(loc, h));
         }

@@ -39,6 +39,7 @@ const STRONG: &[&str] = &[
     "chmod",
     "chown",
     "systeminfo",
+    "netsh",
     "tasklist",
     "certutil",
     "bitsadmin",
@@ -242,6 +243,7 @@ fn shellish_arg(arg: &str) -> bool {
         || a.starts_with("../")
         || a.starts_with('~')
         || b[0] == b'$'
+        || windows_variable(a)
         || b[0] == b'`'
         || (b.len() > 2 && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
         || a.starts_with("\\\\")
@@ -347,12 +349,9 @@ const SYSTEM_DIRS: &[&str] = &[
     "/home/",
 ];
 
-/// After a command's first argument, up to the end of the simple command: a second
-/// argument that is a path under a system directory (`grep root /etc/passwd`), or a
-/// redirection to a path or descriptor (`echo x > /tmp/f`, `2>&1`).
-fn later_shell_word(rest: &str) -> bool {
-    // The simple command ends at an operator (at most 128 bytes are read, cut at a
-    // character's start: the value is text, not ASCII).
+/// The rest of a simple command: up to its first operator, at most 128 bytes, cut at a
+/// character's start (the value is text, not ASCII).
+fn simple_command(rest: &str) -> &str {
     let mut end = rest
         .find(['\n', '\r', ';', '|', '&', '`'])
         .unwrap_or(rest.len())
@@ -360,7 +359,69 @@ fn later_shell_word(rest: &str) -> bool {
     while !rest.is_char_boundary(end) {
         end -= 1;
     }
-    let cmd = &rest[..end];
+    &rest[..end]
+}
+
+/// A Windows environment variable as a word: `%SYSTEMROOT%\repair\SAM`, `%TEMP%`.
+fn windows_variable(a: &str) -> bool {
+    a.strip_prefix('%')
+        .and_then(|r| r.find('%').map(|p| &r[..p]))
+        .is_some_and(|name| {
+            name.len() >= 2 && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        })
+}
+
+/// Windows administration that a command line names and text does not: `net` with one
+/// of its subcommands, then nothing or a switch later (`net view`, `net user x p /add`,
+/// `net localgroup administrators x /add`); `reg` changing or reading a registry hive
+/// (`reg add "HKLM\..."`).
+fn windows_admin(cmd: &str, arg: &str, rest: &str) -> bool {
+    const NET: &[&str] = &[
+        "user",
+        "users",
+        "localgroup",
+        "group",
+        "share",
+        "use",
+        "view",
+        "accounts",
+        "session",
+        "start",
+        "stop",
+    ];
+    let mut words = simple_command(rest)
+        .split([' ', '\t'])
+        .filter(|w| !w.is_empty());
+    match cmd {
+        "net" | "net1" if NET.iter().any(|s| s.eq_ignore_ascii_case(arg)) => {
+            let switch = |w: &str| {
+                w.len() >= 2
+                    && w.len() <= 13
+                    && w.starts_with('/')
+                    && w[1..].bytes().all(|c| c.is_ascii_alphabetic())
+            };
+            let mut later = words.peekable();
+            later.peek().is_none() || later.any(switch)
+        }
+        "reg"
+            if ["add", "delete", "query", "save", "export"]
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(arg)) =>
+        {
+            words.next().is_some_and(|key| {
+                let key = key.trim_start_matches(['"', '\'']).as_bytes();
+                key.len() >= 4 && key[..2].eq_ignore_ascii_case(b"hk")
+            })
+        }
+        _ => false,
+    }
+}
+
+/// After a command's first argument, up to the end of the simple command: a second
+/// argument that is a path under a system directory (`grep root /etc/passwd`), or a
+/// redirection to a path or descriptor (`echo x > /tmp/f`, `2>&1`).
+fn later_shell_word(rest: &str) -> bool {
+    let cmd = simple_command(rest);
     let second = cmd.split([' ', '\t']).find(|w| !w.is_empty()).unwrap_or("");
     let second = second.trim_matches(['\'', '"']);
     if SYSTEM_DIRS
@@ -518,7 +579,8 @@ fn command_word(s: &str, i: usize, after_sep: bool) -> Option<CommandWord> {
         || glued_ifs
         || redirect
         || delay_alone(&cmd, arg, &s[ae..])
-        || later_shell_word(&s[ae..]);
+        || later_shell_word(&s[ae..])
+        || (after_sep && windows_admin(&cmd, arg, &s[ae..]));
     let tick = i >= 1 && b[i - 1] == b'`';
     let tight = !tick || (start == i && memchr::memchr(b'`', &b[j..]).is_some());
     let conf = if substitution
@@ -611,9 +673,11 @@ pub fn detect(s: &str, body: bool) -> Option<Hit> {
         let next = match c {
             b';' => Some(i + 1),
             b'\n' | b'\r' => {
-                // in bodies a line break is text layout: the next line must look like a command line
+                // in bodies a line break is text layout: the next line must look like a
+                // command line, which a command named by its path (`/usr/bin/id`) does
                 if body {
-                    if let Some((c, e)) = command_at(s, i + 1, false) {
+                    let by_path = b.get(skip_blanks(b, i + 1)) == Some(&b'/');
+                    if let Some((c, e)) = command_at(s, i + 1, by_path) {
                         if best.as_ref().is_none_or(|h| h.confidence < c) {
                             best = Some(Hit::new(Attack::Cmdi, c, s, i, e));
                         }
@@ -703,6 +767,13 @@ mod tests {
             "&& env X=1 whoami",
             // a quoted first argument, then a system path
             "; awk '{print $1}' /etc/passwd",
+            // Windows administration and variables
+            "; net user hacker Password1 /ADD",
+            "& net localgroup Administrators hacker /ADD",
+            "; net view",
+            "| reg add \"HKLM\\System\\CurrentControlSet\" /v x /t REG_DWORD /d 0 /f",
+            "& type %SYSTEMROOT%\\repair\\SAM",
+            "& netsh",
             // a system path after the first argument, a redirection later in the command
             ";grep root /etc/passwd",
             "| sort -r /etc/group",
@@ -712,6 +783,28 @@ mod tests {
             "| xargs -n1",
         ] {
             assert!(hit(a), "missed {a}");
+        }
+    }
+
+    #[test]
+    fn body_lines() {
+        let body_hit = |s: &str| detect(s, true).is_some_and(|h| h.confidence >= 60);
+        // a line break in a body is text layout unless the next line is a command line
+        for a in [
+            "\n/usr/bin/id\n",
+            "x\n/bin/ls -al",
+            "\n/usr/bin/id|",
+            "a\ncat /etc/passwd",
+        ] {
+            assert!(body_hit(a), "missed in a body: {a:?}");
+        }
+        for b in [
+            "name\nid\nemail",
+            "see\n/usr/share/doc for more",
+            "list:\n/home/me/cat pictures",
+            "Dear team,\nsleep well",
+        ] {
+            assert!(!body_hit(b), "false positive in a body: {b:?}");
         }
     }
 
@@ -773,6 +866,11 @@ mod tests {
             "ok; sudo make me a sandwich",
             "a; env is fine here",
             "try; awk 'is a tool' for text",
+            "Q3; net user growth was 5%",
+            "fish & net income per share",
+            "profit & net sales /year",
+            "see; reg add-ons in the store",
+            "50%; type 100% cotton",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b, false));
         }

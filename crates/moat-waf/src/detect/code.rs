@@ -255,6 +255,17 @@ pub fn code(s: &str, c: Classes) -> Option<Hit> {
     if best.as_ref().is_some_and(|h| h.confidence >= 85) {
         return best;
     }
+    // PHP's complex (curly) syntax calls a function inside a double-quoted string:
+    // `{${system(id)}}`, `{${sleep(10)}}`
+    if let Some(p) = memchr::memmem::find(b, b"{${") {
+        let name = b[p + 3..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+            .count();
+        if name > 0 && b.get(p + 3 + name) == Some(&b'(') {
+            return Some(Hit::new(Attack::CodeInjection, 85, s, p, p + 3 + name + 20));
+        }
+    }
     if c.any(Classes::PAREN) {
         // PHP function call with a code-shaped argument: system('id'), eval($_POST[x]), phpinfo()
         // candidates are checked as the automaton finds them: no per-value vector
@@ -489,6 +500,10 @@ mod tests {
         ));
         assert!(c("__import__('os').system('id')"));
         assert!(c("<!--#exec cmd=\"ls\" -->"));
+        // PHP's complex (curly) syntax running a call
+        assert!(c("{${sleep(10)}}"));
+        assert!(c(" {${system(id)}}"));
+        assert!(!c("{${name}}"));
         assert!(!c("Hello {{name}}, welcome"));
         assert!(!c(
             "}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"

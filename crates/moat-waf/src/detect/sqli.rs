@@ -151,6 +151,10 @@ fn sql_function(w: &[u8]) -> bool {
         b"system_user",
         b"session_user",
         b"schema",
+        b"current_database",
+        b"current_schema",
+        b"current_setting",
+        b"inet_server_addr",
         b"char",
         b"chr",
         b"concat",
@@ -177,7 +181,6 @@ fn sql_function(w: &[u8]) -> bool {
         b"to_char",
         b"json_extract",
         b"json_depth",
-        b"version",
         b"rand",
         b"row",
         b"exists",
@@ -686,8 +689,13 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
         match v.t(j) {
             Some(T::Bool) => {
                 let k = j + 1;
+                // the comparison may open parentheses first: `') or ('1'='1'--`
+                let mut first = k;
+                while v.t(first) == Some(T::LParen) {
+                    first += 1;
+                }
                 // ' OR 1=1 / ' AND 'a'='a / 1 AND sleep(5)
-                if let Some(a) = v.operand(k) {
+                if let Some(a) = v.operand(first) {
                     if v.cmp_at(a) {
                         let mut b = a + 1;
                         if v.t(b) == Some(T::Kw(K::CmpWord)) {
@@ -981,6 +989,12 @@ mod tests {
             "') group by users.id having 1=1#",
             "1 group by 2 having 1=1",
             "' order by username--",
+            // the comparison behind opening parentheses
+            "admin') or ('1'='1'--",
+            "admin\") or (\"1\"=\"1\"#",
+            "x' and (1=1)#",
+            // a stand-alone statement with a system information function
+            "select current_setting('port');",
         ] {
             assert!(hit(a), "missed {a}");
         }
@@ -1012,6 +1026,8 @@ mod tests {
             "'80s hits order by year -- newest first",
             "sort order by name, then group by team",
             "'group by' and 'order by' are SQL clauses",
+            "Rock 'n' (roll) or (blues)",
+            "it's (mostly) or (partly) true",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }

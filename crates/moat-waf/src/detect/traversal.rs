@@ -172,13 +172,14 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
             || (t.starts_with('/') && t.len() <= 16 && !t.contains(' '))
             || t.ends_with("/./")
             || t.ends_with("\\");
-        // `/proc/self/` names a directory: its files (`environ`, `cmdline`, `fd/0`)
-        // follow without a space
-        let proc_file = s[p..p + l].eq_ignore_ascii_case("proc/self/")
+        // an entry ending in `/` names a directory (`proc/self/`, `var/log/`, `.ssh/`,
+        // `web-inf/`): a file under it follows without a space
+        // (`/proc/self/environ`, `/var/log/nginx/access.log`)
+        let dir_file = b[p + l - 1] == b'/'
             && b.len() > p + l
             && !b[p + l..].iter().any(|c| c.is_ascii_whitespace());
         let rest_ok = b.len() == p + l
-            || proc_file
+            || dir_file
             || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
         if abs && (rest_ok || t.ends_with("/./")) {
             return Some(Hit::new(
@@ -269,6 +270,10 @@ mod tests {
         assert!(traversal("..././..././..././etc/passwd").is_some());
         assert!(traversal("/proc/self/environ").is_some());
         assert!(traversal("/proc/self/fd/0").is_some());
+        // files under the other sensitive directories, as the whole value
+        assert!(traversal("/var/log/nginx/access.log").is_some());
+        assert!(traversal("/WEB-INF/web.xml").is_some());
+        assert!(traversal("see /var/log/ for the logs").is_none());
         assert!(traversal("wait.... what? see ../docs").is_none());
         assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
     }
