@@ -389,6 +389,10 @@ fn windows_admin(cmd: &str, arg: &str, rest: &str) -> bool {
         "start",
         "stop",
     ];
+    // every listed command after a separator comes here: only these two read further
+    if !matches!(cmd, "net" | "net1" | "reg") {
+        return false;
+    }
     let mut words = simple_command(rest)
         .split([' ', '\t'])
         .filter(|w| !w.is_empty());
