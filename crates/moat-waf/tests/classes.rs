@@ -271,6 +271,40 @@ fn sql_clause_probes() {
     );
 }
 
+/// A server's configuration, log or credential file named as a whole parameter value
+/// (session 25, from the public LFI lists' half A): judged by the file's kind, not
+/// by a list of paths.
+#[test]
+fn server_file_probes() {
+    let e = engine(&WafConfig::default());
+    assert_class(
+        &e,
+        &[
+            "/usr/local/apache2/conf/httpd.conf",
+            "/opt/xampp/logs/access_log",
+            "/etc/php5/apache2/php.ini",
+            "/var/www/localhost/htdocs/.htaccess",
+            "/root/.bash_history",
+            "C:\\inetpub\\wwwroot\\global.asa",
+            "../config.inc.php",
+            "../../logs/error.log",
+            "/proc/net/tcp",
+            "/etc/passwd-",
+            ".\\./.\\./.\\./etc/passwd",
+        ],
+        &[
+            "/admin/index.php",
+            "/account/settings",
+            "/.gitignore",
+            "/.well-known/security.txt",
+            "config.ini",
+            "see /etc/nginx/nginx.conf for the settings",
+            "https://example.com/changelog.log",
+            "/catalog/2024/spring",
+        ],
+    );
+}
+
 #[test]
 fn path_normalisation() {
     let e = engine(&WafConfig::default());

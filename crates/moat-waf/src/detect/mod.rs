@@ -442,6 +442,9 @@ pub fn run_all_classified(s: &str, c: Classes, scope: Scope, out: &mut dyn FnMut
             if let Some(h) = ssrf::ssrf(s) {
                 out(h);
             }
+            if let Some(h) = traversal::server_file(s) {
+                out(h);
+            }
         }
     }
     if c.any(Classes::ANGLE) {

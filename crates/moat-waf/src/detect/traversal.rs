@@ -22,6 +22,11 @@ const SENSITIVE: &[&str] = &[
     "etc/crontab",
     "proc/self/",
     "proc/version",
+    "proc/net/",
+    "proc/meminfo",
+    "proc/cpuinfo",
+    "proc/mounts",
+    "proc/partitions",
     "win.ini",
     "boot.ini",
     "system.ini",
@@ -35,6 +40,7 @@ const SENSITIVE: &[&str] = &[
     ".ssh/",
     "id_rsa",
     "var/log/",
+    "var/adm/",
     ".bash_history",
     "wp-config.php",
     ".env",
@@ -82,6 +88,13 @@ pub fn traversal(s: &str) -> Option<Hit> {
             if let Some(h) = traversal_inner(&n, true) {
                 return Some(h);
             }
+        }
+    }
+    // `.\./` is `../` to a filter that drops backslashes
+    if separators && memchr::memmem::find(s.as_bytes(), b".\\").is_some() {
+        let stripped = s.replace('\\', "");
+        if let Some(h) = traversal_inner(&stripped, true) {
+            return Some(h);
         }
     }
     // `....//` and `..././` are what a filter that strips `../` once leaves as `../`:
@@ -178,8 +191,15 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
         let dir_file = b[p + l - 1] == b'/'
             && b.len() > p + l
             && !b[p + l..].iter().any(|c| c.is_ascii_whitespace());
+        // a variant of the same file: a backup or a sibling (`/etc/passwd-`,
+        // `/etc/shadow.bak`, `/etc/hosts.deny`)
+        let variant = matches!(b.get(p + l), Some(b'.' | b'-' | b'~' | b'_'))
+            && b[p + l + 1..]
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'~' | b'_'));
         let rest_ok = b.len() == p + l
             || dir_file
+            || variant
             || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
         if abs && (rest_ok || t.ends_with("/./")) {
             return Some(Hit::new(
@@ -192,6 +212,134 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
         }
     }
     None
+}
+
+/// A path to a server's configuration, log or credential file as the whole value of a
+/// parameter: `/usr/local/apache2/conf/httpd.conf`, `/opt/lampp/logs/access_log`,
+/// `C:\inetpub\wwwroot\global.asa`, `/var/www/html/.htaccess`, `../config.inc.php`.
+///
+/// That is what a file-inclusion probe sends, and what no form or API sends to a web
+/// application except one that administers the server (where an exclusion belongs).
+/// [`traversal`] knows a list of files by name; this judges the file by its kind, so a
+/// server's own layout (`/opt/xampp/etc/php.ini`) needs no list. The path must be the
+/// whole value: one token (spaces only in a Windows path), starting at the root, a
+/// drive, `file:` or `~/`, or climbing with `../`. Source files (`.php`, `.asp`, `.jsp`)
+/// count only after a `../`: an absolute `/admin/index.php` is a normal redirect target.
+///
+/// Not run on the URL path: a site may serve `/downloads/sample.log`, and a request for
+/// a file the server has is the server's to answer.
+pub fn server_file(s: &str) -> Option<Hit> {
+    // a NUL after the name ends the string for C's file functions: `..%00` is the
+    // classic way to cut off an extension the application appends
+    let v = s.trim().trim_end_matches('\0');
+    if v.len() < 3 || v.len() > 1024 {
+        return None;
+    }
+    let b = v.as_bytes();
+    let windows = memchr::memchr(b'\\', b).is_some();
+    if b.iter()
+        .any(|&c| c < 0x20 || c == 0x7f || (c == b' ' && !windows))
+    {
+        return None;
+    }
+    let sep = v.rfind(['/', '\\'])?;
+    let (dir, name) = (&v[..sep + 1], &v[sep + 1..]);
+    let lower = v.get(..7).unwrap_or(v).to_ascii_lowercase();
+    let absolute = (matches!(b[0], b'/' | b'\\') && !v.starts_with("//"))
+        || (b.len() > 2
+            && b[0].is_ascii_alphabetic()
+            && b[1] == b':'
+            && matches!(b[2], b'/' | b'\\'))
+        || lower.starts_with("file:/")
+        || v.starts_with("~/");
+    let climbs =
+        memchr::memmem::find(dir.as_bytes(), b"..").is_some() && up_steps(dir.as_bytes()) >= 1;
+    if !(absolute || climbs) {
+        return None;
+    }
+    let confidence = match file_kind(name)? {
+        FileKind::Server => 70,
+        FileKind::Source if climbs => 70,
+        FileKind::Source => return None,
+    };
+    // climbing out of the application's directory is evidence of its own
+    let confidence = if climbs { confidence + 10 } else { confidence };
+    Some(Hit::new(Attack::PathTraversal, confidence, s, 0, s.len()))
+}
+
+/// What a file name says about the file, for [`server_file`].
+enum FileKind {
+    /// Configuration, logs, keys, credentials, a user's shell files.
+    Server,
+    /// Server-side source (`config.php`): normal as a link, a probe after `../`.
+    Source,
+}
+
+fn file_kind(name: &str) -> Option<FileKind> {
+    let name = name.to_ascii_lowercase();
+    // a dot file that holds a user's or a server's secrets or shell: `.htaccess`,
+    // `.bash_history`, `.netrc`, `.Xauthority`, `.bashrc` (a project's own dot files,
+    // `.gitignore` or `.eslintrc`, are what code browsers show)
+    if let Some(rest) = name.strip_prefix('.') {
+        let stem = rest.split('.').next().unwrap_or(rest);
+        let private = [
+            "history",
+            "passwd",
+            "htaccess",
+            "netrc",
+            "pgpass",
+            "authority",
+            "profile",
+            "login",
+            "logout",
+            "shosts",
+            "rhosts",
+            "shrc",
+            "npmrc",
+            "pypirc",
+            "credentials",
+        ]
+        .iter()
+        .any(|end| stem.ends_with(end))
+            || stem == "env";
+        return private.then_some(FileKind::Server);
+    }
+    // rotated logs and saved configs keep the kind in the middle (`access.log.1`,
+    // `httpd.conf.default`); a Unix log is often `access_log`
+    if name.ends_with("_log") || matches!(name.as_str(), "passwd" | "shadow" | "htpasswd") {
+        return Some(FileKind::Server);
+    }
+    let exts = || name.split('.').skip(1);
+    let server = |ext: &str| {
+        matches!(
+            ext,
+            "conf"
+                | "cnf"
+                | "cfg"
+                | "ini"
+                | "log"
+                | "config"
+                | "passwd"
+                | "htpasswd"
+                | "pem"
+                | "key"
+                | "asa"
+                | "pdb"
+        )
+    };
+    let source = |ext: &str| {
+        matches!(
+            ext,
+            "php" | "php5" | "phtml" | "inc" | "asp" | "aspx" | "jsp" | "db" | "sql" | "bak"
+        )
+    };
+    if exts().any(server) {
+        Some(FileKind::Server)
+    } else if exts().any(source) {
+        Some(FileKind::Source)
+    } else {
+        None
+    }
 }
 
 /// Path-normalisation bypasses in the URL path (`raw` as received, `decoded`
@@ -270,11 +418,57 @@ mod tests {
         assert!(traversal("..././..././..././etc/passwd").is_some());
         assert!(traversal("/proc/self/environ").is_some());
         assert!(traversal("/proc/self/fd/0").is_some());
+        assert!(traversal("/proc/net/tcp").is_some());
+        assert!(traversal("/etc/shadow-").is_some());
+        assert!(traversal("/etc/hosts.deny").is_some());
+        assert!(traversal("/etc/passwd.bak").is_some());
+        assert!(traversal(".\\./.\\./.\\./etc/passwd").is_some());
+        assert!(traversal("/etc/hosts_party/photos").is_none());
+        assert!(traversal("C:\\Users\\me\\.\\notes.txt").is_none());
         // files under the other sensitive directories, as the whole value
         assert!(traversal("/var/log/nginx/access.log").is_some());
         assert!(traversal("/WEB-INF/web.xml").is_some());
         assert!(traversal("see /var/log/ for the logs").is_none());
         assert!(traversal("wait.... what? see ../docs").is_none());
         assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
+    }
+
+    #[test]
+    fn server_file_cases() {
+        for probe in [
+            "/usr/local/apache2/conf/httpd.conf",
+            "/opt/lampp/logs/access_log",
+            "/etc/php5/apache2/php.ini",
+            "/usr/local/php/httpd.conf.php",
+            "/var/www/web1/html/.htaccess",
+            "/root/.ksh_history",
+            "C:\\inetpub\\wwwroot\\global.asa",
+            "/Program Files\\Apache Group\\Apache2\\conf\\httpd.conf",
+            "file:///etc/mysql/my.cnf",
+            "~/.netrc",
+            "../config.inc.php",
+            "../../logs/error.log",
+            "../.passwd\0",
+            "member/../../.htpasswd",
+        ] {
+            assert!(server_file(probe).is_some(), "{probe}");
+        }
+        for benign in [
+            "/admin/index.php",
+            "/downloads/report.pdf",
+            "//cdn.example.com/app.conf",
+            "/.well-known/security.txt",
+            "/.gitignore",
+            "/src/.eslintrc",
+            "config.ini",
+            "see /etc/nginx/nginx.conf for the settings",
+            "/docs/setup guide.conf",
+            "https://example.com/app.log",
+            "/blog/2024/05/the-catalog",
+            "..",
+            "/",
+        ] {
+            assert!(server_file(benign).is_none(), "{benign}");
+        }
     }
 }
