@@ -211,9 +211,15 @@ static SELECT: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
     std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"select"));
 
 /// A number followed by an `ORDER BY` / `GROUP BY` (`1 order by 3--`, the column count
-/// probe): a numeric context's breakout needs no byte outside the inert classes.
+/// probe), or the clause alone as the fragment a scanner appends (` ORDER BY 3--`): a
+/// numeric context's breakout needs no byte outside the inert classes.
 fn numeric_clause(b: &[u8]) -> bool {
-    b[0].is_ascii_digit() && crate::util::find_ci(b, b" by ").is_some()
+    let t = b.trim_ascii_start();
+    let lead = t.first().is_some_and(u8::is_ascii_digit)
+        || t.get(..6).is_some_and(|w| {
+            w.eq_ignore_ascii_case(b"order ") || w.eq_ignore_ascii_case(b"group ")
+        });
+    lead && crate::util::find_ci(b, b" by ").is_some()
 }
 
 /// Most findings kept per request.

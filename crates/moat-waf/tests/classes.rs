@@ -260,9 +260,17 @@ fn sql_clause_probes() {
             "x' and (1=1)#",
             "' GROUP BY x HAVING 1=1--",
             "select current_setting('port');",
+            // the fragments a scanner appends, sent as the whole value (session 25)
+            " OR 1=1#",
+            " AND 1=0-- ",
+            " HAVING 1=1#",
+            " ORDER BY 3--",
         ],
         &[
             "2 books by Tolkien",
+            "Order by phone",
+            "or more",
+            "AND/OR logic",
             "10 minutes by car - or less",
             "3 orders by phone",
             "1 group by the river",

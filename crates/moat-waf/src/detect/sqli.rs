@@ -678,6 +678,14 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             _ => {}
         }
     }
+    if ctx.is_none() {
+        // a fragment meant to be appended to a value, sent as the whole value
+        // (` OR 1=1#`, ` AND 1=0-- `, ` HAVING 1=1#`, ` ORDER BY 3--`): no text
+        // starts with a boolean operator or a clause and then a comparison
+        if let Some(e) = leading_fragment(v) {
+            take(70, 0, e.min(n), &mut best);
+        }
+    }
     if breakout {
         // Skip the breakout prefix: the opening string / number / identifier and
         // closing parentheses.
@@ -818,6 +826,23 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
         }
     }
     best
+}
+
+/// The end of a value that opens with `OR` / `AND` / `WHERE` / `HAVING` and a
+/// comparison that the value's end, a comment or another boolean operator closes, or
+/// with `ORDER BY` / `GROUP BY` a column number that a comment closes.
+fn leading_fragment(v: &View<'_>) -> Option<usize> {
+    let clause = |w: &[u8]| v.t(0) == Some(T::Kw(K::Clause)) && v.word(0).eq_ignore_ascii_case(w);
+    if v.t(0) == Some(T::Bool) || clause(b"where") || clause(b"having") {
+        let a = v.operand(1)?;
+        let e = v.operand(a + 1).filter(|_| v.cmp_at(a))?;
+        return (v.end_or_comment(e) || v.t(e) == Some(T::Bool)).then_some(e);
+    }
+    let by = v.t(1) == Some(T::Word) && v.word(1).eq_ignore_ascii_case(b"by");
+    if (clause(b"order") || clause(b"group")) && by && v.t(2) == Some(T::Num) {
+        return matches!(v.t(3), Some(T::Comment)).then_some(4);
+    }
+    None
 }
 
 /// Attack evidence inside a stand-alone statement starting at `i`.
@@ -961,6 +986,13 @@ mod tests {
     #[test]
     fn attacks() {
         for a in [
+            " OR 1=1#",
+            " AND 1=0-- ",
+            " OR x=y",
+            " HAVING 1=1#",
+            " WHERE 1=1 AND 1=0",
+            " ORDER BY 3--",
+            " AND 7300=7300 AND 'pKlZ'='pKlZ",
             "1' or '1'='1",
             "' or ''='",
             "1 and 1=1",
@@ -1028,6 +1060,11 @@ mod tests {
             "'group by' and 'order by' are SQL clauses",
             "Rock 'n' (roll) or (blues)",
             "it's (mostly) or (partly) true",
+            "or more",
+            "and then x = y, roughly",
+            "Order by 3 pm -- thanks",
+            "where to eat = the question",
+            "AND/OR logic",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }
