@@ -208,6 +208,7 @@ fn command_injection_shell_forms() {
         &e,
         &[
             ";/bin/c?t /etc/passwd",
+            "; netsh firewall set opmode disable",
             "|/???/??t /etc/passwd",
             "1;/usr/bin/wh??mi",
             ";wh$()oami",
@@ -299,6 +300,11 @@ fn server_file_probes() {
             "/proc/net/tcp",
             "/etc/passwd-",
             ".\\./.\\./.\\./etc/passwd",
+            // Windows paths with backslashes, a path in a string literal
+            "C:\\Windows\\System32\\drivers\\etc\\hosts",
+            "C:\\WINNT\\repair\\SAM",
+            "include('/etc/passwd')",
+            "{{ get_user_file(\"C:\\boot.ini\") }}",
         ],
         &[
             "/admin/index.php",
@@ -309,6 +315,8 @@ fn server_file_probes() {
             "see /etc/nginx/nginx.conf for the settings",
             "https://example.com/changelog.log",
             "/catalog/2024/spring",
+            "C:\\Users\\me\\Documents\\report.docx",
+            "the file 'docs/etc/passwd' is a sample",
         ],
     );
 }

@@ -389,8 +389,21 @@ fn windows_admin(cmd: &str, arg: &str, rest: &str) -> bool {
         "start",
         "stop",
     ];
-    // every listed command after a separator comes here: only these two read further
-    if !matches!(cmd, "net" | "net1" | "reg") {
+    /// netsh's contexts that change a machine's network or firewall set-up
+    const NETSH: &[&str] = &[
+        "advfirewall",
+        "firewall",
+        "interface",
+        "int",
+        "wlan",
+        "winhttp",
+        "http",
+        "ipsec",
+        "routing",
+        "portproxy",
+    ];
+    // every listed command after a separator comes here: only these read further
+    if !matches!(cmd, "net" | "net1" | "reg" | "netsh") {
         return false;
     }
     let mut words = simple_command(rest)
@@ -407,6 +420,7 @@ fn windows_admin(cmd: &str, arg: &str, rest: &str) -> bool {
             let mut later = words.peekable();
             later.peek().is_none() || later.any(switch)
         }
+        "netsh" => NETSH.iter().any(|c| c.eq_ignore_ascii_case(arg)) && words.next().is_some(),
         "reg"
             if ["add", "delete", "query", "save", "export"]
                 .iter()
@@ -778,6 +792,8 @@ mod tests {
             "| reg add \"HKLM\\System\\CurrentControlSet\" /v x /t REG_DWORD /d 0 /f",
             "& type %SYSTEMROOT%\\repair\\SAM",
             "& netsh",
+            "; netsh firewall set opmode disable",
+            "| netsh advfirewall set allprofiles state off",
             // a system path after the first argument, a redirection later in the command
             ";grep root /etc/passwd",
             "| sort -r /etc/group",
@@ -875,6 +891,7 @@ mod tests {
             "profit & net sales /year",
             "see; reg add-ons in the store",
             "50%; type 100% cotton",
+            "home; netsh is a Windows tool",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b, false));
         }

@@ -30,7 +30,12 @@ const SENSITIVE: &[&str] = &[
     "win.ini",
     "boot.ini",
     "system.ini",
+    "windows/system32/",
     "windows/system32",
+    "winnt/system32/",
+    "system32/config/",
+    "windows/repair/",
+    "winnt/repair/",
     "web-inf/",
     "meta-inf/",
     ".htaccess",
@@ -138,7 +143,19 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
     } else {
         0
     };
-    let sensitive = first_match(&SENSITIVE_AC, SENSITIVE, b).map(|(_, p, e)| (p, e - p));
+    // Windows takes `\` for `/` (`C:\Windows\System32\drivers\etc\hosts`): the
+    // list is matched on the value with its backslashes as slashes (same offsets)
+    let slashed: Vec<u8>;
+    let hay = if separators && memchr::memchr(b'\\', b).is_some() {
+        slashed = b
+            .iter()
+            .map(|&c| if c == b'\\' { b'/' } else { c })
+            .collect();
+        &slashed[..]
+    } else {
+        b
+    };
+    let sensitive = first_match(&SENSITIVE_AC, SENSITIVE, hay).map(|(_, p, e)| (p, e - p));
     // wrappers (every one contains `://`: one search rules them all out)
     let wrappers: &[&[u8]] = if separators && memchr::memmem::find(b, b"://").is_some() {
         &[
@@ -188,7 +205,7 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
         // an entry ending in `/` names a directory (`proc/self/`, `var/log/`, `.ssh/`,
         // `web-inf/`): a file under it follows without a space
         // (`/proc/self/environ`, `/var/log/nginx/access.log`)
-        let dir_file = b[p + l - 1] == b'/'
+        let dir_file = hay[p + l - 1] == b'/'
             && b.len() > p + l
             && !b[p + l..].iter().any(|c| c.is_ascii_whitespace());
         // a variant of the same file: a backup or a sibling (`/etc/passwd-`,
@@ -201,7 +218,20 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
             || dir_file
             || variant
             || matches!(b.get(p + l), Some(b'\0' | b'%' | b'?' | b'#' | b' ' | b'{'));
-        if abs && (rest_ok || t.ends_with("/./")) {
+        // a string literal that holds the path from its root, as an argument or a value
+        // (`open('/etc/passwd')`, `get_user_file("C:\boot.ini")`, `x = '/etc/shadow'`)
+        let quoted = before.rfind(['\'', '"']).is_some_and(|qp| {
+            let inside = &before[qp + 1..];
+            let opens = qp == 0 || matches!(b[qp - 1], b'(' | b',' | b'=' | b' ' | b'[' | b':');
+            let drive = inside.len() == 3
+                && inside.as_bytes()[0].is_ascii_alphabetic()
+                && (inside.ends_with(":\\") || inside.ends_with(":/"));
+            let root = inside.is_empty() || inside == "/" || inside == "\\" || drive;
+            let closes = b.get(p + l) == Some(&b[qp])
+                || (dir_file && memchr::memchr(b[qp], &b[p + l..]).is_some());
+            opens && root && closes
+        });
+        if (abs && (rest_ok || t.ends_with("/./"))) || quoted {
             return Some(Hit::new(
                 Attack::PathTraversal,
                 80,
@@ -422,6 +452,17 @@ mod tests {
         assert!(traversal("/etc/shadow-").is_some());
         assert!(traversal("/etc/hosts.deny").is_some());
         assert!(traversal("/etc/passwd.bak").is_some());
+        assert!(traversal("C:\\Windows\\System32\\drivers\\etc\\hosts").is_some());
+        assert!(traversal("C:\\WINNT\\repair\\SAM").is_some());
+        assert!(traversal("c:\\windows\\system32\\config\\SAM").is_some());
+        assert!(traversal("C:\\boot.ini").is_some());
+        // a string literal holding the path from its root
+        assert!(traversal("include('/etc/passwd')").is_some());
+        assert!(traversal("{{ get_user_file(\"C:\\boot.ini\") }}").is_some());
+        assert!(traversal("f = open(\"/proc/self/environ\").read()").is_some());
+        assert!(traversal("the file 'docs/etc/passwd' is a sample").is_none());
+        assert!(traversal("'/etc/passwd is a file', she said").is_none());
+        assert!(traversal("C:\\Users\\me\\Documents\\report.docx").is_none());
         assert!(traversal(".\\./.\\./.\\./etc/passwd").is_some());
         assert!(traversal("/etc/hosts_party/photos").is_none());
         assert!(traversal("C:\\Users\\me\\.\\notes.txt").is_none());
