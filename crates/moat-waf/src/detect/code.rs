@@ -170,6 +170,40 @@ fn template_expr(inner: &str) -> bool {
         || l.contains("include(")
         || l.contains("dump(")
         || l.contains("range.constructor")
+        // Jinja's `attr` filter reaches dunder attributes without a `.` or a `__`
+        // (`request|attr(["_"*2,"class","_"*2]|join)`)
+        || l.contains("|attr(")
+        // Flask's request object itself, the usual first step to its globals
+        || l == "request"
+        || l.starts_with("request|")
+        || l.starts_with("request[")
+        // a PHP command function handed to a filter as its callback:
+        // Twig's `['id']|filter('system')`, `|map('passthru')`
+        || quoted_callback(&l)
+}
+
+/// A PHP command function named as a string, the one argument of a call: `('system')`.
+fn quoted_callback(l: &str) -> bool {
+    const COMMANDS: &[&str] = &[
+        "system",
+        "passthru",
+        "exec",
+        "shell_exec",
+        "popen",
+        "proc_open",
+    ];
+    let b = l.as_bytes();
+    memchr::memchr_iter(b'(', b).any(|p| {
+        let Some(&q @ (b'\'' | b'"')) = b.get(p + 1) else {
+            return false;
+        };
+        let rest = &b[p + 2..];
+        COMMANDS.iter().any(|f| {
+            rest.starts_with(f.as_bytes())
+                && rest.get(f.len()) == Some(&q)
+                && rest.get(f.len() + 1) == Some(&b')')
+        })
+    })
 }
 
 fn ssti(s: &str, c: Classes) -> Option<Hit> {
@@ -505,6 +539,14 @@ mod tests {
         assert!(c(" {${system(id)}}"));
         assert!(!c("{${name}}"));
         assert!(!c("Hello {{name}}, welcome"));
+        // Jinja's attr filter, Flask's request, a command function as a callback
+        assert!(c("{{request|attr([\"_\"*2,\"class\",\"_\"*2]|join)}}"));
+        assert!(c("{{ request }}"));
+        assert!(c("{{['id']|filter('system')}}"));
+        assert!(c("{{['cat /etc/passwd']|map(\"passthru\")}}"));
+        assert!(!c("{{ requestId }}"));
+        assert!(!c("{{ items|map(attribute='name')|join(', ') }}"));
+        assert!(!c("{{ names|map('upper')|join(', ') }}"));
         assert!(!c(
             "}I would like to request the /cc serviceCode with the parameter: serviceCode|{}"
         ));

