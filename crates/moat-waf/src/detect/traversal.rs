@@ -6,7 +6,7 @@ use aho_corasick::AhoCorasick;
 
 use super::matcher::{first_match, matcher};
 use super::{Attack, Hit};
-use crate::util::{contains_ci, find_ci};
+use crate::util::{contains_ci, find_ci, starts_with_ci};
 
 static SENSITIVE_AC: LazyLock<Option<AhoCorasick>> =
     LazyLock::new(|| matcher(SENSITIVE.iter().copied()));
@@ -266,25 +266,25 @@ pub fn server_file(s: &str) -> Option<Hit> {
         return None;
     }
     let b = v.as_bytes();
-    let windows = memchr::memchr(b'\\', b).is_some();
-    if b.iter()
-        .any(|&c| c < 0x20 || c == 0x7f || (c == b' ' && !windows))
-    {
+    // the cheap gates first: from a root, a drive, `file:` or `~/`, or climbing
+    let absolute = (matches!(b[0], b'/' | b'\\') && !v.starts_with("//"))
+        || (b[0].is_ascii_alphabetic() && b[1] == b':' && matches!(b[2], b'/' | b'\\'))
+        || starts_with_ci(b, b"file:/")
+        || v.starts_with("~/");
+    if !absolute && memchr::memmem::find(b, b"..").is_none() {
         return None;
     }
     let sep = v.rfind(['/', '\\'])?;
     let (dir, name) = (&v[..sep + 1], &v[sep + 1..]);
-    let lower = v.get(..7).unwrap_or(v).to_ascii_lowercase();
-    let absolute = (matches!(b[0], b'/' | b'\\') && !v.starts_with("//"))
-        || (b.len() > 2
-            && b[0].is_ascii_alphabetic()
-            && b[1] == b':'
-            && matches!(b[2], b'/' | b'\\'))
-        || lower.starts_with("file:/")
-        || v.starts_with("~/");
-    let climbs =
-        memchr::memmem::find(dir.as_bytes(), b"..").is_some() && up_steps(dir.as_bytes()) >= 1;
+    let climbs = up_steps(dir.as_bytes()) >= 1;
     if !(absolute || climbs) {
+        return None;
+    }
+    // one path: no control bytes, spaces only in a Windows path
+    let windows = memchr::memchr(b'\\', b).is_some();
+    if b.iter()
+        .any(|&c| c < 0x20 || c == 0x7f || (c == b' ' && !windows))
+    {
         return None;
     }
     let confidence = match file_kind(name)? {
