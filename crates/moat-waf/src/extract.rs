@@ -545,9 +545,12 @@ impl<'e> Inspector<'e> {
         {
             if let Some(text) = decode::base64_text(raw) {
                 let t = text.trim();
-                if (t.starts_with('{') && t.ends_with('}'))
-                    || (t.starts_with('[') && t.ends_with(']'))
-                {
+                // braces alone do not make JSON: `{{7*7}}` decoded from base64 is a
+                // template, and the lenient JSON walk would skip it as garbage
+                let json = ((t.starts_with('{') && t.ends_with('}'))
+                    || (t.starts_with('[') && t.ends_with(']')))
+                    && serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok();
+                if json {
                     self.json(t.as_bytes(), loc, nest + 1);
                 } else {
                     self.analyze(loc, &text, scope, nest + 1);

@@ -642,6 +642,28 @@ fn base64_payloads_in_the_path_are_decoded() {
 }
 
 #[test]
+fn base64_parameter_values_are_decoded_whatever_their_braces() {
+    let e = engine(&WafConfig::default());
+    // `{{1337*1338}}`: braces like JSON's, but a template; the lenient JSON walk
+    // skipped it as garbage, so the decoded text was never inspected
+    let f = get_findings(&e, "r", "/search?q=e3sxMzM3KjEzMzh9fQ", &[]);
+    assert!(f.iter().any(|(a, _)| *a == Attack::Ssti), "{f:?}");
+    // JSON decoded from base64 is still walked as JSON: `{"a":"' or 1=1--"}`
+    let f = get_findings(&e, "r", "/search?q=eyJhIjoiJyBvciAxPTEtLSJ9", &[]);
+    assert!(
+        f.iter()
+            .any(|(a, loc)| *a == Attack::Sqli && loc == "json:/a"),
+        "{f:?}"
+    );
+    // base64 of ordinary braces and JSON passes: `{customer_name} {order_id}`,
+    // `{"page":2}`
+    for q in ["e2N1c3RvbWVyX25hbWV9IHtvcmRlcl9pZH0", "eyJwYWdlIjoyfQ"] {
+        let f = get_findings(&e, "r", &format!("/search?q={q}"), &[]);
+        assert!(f.is_empty(), "{q}: {f:?}");
+    }
+}
+
+#[test]
 fn repeated_header_values_give_identical_findings() {
     let ua = (
         "user-agent",
