@@ -488,6 +488,10 @@ impl View<'_> {
                     {
                         j += 2;
                     }
+                    // a call by a qualified name: `schema.package.function(...)`
+                    if j > i + 1 && self.t(j) == Some(T::LParen) {
+                        return self.skip_parens(j);
+                    }
                     Some(j)
                 }
             }
@@ -755,6 +759,16 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 if is_fn || sub {
                     take(85, 0, (k + 2).min(n), &mut best);
                 }
+                // the string broken, a function called, the string joined again:
+                // `' || myapp.adduser('admin', 'pw') || '` (Oracle's concatenation)
+                if ctx.is_some() && v.t(j) == Some(T::Concat) {
+                    if let Some(e) = v.operand(k) {
+                        let called = (k..e).any(|x| v.t(x) == Some(T::LParen));
+                        if called && v.t(e) == Some(T::Concat) {
+                            take(80, 0, (e + 1).min(n), &mut best);
+                        }
+                    }
+                }
                 // `x' || 2=1e1union`-style tautologies behind an operator
                 if let Some(a) = v.operand(k) {
                     if v.cmp_at(a) && v.operand(a + 1).is_some() && ctx.is_some() {
@@ -839,8 +853,16 @@ fn leading_fragment(v: &View<'_>) -> Option<usize> {
         return (v.end_or_comment(e) || v.t(e) == Some(T::Bool)).then_some(e);
     }
     let by = v.t(1) == Some(T::Word) && v.word(1).eq_ignore_ascii_case(b"by");
-    if (clause(b"order") || clause(b"group")) && by && v.t(2) == Some(T::Num) {
-        return matches!(v.t(3), Some(T::Comment)).then_some(4);
+    if (clause(b"order") || clause(b"group")) && by {
+        // a column number, or a delay to time the answer by (` ORDER BY SLEEP(5)#`)
+        let end = match v.t(2) {
+            Some(T::Num) => Some(3),
+            Some(T::Word | T::Kw(_)) if v.is_call(2) && dangerous_function(v.word(2)) => {
+                v.skip_parens(3)
+            }
+            _ => None,
+        }?;
+        return matches!(v.t(end), Some(T::Comment)).then_some(end + 1);
     }
     None
 }
@@ -862,11 +884,21 @@ fn statement_evidence(v: &View<'_>, i: usize) -> bool {
                 if v.is_call(k) && (dangerous_function(w) || sql_function(w)) {
                     return true;
                 }
+                if niladic_user(w) {
+                    return true;
+                }
             }
             _ => {}
         }
     }
     false
+}
+
+/// SQL's niladic user functions, written without parentheses (`select session_user;`).
+fn niladic_user(w: &[u8]) -> bool {
+    [&b"session_user"[..], b"current_user", b"system_user"]
+        .iter()
+        .any(|f| w.eq_ignore_ascii_case(f))
 }
 
 /// `SELECT` followed by a select list that only SQL produces.
@@ -896,6 +928,12 @@ fn select_shape(v: &View<'_>, i: usize) -> Option<usize> {
                 Some(T::RParen) => Some(k),
                 _ => None,
             }
+        }
+        T::Word | T::Kw(_)
+            if niladic_user(v.word(j))
+                && (v.end_or_comment(j + 1) || v.t(j + 1) == Some(T::Kw(K::From))) =>
+        {
+            Some(j + 1)
         }
         T::Word | T::Kw(_) => {
             // select a, b from t  /  select a from t  /  select t.a from t
@@ -992,6 +1030,9 @@ mod tests {
             " HAVING 1=1#",
             " WHERE 1=1 AND 1=0",
             " ORDER BY 3--",
+            " ORDER BY SLEEP(5)#",
+            "' || myappadmin.adduser('admin', 'newpass') || '",
+            "select session_user;",
             " AND 7300=7300 AND 'pKlZ'='pKlZ",
             "1' or '1'='1",
             "' or ''='",
@@ -1065,6 +1106,10 @@ mod tests {
             "Order by 3 pm -- thanks",
             "where to eat = the question",
             "AND/OR logic",
+            "order by sleep(8) hours -- said the doctor",
+            "'a' || 'b'",
+            "x' || f(y)",
+            "select the session user from the list",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }
