@@ -79,44 +79,51 @@ fn up_steps(b: &[u8]) -> usize {
 }
 
 /// Path traversal and local file inclusion.
+///
+/// The value is judged as sent and as what a normalising or filtering server makes
+/// of it; the strongest of those readings is the finding (a reading can only add
+/// evidence, never hide what the value as sent shows).
 pub fn traversal(s: &str) -> Option<Hit> {
     // every separator-dependent form below needs a `/` or a `\\`: prose has neither,
     // and one memchr2 saves it five substring searches
     let separators = memchr::memchr2(b'/', b'\\', s.as_bytes()).is_some();
-    if separators && (s.contains("/./") || s.contains("\\.\\") || s.contains("//")) {
+    let mut best = traversal_inner(s, separators);
+    if !separators {
+        return best;
+    }
+    let mut consider = |read: &str| {
+        if let Some(h) = traversal_inner(read, true) {
+            if best.as_ref().is_none_or(|b| b.confidence < h.confidence) {
+                best = Some(h);
+            }
+        }
+    };
+    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") {
         let mut n = s.replace("\\.\\", "\\");
         while n.contains("/./") {
             n = n.replace("/./", "/");
         }
         let n = n.replace("///", "/");
         if n.len() != s.len() {
-            if let Some(h) = traversal_inner(&n, true) {
-                return Some(h);
-            }
+            consider(&n);
         }
     }
     // `.\./` is `../` to a filter that drops backslashes
-    if separators && memchr::memmem::find(s.as_bytes(), b".\\").is_some() {
-        let stripped = s.replace('\\', "");
-        if let Some(h) = traversal_inner(&stripped, true) {
-            return Some(h);
-        }
+    if memchr::memmem::find(s.as_bytes(), b".\\").is_some() {
+        consider(&s.replace('\\', ""));
     }
     // `....//` and `..././` are what a filter that strips `../` once leaves as `../`:
     // judge the string that filter would pass on
     // (every such form holds `...`: one search rules them out for nearly every value)
-    if separators
-        && memchr::memmem::find(s.as_bytes(), b"...").is_some()
+    if memchr::memmem::find(s.as_bytes(), b"...").is_some()
         && (s.contains("....") || s.contains(".../") || s.contains("...\\"))
     {
         let stripped = s.replace("../", "").replace("..\\", "");
         if stripped.len() != s.len() {
-            if let Some(h) = traversal_inner(&stripped, true) {
-                return Some(h);
-            }
+            consider(&stripped);
         }
     }
-    traversal_inner(s, separators)
+    best
 }
 
 /// `separators`: whether `s` holds a `/` or a `\\` (normalising keeps that true).
@@ -464,6 +471,9 @@ mod tests {
         assert!(traversal("'/etc/passwd is a file', she said").is_none());
         assert!(traversal("C:\\Users\\me\\Documents\\report.docx").is_none());
         assert!(traversal(".\\./.\\./.\\./etc/passwd").is_some());
+        // a reading by a filter never hides what the value as sent shows: stripped of
+        // its backslashes this is two steps (55), as sent it is three (80)
+        assert!(traversal("/..\\/..\\/..\\{FILE}").is_some_and(|h| h.confidence >= 80));
         assert!(traversal("/etc/hosts_party/photos").is_none());
         assert!(traversal("C:\\Users\\me\\.\\notes.txt").is_none());
         // files under the other sensitive directories, as the whole value
