@@ -528,6 +528,17 @@ impl View<'_> {
     fn cmp_at(&self, i: usize) -> bool {
         matches!(self.t(i), Some(T::Cmp | T::Kw(K::CmpWord)))
     }
+    /// The end of a list of column numbers starting at `i` (`1,2,3`).
+    fn numbers_end(&self, mut i: usize) -> usize {
+        while self.t(i) == Some(T::Num) {
+            i += 1;
+            if self.t(i) != Some(T::Comma) || self.t(i + 1) != Some(T::Num) {
+                break;
+            }
+            i += 1;
+        }
+        i
+    }
     fn next_non_comment(&self, mut i: usize) -> usize {
         while self.t(i) == Some(T::Comment) {
             i += 1;
@@ -605,6 +616,31 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                         55
                     };
                     take(c, i, end, &mut best);
+                }
+            }
+            // T-SQL needs no `;` between statements: a delay or a procedure call may
+            // follow the parenthesis that closed the query's own expression
+            // (`') waitfor delay '0:0:20'--`, `,NULL) exec master..xp_cmdshell 'id'`)
+            T::Kw(K::Stmt)
+                if i > 0
+                    && v.t(i - 1) == Some(T::RParen)
+                    && matches!(
+                        v.word(i).to_ascii_lowercase().as_slice(),
+                        b"waitfor" | b"exec" | b"execute"
+                    ) =>
+            {
+                let w = v.word(i).to_ascii_lowercase();
+                let nx = v.t(i + 1);
+                let strong = if w == b"waitfor" {
+                    nx == Some(T::Kw(K::Delay))
+                } else {
+                    matches!(nx, Some(T::Word))
+                        && v.word(i + 1).len() > 3
+                        && (v.word(i + 1)[..3].eq_ignore_ascii_case(b"xp_")
+                            || v.word(i + 1).eq_ignore_ascii_case(b"master"))
+                };
+                if strong {
+                    take(if breakout { 85 } else { 80 }, i, (i + 2).min(n), &mut best);
                 }
             }
             T::Kw(K::Stmt) if i == start || (i > 0 && v.t(i - 1) == Some(T::Semi)) => {
@@ -813,7 +849,10 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                             && v.operand(h + 1).is_some_and(|a| v.cmp_at(a))
                     };
                     by && match v.t(j + 2) {
-                        Some(T::Num) => v.end_or_comment(j + 3) || having(j + 3),
+                        Some(T::Num) => {
+                            let e = v.numbers_end(j + 2);
+                            v.end_or_comment(e) || having(e)
+                        }
                         Some(T::Word) => v
                             .operand(j + 2)
                             .is_some_and(|e| v.t(e) == Some(T::Comment) || having(e)),
@@ -856,7 +895,7 @@ fn leading_fragment(v: &View<'_>) -> Option<usize> {
     if (clause(b"order") || clause(b"group")) && by {
         // a column number, or a delay to time the answer by (` ORDER BY SLEEP(5)#`)
         let end = match v.t(2) {
-            Some(T::Num) => Some(3),
+            Some(T::Num) => Some(v.numbers_end(2)),
             Some(T::Word | T::Kw(_)) if v.is_call(2) && dangerous_function(v.word(2)) => {
                 v.skip_parens(3)
             }
@@ -1031,6 +1070,11 @@ mod tests {
             " WHERE 1=1 AND 1=0",
             " ORDER BY 3--",
             " ORDER BY SLEEP(5)#",
+            "') waitfor delay '0:0:20' --",
+            ",NULL) waitfor delay '0:0:20' /*",
+            "1) exec master..xp_cmdshell 'ping x'--",
+            "1' ORDER BY 1,2--+",
+            "1 GROUP BY 1,2,3#",
             "' || myappadmin.adduser('admin', 'newpass') || '",
             "select session_user;",
             " AND 7300=7300 AND 'pKlZ'='pKlZ",
@@ -1110,6 +1154,10 @@ mod tests {
             "'a' || 'b'",
             "x' || f(y)",
             "select the session user from the list",
+            "(for later) waitfor the delay",
+            "(draft) execute the plan",
+            "order by 1, 2 or 3",
+            "sorted: 2 by 2, 4 by 4",
         ] {
             assert!(!hit(b), "false positive on {b}: {:?}", detect(b));
         }
