@@ -294,13 +294,12 @@ pub fn server_file(s: &str) -> Option<Hit> {
     {
         return None;
     }
-    let confidence = match file_kind(name)? {
-        FileKind::Server => 70,
-        FileKind::Source if climbs => 70,
-        FileKind::Source => return None,
-    };
     // climbing out of the application's directory is evidence of its own
-    let confidence = if climbs { confidence + 10 } else { confidence };
+    let confidence = match (file_kind(name)?, climbs) {
+        (_, true) => 80,
+        (FileKind::Server, false) => 70,
+        (FileKind::Source, false) => return None,
+    };
     Some(Hit::new(Attack::PathTraversal, confidence, s, 0, s.len()))
 }
 
