@@ -625,27 +625,8 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             // T-SQL needs no `;` between statements: a delay or a procedure call may
             // follow the parenthesis that closed the query's own expression
             // (`') waitfor delay '0:0:20'--`, `,NULL) exec master..xp_cmdshell 'id'`)
-            T::Kw(K::Stmt)
-                if i > 0
-                    && v.t(i - 1) == Some(T::RParen)
-                    && matches!(
-                        v.word(i).to_ascii_lowercase().as_slice(),
-                        b"waitfor" | b"exec" | b"execute"
-                    ) =>
-            {
-                let w = v.word(i).to_ascii_lowercase();
-                let nx = v.t(i + 1);
-                let strong = if w == b"waitfor" {
-                    nx == Some(T::Kw(K::Delay))
-                } else {
-                    matches!(nx, Some(T::Word))
-                        && v.word(i + 1).len() > 3
-                        && (v.word(i + 1)[..3].eq_ignore_ascii_case(b"xp_")
-                            || v.word(i + 1).eq_ignore_ascii_case(b"master"))
-                };
-                if strong {
-                    take(if breakout { 85 } else { 80 }, i, (i + 2).min(n), &mut best);
-                }
+            T::Kw(K::Stmt) if i > 0 && v.t(i - 1) == Some(T::RParen) && unseparated_tsql(v, i) => {
+                take(if breakout { 85 } else { 80 }, i, (i + 2).min(n), &mut best);
             }
             T::Kw(K::Stmt) if i == start || (i > 0 && v.t(i - 1) == Some(T::Semi)) => {
                 let w = v.word(i).to_ascii_lowercase();
@@ -935,6 +916,20 @@ fn statement_evidence(v: &View<'_>, i: usize) -> bool {
         }
     }
     false
+}
+
+/// A T-SQL delay or extended-procedure call at `i` (`waitfor delay`, `exec xp_...`,
+/// `exec master..xp_...`).
+fn unseparated_tsql(v: &View<'_>, i: usize) -> bool {
+    let w = v.word(i);
+    if w.eq_ignore_ascii_case(b"waitfor") {
+        return v.t(i + 1) == Some(T::Kw(K::Delay));
+    }
+    let exec = w.eq_ignore_ascii_case(b"exec") || w.eq_ignore_ascii_case(b"execute");
+    exec && v.t(i + 1) == Some(T::Word) && {
+        let p = v.word(i + 1);
+        p.len() > 3 && (p[..3].eq_ignore_ascii_case(b"xp_") || p.eq_ignore_ascii_case(b"master"))
+    }
 }
 
 /// SQL's niladic user functions, written without parentheses (`select session_user;`).
