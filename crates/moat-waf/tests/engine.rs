@@ -624,7 +624,9 @@ fn base64_payloads_in_the_path_are_decoded() {
     let split = "/Pz8/PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg";
     // unpadded base64 has no `+`/`=`: no trigger byte in the segment
     let flat = "/e3sxMzM3KjEzMzh9fSB7ezcqN319IHt7Y29uZmlnLml0ZW1zKCl9fQ";
-    for uri in [split, flat] {
+    // 14 characters: `(alert)(1)`
+    let short = "/KGFsZXJ0KSgxKQ";
+    for uri in [split, flat, short] {
         let f = get_findings(&e, "r", uri, &[]);
         assert!(f.iter().any(|(_, loc)| loc == "path"), "{uri}: {f:?}");
     }
