@@ -7,7 +7,7 @@ use std::fmt;
 use crate::clean_cache;
 use crate::decode;
 use crate::detect::{
-    self, crlf, deser, jndi, scanner, traversal, upload, xxe, Attack, Classes, Hit, Scope,
+    self, crlf, deser, jndi, scanner, traversal, upload, xss, xxe, Attack, Classes, Hit, Scope,
 };
 use crate::util::{find2, lossy};
 
@@ -671,6 +671,14 @@ impl<'e> Inspector<'e> {
         }
         if c.any(Classes::DOLLAR) && c.any(Classes::BRACE) {
             if let Some(h) = jndi::jndi(&p) {
+                self.report(Loc::Path, h);
+            }
+        }
+        // a tag whose attribute holds a URL is cut by its own slashes into segments
+        // that are no tag on their own (`/<script/src=http://x.example/a.js>`):
+        // the whole path is read as markup too
+        if c.any(Classes::ANGLE) {
+            if let Some(h) = xss::detect(&p, c) {
                 self.report(Loc::Path, h);
             }
         }

@@ -644,6 +644,21 @@ fn base64_payloads_in_the_path_are_decoded() {
 }
 
 #[test]
+fn a_tag_cut_by_its_own_slashes_in_the_path_is_read_whole() {
+    let e = engine(&WafConfig::default());
+    // each segment alone is no tag: `<script`, `src=http:`, `x.example`, `a.js>`
+    let f = get_findings(&e, "r", "/%3Cscript/src=http://x.example/a.js%3E", &[]);
+    assert!(
+        f.iter().any(|(a, loc)| *a == Attack::Xss && loc == "path"),
+        "{f:?}"
+    );
+    for uri in ["/compare/a%3Cb/c", "/tags/%3C3/love"] {
+        let f = get_findings(&e, "r", uri, &[]);
+        assert!(f.is_empty(), "{uri}: {f:?}");
+    }
+}
+
+#[test]
 fn base64_parameter_values_are_decoded_whatever_their_braces() {
     let e = engine(&WafConfig::default());
     // `{{1337*1338}}`: braces like JSON's, but a template; the lenient JSON walk
