@@ -222,6 +222,12 @@ fn numeric_clause(b: &[u8]) -> bool {
     lead && crate::util::find_ci(b, b" by ").is_some()
 }
 
+/// Text in a JSON object's or array's brackets (trimmed already): worth a JSON walk.
+fn json_shaped(t: &str) -> bool {
+    t.len() >= 2
+        && ((t.starts_with('{') && t.ends_with('}')) || (t.starts_with('[') && t.ends_with(']')))
+}
+
 /// Most findings kept per request.
 const MAX_FINDINGS: usize = 32;
 /// Nesting of decoders that re-enter the inspector (base64 -> JSON -> base64 ...).
@@ -521,12 +527,7 @@ impl<'e> Inspector<'e> {
             }
             // nested JSON in a string value
             let t = fin.trim();
-            if nest < MAX_NEST
-                && t.len() >= 2
-                && ((t.starts_with('{') && t.ends_with('}'))
-                    || (t.starts_with('[') && t.ends_with(']')))
-                && self.findings.len() == findings_before
-            {
+            if nest < MAX_NEST && json_shaped(t) && self.findings.len() == findings_before {
                 self.json(t.as_bytes(), loc, nest + 1);
             }
         } else if raw.len() >= 10
@@ -547,9 +548,8 @@ impl<'e> Inspector<'e> {
                 let t = text.trim();
                 // braces alone do not make JSON: `{{7*7}}` decoded from base64 is a
                 // template, and the lenient JSON walk would skip it as garbage
-                let json = ((t.starts_with('{') && t.ends_with('}'))
-                    || (t.starts_with('[') && t.ends_with(']')))
-                    && serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok();
+                let json =
+                    json_shaped(t) && serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok();
                 if json {
                     self.json(t.as_bytes(), loc, nest + 1);
                 } else {
