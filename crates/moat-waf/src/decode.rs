@@ -27,6 +27,48 @@ fn push_char(out: &mut Vec<u8>, c: u32) {
     out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
 }
 
+/// The ASCII character an overlong UTF-8 sequence of `%XX` escapes hides, and the
+/// escapes' length: `%C0%AE`, `%E0%80%AE`, `%F0%80%80%AE` and the 5- and 6-byte forms
+/// are all `.` to a lenient UTF-8 decoder (IIS, old Tomcat), so they are to the WAF.
+/// `s` starts at the first escape, whose byte is `lead`.
+fn overlong_ascii(s: &[u8], lead: u8) -> Option<(u8, usize)> {
+    let continuations = match lead {
+        0xC0 | 0xC1 => 1,
+        0xE0 => 2,
+        0xF0 => 3,
+        0xF8 => 4,
+        0xFC => 5,
+        _ => return None,
+    };
+    // the lead byte's payload bits: 110xxxxx, 1110xxxx, ... 1111110x
+    let mut v = u32::from(lead & (0xFF >> (continuations + 2)));
+    for k in 0..continuations {
+        let at = 3 + 3 * k;
+        if s.get(at) != Some(&b'%') {
+            return None;
+        }
+        let c = hex(*s.get(at + 1)?)? * 16 + hex(*s.get(at + 2)?)?;
+        if !(0x80..0xC0).contains(&c) {
+            return None;
+        }
+        v = (v << 6) | (c & 0x3F);
+    }
+    (v < 0x80).then_some((v as u8, 3 + 3 * continuations))
+}
+
+/// What a server that maps `%uXXXX` to its ANSI code page makes of a look-alike
+/// (IIS's best fit; ModSecurity's `urlDecodeUni` folds the full-width forms the same
+/// way): `%uFF0F` and `%u2215` are `/`, `%uFF1C` is `<`. Only `%u` escapes are folded:
+/// no browser sends them, while full-width punctuation typed as text is ordinary CJK.
+fn best_fit(c: u32) -> u32 {
+    match c {
+        0xFF01..=0xFF5E => c - 0xFEE0,
+        0x2044 | 0x2215 => u32::from(b'/'),
+        0x2216 => u32::from(b'\\'),
+        _ => c,
+    }
+}
+
 /// One round of URL decoding: `%XX`, `%uXXXX`, and `+` as space when `plus`.
 pub fn url_decode_once(s: &[u8], plus: bool) -> Cow<'_, [u8]> {
     let needs = if plus {
@@ -69,15 +111,11 @@ pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
             if i + 2 < s.len() {
                 if let (Some(h), Some(l)) = (hex(s[i + 1]), hex(s[i + 2])) {
                     let v = (h * 16 + l) as u8;
-                    // overlong 2-byte UTF-8 (%C0%AE = '.', %C0%AF = '/'): the ASCII it hides
-                    if (v == 0xC0 || v == 0xC1) && i + 5 < s.len() && s[i + 3] == b'%' {
-                        if let (Some(h2), Some(l2)) = (hex(s[i + 4]), hex(s[i + 5])) {
-                            let c = (h2 * 16 + l2) as u8;
-                            if (0x80..0xC0).contains(&c) {
-                                out.push(((v & 0x1F) << 6) | (c & 0x3F));
-                                i += 6;
-                                continue;
-                            }
+                    if v >= 0xC0 {
+                        if let Some((c, used)) = overlong_ascii(&s[i..], v) {
+                            out.push(c);
+                            i += used;
+                            continue;
                         }
                     }
                     out.push(v);
@@ -95,7 +133,7 @@ pub fn url_decode_into(s: &[u8], plus: bool, out: &mut Vec<u8>) {
                     }
                 }
                 if ok {
-                    push_char(out, v);
+                    push_char(out, best_fit(v));
                     i += 6;
                     continue;
                 }
@@ -479,6 +517,29 @@ mod tests {
         assert_eq!(&*url_decode_once(b"a%27b+c", true), b"a'b c");
         assert_eq!(&*url_decode_repeated(b"%2527"), b"'");
         assert_eq!(&*url_decode_once(b"%u003c", false), b"<");
+        // overlong UTF-8 of every length hides the same ASCII
+        assert_eq!(&*url_decode_once(b"%c0%ae%c0%af", false), b"./");
+        assert_eq!(&*url_decode_once(b"%e0%80%ae%f0%80%80%af", false), b"./");
+        assert_eq!(
+            &*url_decode_once(b"%f8%80%80%80%ae%fc%80%80%80%80%af", false),
+            b"./"
+        );
+        // a real 3-byte character and truncated or broken sequences stay as they are
+        assert_eq!(
+            &*url_decode_once(b"%e2%82%ac", false),
+            "\u{20ac}".as_bytes()
+        );
+        assert_eq!(&*url_decode_once(b"%e0%80", false), b"\xe0\x80");
+        assert_eq!(&*url_decode_once(b"%c0%2e", false), b"\xc0.");
+        // IIS's best fit of %u look-alikes; the same character as UTF-8 is left alone
+        assert_eq!(
+            &*url_decode_once(b"%uff0e%u2215%u2216%uFF1C", false),
+            b"./\\<"
+        );
+        assert_eq!(
+            &*url_decode_once(b"%ef%bc%8f", false),
+            "\u{ff0f}".as_bytes()
+        );
         assert_eq!(&*url_decode_once(b"100%", false), b"100%");
         assert_eq!(&*url_decode_once(b"%zz%4", false), b"%zz%4");
         assert!(matches!(url_decode_once(b"plain", true), Cow::Borrowed(_)));

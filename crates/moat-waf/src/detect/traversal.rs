@@ -98,12 +98,12 @@ pub fn traversal(s: &str) -> Option<Hit> {
             }
         }
     };
-    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") {
+    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") || s.contains("\\\\") {
         let mut n = s.replace("\\.\\", "\\");
         while n.contains("/./") {
             n = n.replace("/./", "/");
         }
-        let n = n.replace("///", "/");
+        let n = collapse_separators(&n);
         if n.len() != s.len() {
             consider(&n);
         }
@@ -124,6 +124,23 @@ pub fn traversal(s: &str) -> Option<Hit> {
         }
     }
     best
+}
+
+/// `s` with each run of separators (`//`, `\\\\\\`, `/\\`) as its first one, as a
+/// server that normalises the path reads it (`..//etc//passwd`). A scheme's `://` and
+/// a UNC path's leading `\\\\` keep both.
+fn collapse_separators(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_sep = false;
+    for (i, c) in s.char_indices() {
+        let sep = c == '/' || c == '\\';
+        if sep && prev_sep && i > 1 && !out.ends_with(":/") {
+            continue;
+        }
+        prev_sep = sep;
+        out.push(c);
+    }
+    out
 }
 
 /// `separators`: whether `s` holds a `/` or a `\\` (normalising keeps that true).
@@ -481,6 +498,11 @@ mod tests {
         assert!(traversal("see /var/log/ for the logs").is_none());
         assert!(traversal("wait.... what? see ../docs").is_none());
         assert!(traversal("I love /etc/passwd jokes in my essay about unix").is_none());
+        // runs of separators read as one, as a normalising server does
+        assert!(traversal("..//windows//system32//drivers//etc//hosts").is_some());
+        assert!(traversal("\\\\\\..\\..\\windows\\\\\\system32\\\\\\config").is_some());
+        assert!(traversal("https://example.com//images//logo.png").is_none());
+        assert!(traversal("\\\\fileserver\\share\\report.docx").is_none());
     }
 
     #[test]
