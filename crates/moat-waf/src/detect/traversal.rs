@@ -304,8 +304,9 @@ pub fn server_file(s: &str) -> Option<Hit> {
     if !(absolute || climbs) {
         return None;
     }
-    // one path: no control bytes, spaces only in a Windows path
-    let windows = memchr::memchr(b'\\', b).is_some();
+    // one path: no control bytes, spaces only in a Windows path (a backslash or a
+    // drive: `C:/program files/mysql/my.ini`)
+    let windows = memchr::memchr(b'\\', b).is_some() || (absolute && b[1] == b':');
     if b.iter()
         .any(|&c| c < 0x20 || c == 0x7f || (c == b' ' && !windows))
     {
@@ -362,6 +363,12 @@ fn file_kind(name: &str) -> Option<FileKind> {
     if name.ends_with("_log") || matches!(name.as_str(), "passwd" | "shadow" | "htpasswd") {
         return Some(FileKind::Server);
     }
+    // Windows' own secrets: the answer files of an unattended install hold the
+    // administrator's password, `ntuser.dat` is a user's registry hive
+    let stem = name.split('.').next().unwrap_or(&name);
+    if matches!(stem, "unattend" | "unattended" | "sysprep" | "ntuser") {
+        return Some(FileKind::Server);
+    }
     let exts = || name.split('.').skip(1);
     let server = |ext: &str| {
         matches!(
@@ -371,6 +378,7 @@ fn file_kind(name: &str) -> Option<FileKind> {
                 | "cfg"
                 | "ini"
                 | "log"
+                | "err"
                 | "config"
                 | "passwd"
                 | "htpasswd"
@@ -516,6 +524,10 @@ mod tests {
             "/root/.ksh_history",
             "C:\\inetpub\\wwwroot\\global.asa",
             "/Program Files\\Apache Group\\Apache2\\conf\\httpd.conf",
+            "C:/program files/mysql/mysql server 5.1/my.ini",
+            "C:/program files/mysql/data/hostname.err",
+            "C:/unattend.xml",
+            "C:/documents and settings/administrator/ntuser.dat",
             "file:///etc/mysql/my.cnf",
             "~/.netrc",
             "../config.inc.php",
@@ -535,6 +547,8 @@ mod tests {
             "config.ini",
             "see /etc/nginx/nginx.conf for the settings",
             "/docs/setup guide.conf",
+            "C:/Users/me/Documents/my notes.txt",
+            "C:/data/setup/unattended-upgrades.md",
             "https://example.com/app.log",
             "/blog/2024/05/the-catalog",
             "..",
