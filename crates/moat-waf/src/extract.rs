@@ -493,6 +493,19 @@ impl<'e> Inspector<'e> {
             } else {
                 Cow::Borrowed(raw)
             };
+            // a form field's line breaks are a textarea's layout, but a break the field
+            // still spells as `%0A` after the form's own decoding was encoded twice,
+            // which no browser does: the decoded text is judged as a query value is
+            let scope = if scope == Scope::Body
+                && matches!(loc, Loc::Form(_))
+                && matches!(u, Cow::Owned(_))
+                && memchr::memchr2(b'\n', b'\r', raw.as_bytes()).is_none()
+                && memchr::memchr2(b'\n', b'\r', u.as_bytes()).is_some()
+            {
+                Scope::Value
+            } else {
+                scope
+            };
             let h1 = decode::html_decode(&u);
             // double-encoded references (`&amp;lt;`): one more round
             let h: Cow<'_, str> = if matches!(h1, Cow::Owned(_)) && h1.contains('&') {
