@@ -284,8 +284,13 @@ fn traversal_inner(s: &str, separators: bool) -> Option<Hit> {
 /// a file the server has is the server's to answer.
 pub fn server_file(s: &str) -> Option<Hit> {
     // a NUL after the name ends the string for C's file functions: `..%00` is the
-    // classic way to cut off an extension the application appends
-    let v = s.trim().trim_end_matches('\0');
+    // classic way to cut off an extension the application appends (`%00.jpg`), and
+    // no value that names a file has one
+    let t = s.trim();
+    let (v, nul_cut) = match memchr::memchr(0, t.as_bytes()) {
+        Some(p) => (&t[..p], true),
+        None => (t, false),
+    };
     if v.len() < 3 || v.len() > 1024 {
         return None;
     }
@@ -312,11 +317,14 @@ pub fn server_file(s: &str) -> Option<Hit> {
     {
         return None;
     }
-    // climbing out of the application's directory is evidence of its own
-    let confidence = match (file_kind(name)?, climbs) {
-        (_, true) => 80,
-        (FileKind::Server, false) => 70,
-        (FileKind::Source, false) => return None,
+    // climbing out of the application's directory is evidence of its own, and so is
+    // a NUL that cuts the path short, whatever the file
+    let confidence = match (file_kind(name), climbs) {
+        (Some(_), true) => 80,
+        (None, true) if nul_cut => 80,
+        (Some(FileKind::Server), false) => 70,
+        (_, false) if nul_cut => 75,
+        _ => return None,
     };
     Some(Hit::new(Attack::PathTraversal, confidence, s, 0, s.len()))
 }
@@ -527,6 +535,10 @@ mod tests {
             "C:/program files/mysql/mysql server 5.1/my.ini",
             "C:/program files/mysql/data/hostname.err",
             "C:/unattend.xml",
+            "/etc/security/group\0",
+            "/usr/local/app/index.php\0.jpg",
+            "/usr/ports/ftp/pure-ftpd/\0",
+            "../../templates/header\0",
             "C:/documents and settings/administrator/ntuser.dat",
             "file:///etc/mysql/my.cnf",
             "~/.netrc",
@@ -549,6 +561,8 @@ mod tests {
             "/docs/setup guide.conf",
             "C:/Users/me/Documents/my notes.txt",
             "C:/data/setup/unattended-upgrades.md",
+            "plain text\0",
+            "a/b\0",
             "https://example.com/app.log",
             "/blog/2024/05/the-catalog",
             "..",
