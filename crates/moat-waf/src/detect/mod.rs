@@ -498,6 +498,12 @@ pub fn run_all_classified(s: &str, c: Classes, scope: Scope, out: &mut dyn FnMut
             out(h);
         }
     }
+    // a `$where` breakout starts with the string or number it leaves
+    if c.any(Classes::SEP) && (c.any(Classes::QUOTE) || b.first().is_some_and(u8::is_ascii_digit)) {
+        if let Some(h) = nosql::js_breakout(s) {
+            out(h);
+        }
+    }
 }
 
 fn has_sql_word(b: &[u8]) -> bool {

@@ -111,6 +111,48 @@ pub fn nosql_js(s: &str) -> Option<Hit> {
     None
 }
 
+/// A break out of a string or a number in a MongoDB `$where` clause into the
+/// JavaScript around it: `';return 'a'=='a' && ''=='`, `0;return true`,
+/// `' && this.password.match(/.*/)//`.
+///
+/// The value must start with what it breaks out of (quotes or digits), then either a
+/// `;` and a `return` of a value, or `&&` / `||` and a field of the document
+/// (`this.`). Prose that starts with a number (`1; return within 30 days`) returns
+/// words, not a value.
+pub fn js_breakout(s: &str) -> Option<Hit> {
+    let t = s.trim_start();
+    let b = t.as_bytes();
+    let lead = b
+        .iter()
+        .take_while(|&&c| matches!(c, b'\'' | b'"') || c.is_ascii_digit())
+        .count();
+    if lead == 0 || lead > 8 {
+        return None;
+    }
+    let rest = t[lead..].trim_start();
+    let found = if let Some(r) = rest.strip_prefix(';') {
+        let r = r.trim_start().as_bytes();
+        starts_with_ci(r, b"return") && {
+            let e = &r[6..];
+            let value = e.trim_ascii_start();
+            let boundary = matches!(e.first(), Some(b' ' | b'\t' | b'(' | b'\'' | b'"' | b'!'));
+            boundary
+                && (matches!(
+                    value.first(),
+                    Some(b'\'' | b'"' | b'(' | b'!' | b'0'..=b'9')
+                ) || [&b"true"[..], b"false", b"this."]
+                    .iter()
+                    .any(|k| starts_with_ci(value, k)))
+        }
+    } else if let Some(r) = rest.strip_prefix("&&").or_else(|| rest.strip_prefix("||")) {
+        // a number then `&& this.` is arithmetic prose as often as code
+        matches!(b[0], b'\'' | b'"') && r.trim_start().starts_with("this.")
+    } else {
+        false
+    };
+    found.then(|| Hit::new(Attack::Nosql, 80, s, 0, s.len()))
+}
+
 /// NoSQL operators or `$where` JavaScript inside a value.
 pub fn nosql_value(s: &str) -> Option<Hit> {
     let b = s.as_bytes();
@@ -156,5 +198,23 @@ mod tests {
         assert!(nosql_name("user[$ne]").is_some());
         assert!(nosql_name("price$").is_none());
         assert!(nosql_value("{\"$where\": \"sleep(100)\"}").is_some());
+        for probe in [
+            "';return 'a'=='a' && ''=='",
+            "0;return true",
+            "\";return(true);var x=\"",
+            "' && this.password.match(/.*/)//",
+            "'||this.role=='admin",
+        ] {
+            assert!(js_breakout(probe).is_some(), "{probe}");
+        }
+        for benign in [
+            "1; return within 30 days",
+            "'quoted'; returns are free",
+            "2023 && this.year",
+            "it's; return true",
+            "42",
+        ] {
+            assert!(js_breakout(benign).is_none(), "{benign}");
+        }
     }
 }
