@@ -188,9 +188,17 @@ fn template_expr(inner: &str) -> bool {
         // a PHP command function handed to a filter as its callback:
         // Twig's `['id']|filter('system')`, `|map('passthru')`
         || quoted_callback(&l)
+        // Symfony's Twig filter that prints lines of a file
+        || l.contains("|file_excerpt(")
+        // Groovy in an expression: files, URLs, resources, a nested script
+        || l.contains("new file(")
+        || l.contains(".tourl()")
+        || l.contains("getresource(")
+        || l.contains("this.evaluate(")
 }
 
-/// A PHP command function named as a string, the one argument of a call: `('system')`.
+/// A PHP command function named as a string, the first argument of a call:
+/// `('system')`, `reduce('system','id')`, `map('call_user_func')`.
 fn quoted_callback(l: &str) -> bool {
     const COMMANDS: &[&str] = &[
         "system",
@@ -199,6 +207,7 @@ fn quoted_callback(l: &str) -> bool {
         "shell_exec",
         "popen",
         "proc_open",
+        "call_user_func",
     ];
     let b = l.as_bytes();
     memchr::memchr_iter(b'(', b).any(|p| {
@@ -209,7 +218,7 @@ fn quoted_callback(l: &str) -> bool {
         COMMANDS.iter().any(|f| {
             rest.starts_with(f.as_bytes())
                 && rest.get(f.len()) == Some(&q)
-                && rest.get(f.len() + 1) == Some(&b')')
+                && matches!(rest.get(f.len() + 1), Some(b')' | b','))
         })
     })
 }
@@ -554,6 +563,14 @@ mod tests {
         assert!(c("{{request|attr([\"_\"*2,\"class\",\"_\"*2]|join)}}"));
         assert!(c("{{ request }}"));
         assert!(c("{{['id']|filter('system')}}"));
+        assert!(c("{{[0]|reduce('system','id')}}"));
+        assert!(c("{{ {'id':'shell_exec'}|map('call_user_func')|join }}"));
+        assert!(c("{{'/etc/passwd'|file_excerpt(1,30)}}"));
+        assert!(c("${new File(\"C:\\Temp\\x.txt\").createNewFile();}"));
+        assert!(c("${\"http://www.example.com\".toURL().text}"));
+        assert!(c("${class.getResource(\"\").getPath()}"));
+        assert!(!c("{{ items|map('title')|join(', ') }}"));
+        assert!(!c("${user.name} filed ${count} reports"));
         assert!(c("{{['cat /etc/passwd']|map(\"passthru\")}}"));
         assert!(!c("{{ requestId }}"));
         assert!(!c("{{ items|map(attribute='name')|join(', ') }}"));
