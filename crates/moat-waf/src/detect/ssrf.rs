@@ -14,6 +14,49 @@ fn host_of(url_rest: &str) -> &str {
     host.split(':').next().unwrap_or(host)
 }
 
+/// An IPv4 host as `inet_aton` reads it, which is how the C library, curl and many
+/// URL fetchers read one: `127.1`, `0x7f.0.0.1`, `0177.0.0.1`, `2130706433`. The
+/// flag says whether it was written any other way than four decimal octets, which
+/// only a request that slips past a filter of addresses does.
+fn inet_aton(h: &str) -> Option<(std::net::Ipv4Addr, bool)> {
+    let mut parts = [0u32; 4];
+    let mut n = 0;
+    let mut odd = false;
+    for part in h.split('.') {
+        if n == 4 || part.is_empty() {
+            return None;
+        }
+        let (digits, radix) = match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            Some(hex) => (hex, 16),
+            None if part.len() > 1 && part.starts_with('0') => (&part[1..], 8),
+            None => (part, 10),
+        };
+        if digits.is_empty() || digits.len() > 10 {
+            return None;
+        }
+        parts[n] = u32::from_str_radix(digits, radix).ok()?;
+        odd |= radix != 10;
+        n += 1;
+    }
+    // the last part fills the bytes the earlier ones leave: `127.1` is 127.0.0.1
+    let last_bits = 8 * (5 - n as u32);
+    let mut v: u32 = 0;
+    for (i, &p) in parts[..n].iter().enumerate() {
+        if i + 1 < n {
+            if p > 255 {
+                return None;
+            }
+            v |= p << (24 - 8 * i as u32);
+        } else {
+            if last_bits < 32 && p >> last_bits != 0 {
+                return None;
+            }
+            v |= p;
+        }
+    }
+    Some((std::net::Ipv4Addr::from(v), odd || n != 4))
+}
+
 fn internal_host(h: &str) -> Option<u8> {
     let l = h.to_ascii_lowercase();
     let l = l.trim_end_matches('.');
@@ -26,6 +69,7 @@ fn internal_host(h: &str) -> Option<u8> {
             | "fd00:ec2::254"
             | "169.254.170.2"
             | "instance-data"
+            | "192.0.0.192"
     ) {
         return Some(90);
     }
@@ -38,6 +82,22 @@ fn internal_host(h: &str) -> Option<u8> {
     if l.starts_with("0x") || (l.len() >= 8 && l.bytes().all(|c| c.is_ascii_digit())) {
         // hex / decimal encodings of an address
         return Some(80);
+    }
+    // an internal address written the way no one writes one: `127.1`, `0177.0.0.1`,
+    // `169.254.43518`, `::ffff:127.0.0.1`
+    let odd_form = inet_aton(l).filter(|&(_, odd)| odd).map(|(ip, _)| ip).or_else(|| {
+        l.parse::<std::net::Ipv6Addr>()
+            .ok()
+            .and_then(|v6| v6.to_ipv4_mapped())
+    });
+    if let Some(ip) = odd_form {
+        let o = ip.octets();
+        if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
+            return Some(90);
+        }
+        if o[0] == 127 || o[0] == 0 || ip.is_private() || ip.is_link_local() {
+            return Some(80);
+        }
     }
     if let Ok(ip) = l.parse::<std::net::Ipv4Addr>() {
         let o = ip.octets();
@@ -98,5 +158,28 @@ mod tests {
         assert!(ssrf("gopher://x:25/_HELO").is_some());
         assert!(ssrf("url=http://www.example.com/tan?usp=4#8").is_none());
         assert!(ssrf("http://user@localhost/").is_some());
+        for odd in [
+            "http://127.1/",
+            "http://127.0.1/admin",
+            "http://0177.1/",
+            "http://169.254.43518/latest/meta-data/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::ffff:a9fe:a9fe]/latest",
+            "http://10.1/",
+            "http://192.0.0.192/latest/",
+        ] {
+            assert!(ssrf(odd).is_some_and(|h| h.confidence >= 80), "{odd}");
+        }
+        // short forms of public addresses, and versions in a URL, are not internal
+        assert!(ssrf("http://1.2/").is_none());
+        assert!(ssrf("http://8.8/").is_none());
+        assert!(ssrf("https://v1.2.example.com/").is_none());
+        assert_eq!(inet_aton("127.1"), Some(([127, 0, 0, 1].into(), true)));
+        assert_eq!(inet_aton("10.0.0.1"), Some(([10, 0, 0, 1].into(), false)));
+        assert_eq!(inet_aton("1.2.3.4.5"), None);
+        assert_eq!(inet_aton("1.256.1"), None);
+        assert_eq!(inet_aton("1.2.3.256"), None);
+        assert_eq!(inet_aton("0x"), None);
+        assert_eq!(inet_aton("99999999999"), None);
     }
 }
