@@ -57,6 +57,30 @@ fn inet_aton(h: &str) -> Option<(std::net::Ipv4Addr, bool)> {
     Some((std::net::Ipv4Addr::from(v), odd || n != 4))
 }
 
+/// The ASCII a URL parser's IDNA mapping (NFKC) makes of the look-alikes used to
+/// write an internal host past a filter: circled and full-width letters and digits,
+/// ideographic and full-width full stops (`①②⑦.⓪.⓪.①`, `ⓛⓞⓒⓐⓛⓗⓞⓢⓣ`). Other
+/// characters are kept.
+fn idna_fold(host: &str) -> String {
+    host.chars()
+        .map(|c| {
+            let u = c as u32;
+            let ascii = match u {
+                0x2460..=0x2468 => u - 0x2460 + u32::from(b'1'),
+                0x24EA => u32::from(b'0'),
+                0x24B6..=0x24CF => u - 0x24B6 + u32::from(b'a'),
+                0x24D0..=0x24E9 => u - 0x24D0 + u32::from(b'a'),
+                0xFF10..=0xFF19 => u - 0xFF10 + u32::from(b'0'),
+                0xFF21..=0xFF3A => u - 0xFF21 + u32::from(b'a'),
+                0xFF41..=0xFF5A => u - 0xFF41 + u32::from(b'a'),
+                0x3002 | 0xFF0E | 0xFF61 => u32::from(b'.'),
+                _ => return c,
+            };
+            char::from_u32(ascii).unwrap_or(c)
+        })
+        .collect()
+}
+
 fn internal_host(h: &str) -> Option<u8> {
     let l = h.to_ascii_lowercase();
     let l = l.trim_end_matches('.');
@@ -85,11 +109,14 @@ fn internal_host(h: &str) -> Option<u8> {
     }
     // an internal address written the way no one writes one: `127.1`, `0177.0.0.1`,
     // `169.254.43518`, `::ffff:127.0.0.1`
-    let odd_form = inet_aton(l).filter(|&(_, odd)| odd).map(|(ip, _)| ip).or_else(|| {
-        l.parse::<std::net::Ipv6Addr>()
-            .ok()
-            .and_then(|v6| v6.to_ipv4_mapped())
-    });
+    let odd_form = inet_aton(l)
+        .filter(|&(_, odd)| odd)
+        .map(|(ip, _)| ip)
+        .or_else(|| {
+            l.parse::<std::net::Ipv6Addr>()
+                .ok()
+                .and_then(|v6| v6.to_ipv4_mapped())
+        });
     if let Some(ip) = odd_form {
         let o = ip.octets();
         if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
@@ -135,7 +162,12 @@ pub fn ssrf(s: &str) -> Option<Hit> {
         _ => return None,
     }
     let host = host_of(&s[p + 3..]);
-    let conf = internal_host(host)?;
+    let conf = if host.is_ascii() {
+        internal_host(host)?
+    } else {
+        // an internal host in look-alikes is written to pass a filter
+        internal_host(&idna_fold(host))?.max(80)
+    };
     Some(Hit::new(
         Attack::Ssrf,
         conf,
@@ -170,6 +202,11 @@ mod tests {
         ] {
             assert!(ssrf(odd).is_some_and(|h| h.confidence >= 80), "{odd}");
         }
+        // the look-alikes IDNA maps to ASCII
+        assert!(ssrf("http://①②⑦.⓪.⓪.①/").is_some());
+        assert!(ssrf("http://①⑥⑨。②⑤④。①⑥⑨。②⑤④/latest").is_some_and(|h| h.confidence >= 85));
+        assert!(ssrf("http://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/").is_some_and(|h| h.confidence >= 80));
+        assert!(ssrf("https://例え.jp/").is_none());
         // short forms of public addresses, and versions in a URL, are not internal
         assert!(ssrf("http://1.2/").is_none());
         assert!(ssrf("http://8.8/").is_none());
