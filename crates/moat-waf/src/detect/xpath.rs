@@ -14,6 +14,62 @@ static XPATH_AC: LazyLock<Option<AhoCorasick>> =
 pub fn xpath(s: &str) -> Option<Hit> {
     first_match(&XPATH_AC, XPATH_MARKERS, s.as_bytes())
         .map(|(_, p, _)| Hit::new(Attack::Xpath, 80, s, p, p + 30))
+        .or_else(|| breakout_call(s))
+}
+
+/// XPath's string functions, the blind probe's tools.
+const FUNCTIONS: &[&[u8]] = &[
+    b"starts-with(",
+    b"contains(",
+    b"substring(",
+    b"string-length(",
+    b"normalize-space(",
+    b"translate(",
+];
+
+/// A quote closed, then `and` / `or` and one of XPath's string functions: the
+/// blind probe that reads a node a character at a time
+/// (`') and starts-with(../password,'c`, `' or contains(name,'a`).
+fn breakout_call(s: &str) -> Option<Hit> {
+    let b = s.as_bytes();
+    for q in memchr::memchr2_iter(b'\'', b'"', b).take(16) {
+        let mut i = q + 1;
+        if b.get(i) == Some(&b')') {
+            i += 1;
+        }
+        let ws = b[i..]
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        if ws == 0 {
+            continue;
+        }
+        i += ws;
+        let op = if b.len() >= i + 3 && b[i..i + 3].eq_ignore_ascii_case(b"and") {
+            3
+        } else if b.len() >= i + 2 && b[i..i + 2].eq_ignore_ascii_case(b"or") {
+            2
+        } else {
+            continue;
+        };
+        i += op;
+        let ws = b[i..]
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        if ws == 0 {
+            continue;
+        }
+        i += ws;
+        let rest = &b[i..];
+        if FUNCTIONS
+            .iter()
+            .any(|f| rest.len() >= f.len() && rest[..f.len()].eq_ignore_ascii_case(f))
+        {
+            return Some(Hit::new(Attack::Xpath, 80, s, q, i + 16));
+        }
+    }
+    None
 }
 
 const XPATH_MARKERS: &[&str] = &[
@@ -31,3 +87,28 @@ const XPATH_MARKERS: &[&str] = &[
     "or name()=",
     "position()=",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn breakouts() {
+        for probe in [
+            "') and starts-with(../password,'c",
+            "' and starts-with(password,'a')",
+            "') or contains(name,'a",
+            "\" and substring(//user[1]/pass,1,1)=\"a",
+        ] {
+            assert!(xpath(probe).is_some(), "{probe}");
+        }
+        for benign in [
+            "the 'and contains(' text",
+            "don't and contains",
+            "'Rock' and Roll",
+            "\"Tom\" or contains the answer",
+        ] {
+            assert!(xpath(benign).is_none(), "{benign}");
+        }
+    }
+}
