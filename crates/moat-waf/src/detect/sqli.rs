@@ -137,6 +137,9 @@ fn dangerous_function(w: &[u8]) -> bool {
         b"httpuritype",
         b"ctxsys",
         b"dbms_xmlgen",
+        b"load_extension",
+        b"openrowset",
+        b"opendatasource",
     ];
     F.iter().any(|f| f.eq_ignore_ascii_case(w))
 }
@@ -625,6 +628,11 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             // T-SQL needs no `;` between statements: a delay or a procedure call may
             // follow the parenthesis that closed the query's own expression
             // (`') waitfor delay '0:0:20'--`, `,NULL) exec master..xp_cmdshell 'id'`)
+            // A delay with its duration is T-SQL wherever it stands: after a number
+            // (`1 waitfor delay '0:0:5'--`) or a condition (`if 1=1 waitfor delay ...`)
+            T::Kw(K::Stmt) if i > 0 && timed_waitfor(v, i) => {
+                take(if breakout { 85 } else { 80 }, i, (i + 3).min(n), &mut best);
+            }
             T::Kw(K::Stmt) if i > 0 && v.t(i - 1) == Some(T::RParen) && unseparated_tsql(v, i) => {
                 take(if breakout { 85 } else { 80 }, i, (i + 2).min(n), &mut best);
             }
@@ -759,6 +767,14 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 }
                 if v.t(k) == Some(T::LParen) && v.t(k + 1) == Some(T::Kw(K::Select)) {
                     take(90, 0, (k + 2).min(n), &mut best);
+                }
+                // a conditional answer: `' and case when 1=1 then 1 else json('') end`
+                if v.t(k) == Some(T::Kw(K::Case))
+                    && v.word(k).eq_ignore_ascii_case(b"case")
+                    && v.t(k + 1) == Some(T::Kw(K::Case))
+                    && v.word(k + 1).eq_ignore_ascii_case(b"when")
+                {
+                    take(85, 0, (k + 2).min(n), &mut best);
                 }
             }
             Some(T::Concat | T::Arith | T::Cmp) if ctx.is_some() || after_paren => {
@@ -897,6 +913,13 @@ fn statement_evidence(v: &View<'_>, i: usize) -> bool {
     for k in i + 1..n {
         match v.t(k) {
             Some(T::Kw(K::Select | K::Case | K::Union | K::Delay)) | Some(T::Var) => return true,
+            // a query that writes a file on the database server
+            Some(T::Kw(K::Into))
+                if v.word(k).eq_ignore_ascii_case(b"outfile")
+                    || v.word(k).eq_ignore_ascii_case(b"dumpfile") =>
+            {
+                return true
+            }
             Some(T::Word | T::Kw(_)) => {
                 let w = v.word(k);
                 if suspicious_table(w)
@@ -932,6 +955,31 @@ fn unseparated_tsql(v: &View<'_>, i: usize) -> bool {
     }
 }
 
+/// `waitfor delay` and a duration (`'0:0:5'`) at `i`: what a time-based probe of
+/// MSSQL sends; a sentence about waiting has no quoted clock time after it.
+fn timed_waitfor(v: &View<'_>, i: usize) -> bool {
+    v.word(i).eq_ignore_ascii_case(b"waitfor")
+        && v.t(i + 1) == Some(T::Kw(K::Delay))
+        && v.t(i + 2) == Some(T::Str)
+        && {
+            let t = v.toks[i + 2];
+            let raw = &v.s[t.s..t.e];
+            let lit = raw
+                .strip_prefix(b"'")
+                .or(raw.strip_prefix(b"\""))
+                .unwrap_or(raw);
+            let lit = lit
+                .strip_suffix(b"'")
+                .or(lit.strip_suffix(b"\""))
+                .unwrap_or(lit);
+            !lit.is_empty()
+                && lit.contains(&b':')
+                && lit
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || matches!(c, b':' | b'.'))
+        }
+}
+
 /// SQL's niladic user functions, written without parentheses (`select session_user;`).
 fn niladic_user(w: &[u8]) -> bool {
     [&b"session_user"[..], b"current_user", b"system_user"]
@@ -960,7 +1008,7 @@ fn select_shape(v: &View<'_>, i: usize) -> Option<usize> {
             let k = j + 1;
             match v.t(k) {
                 None if i > 0 => Some(k),
-                Some(T::Comma | T::Kw(K::From) | T::Kw(K::Clause) | T::Comment | T::Semi) => {
+                Some(T::Comma | T::Kw(K::From | K::Clause | K::Into) | T::Comment | T::Semi) => {
                     Some(k)
                 }
                 Some(T::RParen) => Some(k),
@@ -1062,6 +1110,13 @@ mod tests {
     #[test]
     fn attacks() {
         for a in [
+            "1 WAITFOR DELAY '0:0:5'--",
+            "IF 1=1 WAITFOR DELAY '0:0:5' ELSE WAITFOR DELAY '0:0:0';",
+            "' AND CASE WHEN 1=1 THEN 1 ELSE json('') END AND 'A'='A",
+            "1 AND CASE WHEN 1=1 THEN 1 ELSE 0 END",
+            "SELECT load_extension('/tmp/x.so')",
+            "SELECT '<?php system($_GET[c]); ?>' INTO OUTFILE '/var/www/html/s.php'",
+            "1;SELECT * FROM OPENROWSET(BULK 'C:\\x', SINGLE_CLOB) AS x",
             " OR 1=1#",
             " AND 1=0-- ",
             " OR x=y",
@@ -1121,6 +1176,10 @@ mod tests {
     fn benign() {
         for b in [
             "union was a great select",
+            "please waitfor delay notices",
+            "select 'gift wrap' into the cart",
+            "in case when it rains, then what",
+            "'Just in case' and case when it rains",
             "D'or 1st parfume",
             "1) a-b=c",
             "john+or@var.es",
