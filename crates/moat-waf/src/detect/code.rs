@@ -131,6 +131,10 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     (".class.forname(", 85, Attack::CodeInjection),
     ("jdk.nashorn", 85, Attack::CodeInjection),
     ("defineclass(", 80, Attack::CodeInjection),
+    // Elixir (EEx templates) and Ruby (ERB) running commands
+    ("system.shell(", 85, Attack::CodeInjection),
+    ("open3.popen", 85, Attack::CodeInjection),
+    ("open4.popen", 85, Attack::CodeInjection),
 ];
 
 /// True when `inner` (a template expression) is arithmetic or object access
@@ -148,6 +152,13 @@ fn template_expr(inner: &str) -> bool {
     }
     if i > 0 {
         let rest = t[i..].trim_start();
+        // Django's arithmetic: `364|add:733`
+        if rest
+            .strip_prefix("|add:")
+            .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        {
+            return true;
+        }
         if let Some(op) = rest.chars().next() {
             if matches!(op, '*' | '+' | '-' | '/' | '%') {
                 let r = rest[1..].trim_start().trim_start_matches(['\'', '"']);
@@ -266,6 +277,9 @@ fn ssti(s: &str, c: Classes) -> Option<Hit> {
                     || l.contains("system")
                     || l.contains("popen")
                     || l.contains("include")
+                    // Django's context dump and admin log
+                    || l.trim() == "debug"
+                    || l.contains("get_admin_log")
                     || template_expr(inner)
             } else {
                 template_expr(inner)
@@ -564,6 +578,13 @@ mod tests {
         assert!(c("{{ request }}"));
         assert!(c("{{['id']|filter('system')}}"));
         assert!(c("{{[0]|reduce('system','id')}}"));
+        assert!(c("ih0vr{{364|add:733}}d121r"));
+        assert!(c("{% debug %}"));
+        assert!(c("{% load log %}{% get_admin_log 10 as log %}"));
+        assert!(c("elem(System.shell(\"id\"), 0)"));
+        assert!(c("<% @a,@b,@c,@d=Open3.popen3('whoami') %>"));
+        assert!(!c("{{ price|add:tax }}"));
+        assert!(!c("{% block debug_panel %}"));
         assert!(c("{{ {'id':'shell_exec'}|map('call_user_func')|join }}"));
         assert!(c("{{'/etc/passwd'|file_excerpt(1,30)}}"));
         assert!(c("${new File(\"C:\\Temp\\x.txt\").createNewFile();}"));
