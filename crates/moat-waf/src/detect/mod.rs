@@ -429,7 +429,17 @@ pub fn run_all_classified(s: &str, c: Classes, scope: Scope, out: &mut dyn FnMut
     // a command with a flag or path argument needs no separator (`cat /etc/passwd`)
     let cmd_line = c.any(Classes::SLASH | Classes::COMMENT | Classes::BACKSLASH)
         && memchr::memchr(b' ', b).is_some();
-    if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE) || cmd_line {
+    // brace expansion (`{cat,/etc/passwd}`, `{,ifconfig}`) needs a brace and a comma
+    let brace_list = c.any(Classes::BRACE) && c.any(Classes::MISC);
+    // a command word split by quoting is one short word (`w'h'o'am'i`, `w\ho\am\i`)
+    let split_word = c.any(Classes::QUOTE | Classes::BACKSLASH)
+        && b.len() <= 64
+        && memchr::memchr(b' ', b).is_none();
+    if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE)
+        || cmd_line
+        || brace_list
+        || split_word
+    {
         if let Some(h) = cmdi::detect(s, scope == Scope::Body) {
             out(h);
         }
