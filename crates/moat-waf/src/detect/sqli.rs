@@ -630,6 +630,30 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
             // (`') waitfor delay '0:0:20'--`, `,NULL) exec master..xp_cmdshell 'id'`)
             // A delay with its duration is T-SQL wherever it stands: after a number
             // (`1 waitfor delay '0:0:5'--`) or a condition (`if 1=1 waitfor delay ...`)
+            // T-SQL's dynamic SQL: a string or hex literal run from a variable
+            // (`0x7761...00 exec(@s)`, `set @q=...; exec(@q)`)
+            T::Kw(K::Stmt)
+                if (v.word(i).eq_ignore_ascii_case(b"exec")
+                    || v.word(i).eq_ignore_ascii_case(b"execute"))
+                    && v.t(i + 1) == Some(T::LParen)
+                    && v.t(i + 2) == Some(T::Var) =>
+            {
+                take(80, i, (i + 3).min(n), &mut best);
+            }
+            // T-SQL's conditional statement: `IF(7423=7424) SELECT 7423 ELSE DROP ...`
+            // (sqlmap's test for stacked queries)
+            T::Word
+                if i == start
+                    && v.word(i).eq_ignore_ascii_case(b"if")
+                    && v.is_call(i)
+                    && v.skip_parens(i + 1)
+                        .is_some_and(|e| matches!(v.t(e), Some(T::Kw(K::Select | K::Stmt))))
+                    && (i + 2..n)
+                        .take_while(|&k| v.t(k) != Some(T::RParen))
+                        .any(|k| v.cmp_at(k)) =>
+            {
+                take(80, i, (i + 2).min(n), &mut best);
+            }
             T::Kw(K::Stmt) if i > 0 && timed_waitfor(v, i) => {
                 take(if breakout { 85 } else { 80 }, i, (i + 3).min(n), &mut best);
             }
@@ -642,7 +666,10 @@ fn rules(v: &View<'_>, ctx: Option<u8>) -> Option<(u8, usize, usize)> {
                 let strong = match w.as_slice() {
                     b"declare" => nx == Some(T::Var),
                     b"exec" | b"execute" => {
-                        matches!(nx, Some(T::LParen | T::Var))
+                        // `exec @q`, `exec(@q)`, `exec('select ...')`; not `exec (executive)`
+                        nx == Some(T::Var)
+                            || (nx == Some(T::LParen)
+                                && matches!(v.t(i + 2), Some(T::Var | T::Str)))
                             || (matches!(nx, Some(T::Word))
                                 && (v.word(i + 1).len() > 3
                                     && (v.word(i + 1)[..3].eq_ignore_ascii_case(b"xp_")
@@ -1111,6 +1138,8 @@ mod tests {
     fn attacks() {
         for a in [
             "1 WAITFOR DELAY '0:0:5'--",
+            "IF(7423=7424) SELECT 7423 ELSE DROP FUNCTION xcjl--",
+            "0x77616974666F722064656C61792027303A303A31302700 exec(@s)",
             "IF 1=1 WAITFOR DELAY '0:0:5' ELSE WAITFOR DELAY '0:0:0';",
             "' AND CASE WHEN 1=1 THEN 1 ELSE json('') END AND 'A'='A",
             "1 AND CASE WHEN 1=1 THEN 1 ELSE 0 END",
@@ -1177,6 +1206,8 @@ mod tests {
         for b in [
             "union was a great select",
             "please waitfor delay notices",
+            "if (you) select blue, we ship",
+            "exec (executive) summary",
             "select 'gift wrap' into the cart",
             "in case when it rains, then what",
             "'Just in case' and case when it rains",
