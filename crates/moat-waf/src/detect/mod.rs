@@ -432,9 +432,12 @@ pub fn run_all_classified(s: &str, c: Classes, scope: Scope, out: &mut dyn FnMut
     // brace expansion (`{cat,/etc/passwd}`, `{,ifconfig}`) needs a brace and a comma
     let brace_list = c.any(Classes::BRACE) && c.any(Classes::MISC);
     // a command word split by quoting is one short word (`w'h'o'am'i`, `w\ho\am\i`)
+    // (a quote inside it, not just around it: an ETag's `"abc123"` is not one)
     let split_word = c.any(Classes::QUOTE | Classes::BACKSLASH)
-        && b.len() <= 64
-        && memchr::memchr(b' ', b).is_none();
+        && (3..=64).contains(&b.len())
+        && memchr::memchr(b' ', b).is_none()
+        && (memchr::memchr3(b'\'', b'"', b'\\', &b[1..b.len() - 1]).is_some()
+            || memchr::memchr(b'`', b).is_some());
     if c.any(Classes::SEP | Classes::DOLLAR | Classes::CTRL | Classes::ANGLE)
         || cmd_line
         || brace_list

@@ -98,7 +98,12 @@ pub fn traversal(s: &str) -> Option<Hit> {
             }
         }
     };
-    if s.contains("/./") || s.contains("\\.\\") || s.contains("//") || s.contains("\\\\") {
+    // (the backslash forms are searched for only in values that hold one)
+    let backslash = memchr::memchr(b'\\', s.as_bytes()).is_some();
+    if s.contains("/./")
+        || s.contains("//")
+        || (backslash && (s.contains("\\.\\") || s.contains("\\\\")))
+    {
         let mut n = s.replace("\\.\\", "\\");
         while n.contains("/./") {
             n = n.replace("/./", "/");
@@ -109,7 +114,7 @@ pub fn traversal(s: &str) -> Option<Hit> {
         }
     }
     // `.\./` is `../` to a filter that drops backslashes
-    if memchr::memmem::find(s.as_bytes(), b".\\").is_some() {
+    if backslash && memchr::memmem::find(s.as_bytes(), b".\\").is_some() {
         consider(&s.replace('\\', ""));
     }
     // `....//` and `..././` are what a filter that strips `../` once leaves as `../`:
