@@ -42,6 +42,21 @@ fn overlong_ascii(s: &[u8], lead: u8) -> Option<(u8, usize)> {
     };
     // the lead byte's payload bits: 110xxxxx, 1110xxxx, ... 1111110x
     let mut v = u32::from(lead & (0xFF >> (continuations + 2)));
+    // IIS's decoder read the low six bits of the second byte without checking that it
+    // was a continuation byte: `%C0%2F` and `%C1%1C` were `/` and `\` to it (the
+    // Unicode directory traversal). Read that way only where it gives a path
+    // character, so Latin-1 text that happens to hold À or Á keeps its bytes.
+    if continuations == 1 && s.get(3) == Some(&b'%') {
+        if let (Some(h), Some(l)) = (
+            s.get(4).and_then(|&x| hex(x)),
+            s.get(5).and_then(|&x| hex(x)),
+        ) {
+            let lenient = (v << 6) | ((h * 16 + l) & 0x3F);
+            if matches!(lenient, 0x2E | 0x2F | 0x5C) {
+                return Some((lenient as u8, 6));
+            }
+        }
+    }
     for k in 0..continuations {
         let at = 3 + 3 * k;
         if s.get(at) != Some(&b'%') {
@@ -530,7 +545,9 @@ mod tests {
             "\u{20ac}".as_bytes()
         );
         assert_eq!(&*url_decode_once(b"%e0%80", false), b"\xe0\x80");
-        assert_eq!(&*url_decode_once(b"%c0%2e", false), b"\xc0.");
+        // IIS's lenient reading of a 2-byte sequence, for path characters only
+        assert_eq!(&*url_decode_once(b"%c0%2f%c1%1c%c1%9c", false), b"/\\\\");
+        assert_eq!(&*url_decode_once(b"%c0%20", false), b"\xc0 ");
         // IIS's best fit of %u look-alikes; the same character as UTF-8 is left alone
         assert_eq!(
             &*url_decode_once(b"%uff0e%u2215%u2216%uFF1C", false),
