@@ -131,6 +131,13 @@ const CODE_MARKERS: &[(&str, u8, Attack)] = &[
     (".class.forname(", 85, Attack::CodeInjection),
     ("jdk.nashorn", 85, Attack::CodeInjection),
     ("defineclass(", 80, Attack::CodeInjection),
+    // XSLT run by the server: PHP functions and Java classes called from a stylesheet,
+    // and the processor's fingerprint probe
+    ("php:function(", 85, Attack::CodeInjection),
+    ("php:functionstring(", 85, Attack::CodeInjection),
+    ("xalan/java", 85, Attack::CodeInjection),
+    ("system-property('xsl:", 80, Attack::CodeInjection),
+    ("system-property(\"xsl:", 80, Attack::CodeInjection),
     // Elixir (EEx templates) and Ruby (ERB) running commands
     ("system.shell(", 85, Attack::CodeInjection),
     ("open3.popen", 85, Attack::CodeInjection),
@@ -578,6 +585,16 @@ mod tests {
         assert!(c("{{ request }}"));
         assert!(c("{{['id']|filter('system')}}"));
         assert!(c("{{[0]|reduce('system','id')}}"));
+        assert!(c(
+            "<xsl:value-of select=\"php:function('shell_exec','id')\"/>"
+        ));
+        assert!(c(
+            "<xsl:value-of select=\"system-property('xsl:vendor')\"/>"
+        ));
+        assert!(c(
+            "xmlns:rt=\"http://xml.apache.org/xalan/java/java.lang.Runtime\""
+        ));
+        assert!(!c("<xsl:value-of select=\"title\"/>"));
         assert!(c("ih0vr{{364|add:733}}d121r"));
         assert!(c("{% debug %}"));
         assert!(c("{% load log %}{% get_admin_log 10 as log %}"));
