@@ -81,6 +81,30 @@ fn idna_fold(host: &str) -> String {
         .collect()
 }
 
+/// The IPv4 address a host name starts with when more labels follow it, dotted or
+/// dashed (`10.0.0.1.nip.io`, `127-0-0-1.sslip.io`): how wildcard DNS services name
+/// an address.
+/// The flag says whether it was dashed.
+fn embedded_address(host: &str) -> Option<(std::net::Ipv4Addr, bool)> {
+    let mut labels = host.split('.');
+    let first = labels.next()?;
+    if first.contains('-') {
+        // `127-0-0-1.nip.io`
+        let ip = first.replace('-', ".").parse().ok()?;
+        return labels.next().is_some().then_some((ip, true));
+    }
+    let mut octets = [0u8; 4];
+    octets[0] = first.parse().ok()?;
+    for o in &mut octets[1..] {
+        *o = labels.next()?.parse().ok()?;
+    }
+    // a domain must follow: the bare address is judged as an address
+    labels
+        .next()
+        .is_some_and(|l| l.bytes().any(|c| c.is_ascii_alphabetic()))
+        .then_some((std::net::Ipv4Addr::from(octets), false))
+}
+
 fn internal_host(h: &str) -> Option<u8> {
     let l = h.to_ascii_lowercase();
     let l = l.trim_end_matches('.');
@@ -102,6 +126,26 @@ fn internal_host(h: &str) -> Option<u8> {
     }
     if l == "0" {
         return Some(80);
+    }
+    // names that resolve to loopback by design (`lvh.me`, `*.localtest.me`), and a
+    // wildcard DNS service answering with the address a name starts with
+    // (`169.254.169.254.nip.io`, `127.0.0.1.sslip.io`)
+    if ["localtest.me", "lvh.me", "vcap.me"]
+        .iter()
+        .any(|d| l == *d || l.strip_suffix(d).is_some_and(|p| p.ends_with('.')))
+    {
+        return Some(80);
+    }
+    if let Some((ip, dashed)) = embedded_address(l) {
+        let o = ip.octets();
+        if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
+            return Some(90);
+        }
+        // an intranet's own names may spell a private address with dashes
+        // (`10-1-2-3.corp.example`); loopback never needs one
+        if o[0] == 127 || o[0] == 0 || ip.is_link_local() || (ip.is_private() && !dashed) {
+            return Some(80);
+        }
     }
     if l.starts_with("0x") || (l.len() >= 8 && l.bytes().all(|c| c.is_ascii_digit())) {
         // hex / decimal encodings of an address
@@ -202,6 +246,14 @@ mod tests {
         ] {
             assert!(ssrf(odd).is_some_and(|h| h.confidence >= 80), "{odd}");
         }
+        // wildcard DNS names for an internal address, and names that are loopback
+        assert!(ssrf("http://169.254.169.254.nip.io/latest").is_some_and(|h| h.confidence >= 85));
+        assert!(ssrf("http://127-0-0-1.sslip.io:8080/").is_some());
+        assert!(ssrf("http://app.localtest.me/admin").is_some());
+        assert!(ssrf("http://8.8.8.8.nip.io/").is_none());
+        assert!(ssrf("https://v1-2-3-4.example.com/").is_none());
+        assert!(ssrf("http://10-1-2-3.corp.example/").is_none());
+        assert!(ssrf("http://10.0.0.1.nip.io/").is_some());
         // the look-alikes IDNA maps to ASCII
         assert!(ssrf("http://①②⑦.⓪.⓪.①/").is_some());
         assert!(ssrf("http://①⑥⑨。②⑤④。①⑥⑨。②⑤④/latest").is_some_and(|h| h.confidence >= 85));
