@@ -6,6 +6,7 @@ use aho_corasick::AhoCorasick;
 
 use super::matcher::{first_match, matcher};
 use super::{Attack, Hit};
+use crate::util::starts_with_ci;
 
 static XPATH_AC: LazyLock<Option<AhoCorasick>> =
     LazyLock::new(|| matcher(XPATH_MARKERS.iter().copied()));
@@ -32,41 +33,29 @@ const FUNCTIONS: &[&[u8]] = &[
 /// (`') and starts-with(../password,'c`, `' or contains(name,'a`).
 fn breakout_call(s: &str) -> Option<Hit> {
     let b = s.as_bytes();
-    for q in memchr::memchr2_iter(b'\'', b'"', b).take(16) {
-        let mut i = q + 1;
-        if b.get(i) == Some(&b')') {
-            i += 1;
-        }
-        let ws = b[i..]
+    // the index past a run of whitespace at `i`, or None when there is none
+    let blanks = |i: usize| {
+        let n = b[i..]
             .iter()
             .take_while(|c| c.is_ascii_whitespace())
             .count();
-        if ws == 0 {
-            continue;
-        }
-        i += ws;
-        let op = if b.len() >= i + 3 && b[i..i + 3].eq_ignore_ascii_case(b"and") {
+        (n > 0).then_some(i + n)
+    };
+    for q in memchr::memchr2_iter(b'\'', b'"', b).take(16) {
+        let closed = q + 1 + usize::from(b.get(q + 1) == Some(&b')'));
+        let Some(op) = blanks(closed) else { continue };
+        let word = if starts_with_ci(&b[op..], b"and") {
             3
-        } else if b.len() >= i + 2 && b[i..i + 2].eq_ignore_ascii_case(b"or") {
+        } else if starts_with_ci(&b[op..], b"or") {
             2
         } else {
             continue;
         };
-        i += op;
-        let ws = b[i..]
-            .iter()
-            .take_while(|c| c.is_ascii_whitespace())
-            .count();
-        if ws == 0 {
+        let Some(call) = blanks(op + word) else {
             continue;
-        }
-        i += ws;
-        let rest = &b[i..];
-        if FUNCTIONS
-            .iter()
-            .any(|f| rest.len() >= f.len() && rest[..f.len()].eq_ignore_ascii_case(f))
-        {
-            return Some(Hit::new(Attack::Xpath, 80, s, q, i + 16));
+        };
+        if FUNCTIONS.iter().any(|f| starts_with_ci(&b[call..], f)) {
+            return Some(Hit::new(Attack::Xpath, 80, s, q, call + 16));
         }
     }
     None
