@@ -632,6 +632,8 @@ fn payload_list_forms_session_26() {
             // overlong UTF-8 of every length, IIS's best fit of %u look-alikes
             "%e0%80%ae%e0%80%ae/%e0%80%ae%e0%80%ae/etc/passwd",
             "..%uff0f..%uff0fwindows%uff0fwin.ini",
+            // IIS's lenient reading of a 2-byte sequence
+            "..%c0%2f..%c0%2f..%c0%2fetc%c0%2fpasswd",
             // runs of separators
             "..//windows//system32//drivers//etc//hosts",
             // a Windows server file with forward slashes and spaces; a NUL cut
@@ -650,6 +652,9 @@ fn payload_list_forms_session_26() {
             // internal hosts in the short forms and look-alikes
             "http://127.1/admin",
             "http://①②⑦.⓪.⓪.①/",
+            "http://169.254.169.254.nip.io/latest/meta-data/",
+            // XSLT calling PHP
+            "<xsl:value-of select=\"php:function('shell_exec','id')\"/>",
             // XPath's blind probe; SQL delays and conditions without a separator
             "') and starts-with(../password,'c",
             "1 WAITFOR DELAY '0:0:5'--",
@@ -663,6 +668,8 @@ fn payload_list_forms_session_26() {
             "{id,name}",
             "{{ items|map('title')|join(', ') }}",
             "http://1.2/",
+            "http://10-1-2-3.corp.example/",
+            "<xsl:value-of select=\"title\"/>",
             "https://例え.jp/",
             "'Rock' and Roll",
             "please waitfor delay notices",
