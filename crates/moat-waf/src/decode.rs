@@ -71,7 +71,7 @@ fn overlong_ascii(s: &[u8], lead: u8) -> Option<(u8, usize)> {
     (v < 0x80).then_some((v as u8, 3 + 3 * continuations))
 }
 
-/// What a server that maps `%uXXXX` to its ANSI code page makes of a look-alike
+/// What a server that maps a `%u` escape to its ANSI code page makes of a look-alike
 /// (IIS's best fit; ModSecurity's `urlDecodeUni` folds the full-width forms the same
 /// way): `%uFF0F` and `%u2215` are `/`, `%uFF1C` is `<`. Only `%u` escapes are folded:
 /// no browser sends them, while full-width punctuation typed as text is ordinary CJK.

@@ -676,3 +676,17 @@ fn payload_list_forms_session_26() {
         ],
     );
 }
+
+/// A form field's line break is a textarea's layout; one encoded twice is not.
+#[test]
+fn twice_encoded_line_breaks_in_a_form_are_separators() {
+    let e = engine(&WafConfig::default());
+    let form = |body: &str| blocked(&e, "POST", "/f", FORM, body);
+    assert!(form("name=x&comment=%250Aid"));
+    assert!(form("name=x&host=127.0.0.1%250d%250awhoami"));
+    // the same lines typed into a textarea arrive encoded once
+    assert!(!form(
+        "name=x&comment=Thanks%21%0D%0Aid+like+a+refund%0D%0Aid"
+    ));
+    assert!(!form("name=x&comment=see+you%0Aid"));
+}

@@ -144,35 +144,6 @@ fn multipart_xml_and_form_bodies() {
     );
 }
 
-/// A form field's line break is a textarea's layout; one encoded twice is not.
-#[test]
-fn twice_encoded_line_breaks_in_a_form_are_separators() {
-    let e = engine(&WafConfig::default());
-    let p = parts(
-        "POST",
-        "/f",
-        &[("content-type", "application/x-www-form-urlencoded")],
-    );
-    let judge = |form: &[u8]| {
-        let f = e.inspect(
-            "r",
-            &RequestView::from_parts(&p),
-            Some(BodyView {
-                data: form,
-                truncated: false,
-            }),
-        );
-        e.would_block(&f)
-    };
-    assert!(judge(b"name=x&comment=%250Aid"));
-    assert!(judge(b"name=x&host=127.0.0.1%250d%250awhoami"));
-    // the same lines typed into a textarea arrive encoded once
-    assert!(!judge(
-        b"name=x&comment=Thanks%21%0D%0Aid+like+a+refund%0D%0Aid"
-    ));
-    assert!(!judge(b"name=x&comment=see+you%0Aid"));
-}
-
 #[test]
 fn benign_requests_pass() {
     let e = engine(&WafConfig::default());

@@ -105,6 +105,20 @@ fn embedded_address(host: &str) -> Option<(std::net::Ipv4Addr, bool)> {
         .then_some((std::net::Ipv4Addr::from(octets), false))
 }
 
+/// The confidence for an internal address reached through a form that hides it (a
+/// short form, a wildcard-DNS name): the metadata address 90; loopback, `0/8` and
+/// link-local 80, and private ranges 80 when `private` counts.
+fn disguised_internal(ip: std::net::Ipv4Addr, private: bool) -> Option<u8> {
+    let o = ip.octets();
+    if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
+        Some(90)
+    } else if o[0] == 127 || o[0] == 0 || ip.is_link_local() || (private && ip.is_private()) {
+        Some(80)
+    } else {
+        None
+    }
+}
+
 fn internal_host(h: &str) -> Option<u8> {
     let l = h.to_ascii_lowercase();
     let l = l.trim_end_matches('.');
@@ -137,14 +151,10 @@ fn internal_host(h: &str) -> Option<u8> {
         return Some(80);
     }
     if let Some((ip, dashed)) = embedded_address(l) {
-        let o = ip.octets();
-        if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
-            return Some(90);
-        }
         // an intranet's own names may spell a private address with dashes
         // (`10-1-2-3.corp.example`); loopback never needs one
-        if o[0] == 127 || o[0] == 0 || ip.is_link_local() || (ip.is_private() && !dashed) {
-            return Some(80);
+        if let Some(c) = disguised_internal(ip, !dashed) {
+            return Some(c);
         }
     }
     if l.starts_with("0x") || (l.len() >= 8 && l.bytes().all(|c| c.is_ascii_digit())) {
@@ -161,14 +171,8 @@ fn internal_host(h: &str) -> Option<u8> {
                 .ok()
                 .and_then(|v6| v6.to_ipv4_mapped())
         });
-    if let Some(ip) = odd_form {
-        let o = ip.octets();
-        if ip == std::net::Ipv4Addr::new(169, 254, 169, 254) {
-            return Some(90);
-        }
-        if o[0] == 127 || o[0] == 0 || ip.is_private() || ip.is_link_local() {
-            return Some(80);
-        }
+    if let Some(c) = odd_form.and_then(|ip| disguised_internal(ip, true)) {
+        return Some(c);
     }
     if let Ok(ip) = l.parse::<std::net::Ipv4Addr>() {
         let o = ip.octets();
