@@ -195,6 +195,15 @@ pub struct Origin<'a> {
     pub commit: Option<&'a CommitInfo>,
 }
 
+/// The span gitleaks locates a finding by: from the first newline its regex
+/// matched before the trimmed match, over the trimmed length.
+fn gitleaks_span(f: &Finding) -> (usize, usize) {
+    (
+        f.start.saturating_sub(f.leading_newlines),
+        f.end.saturating_sub(f.leading_newlines),
+    )
+}
+
 /// Builds the report entry of `f` found in `data` (whose newlines are `lines`),
 /// with the rule's tags.
 pub fn report_finding(
@@ -221,7 +230,8 @@ pub fn report_finding(
     let (start_line, end_line, start_column, end_column, match_text, secret) = if f.path_only {
         (0, 0, 0, 0, format!("file detected: {file}"), String::new())
     } else {
-        let (sl, el, sc, ec) = lines.location(f.start, f.end);
+        let (ls, le) = gitleaks_span(f);
+        let (sl, el, sc, ec) = lines.location(ls, le);
         // A secret found in decoded text is reported decoded, as gitleaks does; its
         // location is the encoded text it came from.
         let (m, sec) = match &f.decoded {
@@ -247,7 +257,8 @@ pub fn report_finding(
         line: if f.path_only {
             String::new()
         } else {
-            let (from, to) = lines.line_span(data, f.start, f.end);
+            let (ls, le) = gitleaks_span(f);
+            let (from, to) = lines.line_span(data, ls, le);
             text(from, to)
         },
         entropy: f.entropy as f32,
@@ -376,10 +387,31 @@ impl IgnoreList {
     }
 }
 
-/// serde_json's output with Go's `encoding/json` string escaping: `<`, `>`, `&`,
-/// U+2028 and U+2029 as `\u003c`... (Go's HTML-safe default), so moat's reports are
-/// byte for byte what gitleaks writes for the same findings.
+/// serde_json's output with Go's `encoding/json` string escaping (`<`, `>`, `&`,
+/// U+2028 and U+2029 as `\u003c`..., Go's HTML-safe default) and float format, so
+/// moat's reports are byte for byte what gitleaks writes for the same findings.
 struct GoJson<F>(F);
+
+/// Go's `encoding/json` text of a finite float: the shortest digits that read back
+/// as the same value (`v`'s `Display`, at `v`'s own width, so a float32 entropy of 3
+/// is `3`, not serde_json's `3.0`), in exponent form (`1e-7`, `1e+21`) only when
+/// `small_or_large`, Go's test for values below 1e-6 or from 1e21.
+fn write_go_float<W, T>(w: &mut W, v: T, small_or_large: bool) -> io::Result<()>
+where
+    W: ?Sized + Write,
+    T: std::fmt::Display + std::fmt::LowerExp,
+{
+    if !small_or_large {
+        return write!(w, "{v}");
+    }
+    // Rust writes `1e21` and `1e-7`; Go writes the exponent's sign always, and
+    // encoding/json trims `e-07` to `e-7`, which is what Rust writes.
+    let s = format!("{v:e}");
+    match s.split_once('e') {
+        Some((mantissa, exp)) if !exp.starts_with('-') => write!(w, "{mantissa}e+{exp}"),
+        _ => w.write_all(s.as_bytes()),
+    }
+}
 
 macro_rules! delegate {
     ($($name:ident),*) => {$(
@@ -402,6 +434,16 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for GoJson<F> {
 
     fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
         self.0.begin_array_value(w, first)
+    }
+
+    fn write_f32<W: ?Sized + Write>(&mut self, w: &mut W, v: f32) -> io::Result<()> {
+        let a = v.abs();
+        write_go_float(w, v, a != 0.0 && !(1e-6..1e21).contains(&a))
+    }
+
+    fn write_f64<W: ?Sized + Write>(&mut self, w: &mut W, v: f64) -> io::Result<()> {
+        let a = v.abs();
+        write_go_float(w, v, a != 0.0 && !(1e-6..1e21).contains(&a))
     }
 
     fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
@@ -434,8 +476,8 @@ fn to_writer_indented<W: Write, T: Serialize>(out: &mut W, v: &T, indent: &[u8])
     v.serialize(&mut ser).map_err(io::Error::other)
 }
 
-/// `v` as Go's `json.Marshal` writes it (compact).
-fn go_json_string(v: &serde_json::Value) -> String {
+/// `v` as Go's `json.Marshal` writes it (compact); empty if it cannot be written.
+fn go_json<T: Serialize + ?Sized>(v: &T) -> String {
     let mut out = Vec::new();
     let mut ser =
         serde_json::Serializer::with_formatter(&mut out, GoJson(serde_json::ser::CompactFormatter));
@@ -749,6 +791,38 @@ mod tests {
         assert!(ig.ignores(&g));
         g.commit = "other".into();
         assert!(!ig.ignores(&g));
+    }
+
+    /// Floats as Go's encoding/json writes them (float32 for `Entropy`): a whole
+    /// entropy is `3` (gitleaks' reports for a base64 JWT hold `"Entropy": 3`),
+    /// exponent form only below 1e-6 and from 1e21, with Go's signs.
+    #[test]
+    fn json_floats_are_go_encoding_json() {
+        let entropy = |e: f32| {
+            let f = ReportFinding {
+                entropy: e,
+                ..Default::default()
+            };
+            let mut out = Vec::new();
+            write_json(&mut out, &[f]).unwrap();
+            let s = String::from_utf8(out).unwrap();
+            let at = s.find("\"Entropy\": ").unwrap() + 11;
+            s[at..at + s[at..].find(',').unwrap()].to_string()
+        };
+        assert_eq!(entropy(3.0), "3");
+        assert_eq!(entropy(0.0), "0");
+        assert_eq!(entropy(3.846_439_4), "3.8464394");
+        assert_eq!(entropy(4.5), "4.5");
+        assert_eq!(entropy(1e-7), "1e-7");
+        assert_eq!(entropy(2.5e-10), "2.5e-10");
+        assert_eq!(entropy(1e21), "1e+21");
+        assert_eq!(entropy(1e-6), "0.000001");
+        let f64_text = |v: f64| go_json(&v);
+        assert_eq!(f64_text(3.0), "3");
+        assert_eq!(f64_text(-0.5), "-0.5");
+        assert_eq!(f64_text(123_456_789.0), "123456789");
+        assert_eq!(f64_text(1.5e300), "1.5e+300");
+        assert_eq!(f64_text(-1e-7), "-1e-7");
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct Finding {
     pub start: usize,
     /// Byte offset one past the match.
     pub end: usize,
+    /// Newlines the regex matched just before `start`, trimmed from the match.
+    /// gitleaks still locates the match from the first of them, over the trimmed
+    /// length: its report gives `start - leading_newlines .. end - leading_newlines`.
+    pub leading_newlines: usize,
     /// Byte offset of the secret (the selected capture group) in the payload.
     pub secret_start: usize,
     /// Byte offset one past the secret.
@@ -600,6 +604,7 @@ impl Scanner {
                             description: rule.description.clone(),
                             start: 0,
                             end: 0,
+                            leading_newlines: 0,
                             secret_start: 0,
                             secret_end: 0,
                             line: 0,
@@ -739,6 +744,7 @@ impl Scanner {
                 description: rule.description.clone(),
                 start: loc_start,
                 end: loc_end,
+                leading_newlines: if pass.level.is_none() { lead } else { 0 },
                 secret_start,
                 secret_end,
                 line: line_no,

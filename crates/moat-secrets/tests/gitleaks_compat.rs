@@ -528,3 +528,44 @@ fn extend_merge_keeps_base_fields_left_empty_and_validates_after_merging() {
     assert!(err.contains("both |regex| and |path| are empty"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A match that starts at a newline (the rule's boundary group accepts `\s`):
+/// gitleaks trims the newline from `Match` but still locates the match from the
+/// newline, over the trimmed length. gitleaks v8.30.1 on these three files with
+/// gitleaks.toml's `azure-ad-client-secret` reports line 2, 2 and 3, columns
+/// 1-40 each; before moat reported 2-41.
+#[test]
+fn a_match_starting_at_a_newline_is_located_as_gitleaks_does() {
+    use moat_secrets::report::{report_finding, Lines, Origin};
+    let s = scanner(
+        r#"
+[[rules]]
+id = "azure-ad-client-secret"
+regex = '''(?:^|[\\'"\x60\s>=:(,)])([a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.-]{31,34})(?:$|[\\'"\x60\s<),])'''
+keywords = ["q~"]
+"#,
+    );
+    let secret = "QtT8Q~9C-_Ij~RouHVpD2Tuf3oHWGh.DQ3kcjbAn";
+    for (text, line) in [
+        (format!("lorem ipsum\n{secret}"), 2),
+        (format!("lorem ipsum\n{secret}\nmore\n"), 2),
+        (format!("x = 1\n\n{secret}\n"), 3),
+    ] {
+        let data = text.as_bytes();
+        let fs = s.scan(data, None);
+        assert_eq!(fs.len(), 1, "{text:?}");
+        let origin = Origin {
+            file: "f.txt",
+            symlink: "",
+            first_line: 1,
+            commit: None,
+        };
+        let r = report_finding(&fs[0], data, &Lines::new(data), origin, &[]);
+        assert_eq!(
+            (r.start_line, r.end_line, r.start_column, r.end_column),
+            (line, line, 1, 40),
+            "{text:?}"
+        );
+        assert_eq!((r.match_text.as_str(), r.secret.as_str()), (secret, secret));
+    }
+}

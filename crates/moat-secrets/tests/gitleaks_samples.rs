@@ -1,4 +1,5 @@
-//! Agreement with gitleaks on its own per-rule samples (samples-dev.jsonl).
+//! Agreement with gitleaks on its own per-rule samples (samples-dev.jsonl) and on
+//! fresh ones drawn from gitleaks' own sample generator.
 //!
 //! gitleaks' generator validates each rule with a single-rule detector that
 //! includes the global allowlist: every `tp` sample must give at least one
@@ -40,12 +41,15 @@ fn load() -> Option<(String, Vec<Sample>)> {
             dir.display());
         return None;
     };
-    let samples = samples
+    Some((toml, parse_samples(&samples)))
+}
+
+fn parse_samples(jsonl: &str) -> Vec<Sample> {
+    jsonl
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("sample line"))
-        .collect();
-    Some((toml, samples))
+        .collect()
 }
 
 /// A scanner holding only rule `id` plus the global allowlist, like gitleaks' Validate.
@@ -75,15 +79,14 @@ fn gitleaks_toml_loads_every_rule() {
     );
 }
 
-#[test]
-fn single_rule_agreement_with_gitleaks() {
-    let Some((toml, samples)) = load() else {
-        return;
-    };
-    let base = RuleSet::from_toml(&toml, "gitleaks.toml").expect("rules");
+/// Samples that single-rule scanners disagree on with gitleaks' label: a `tp`
+/// needs at least one finding of its rule (exactly one when it has a path), an
+/// `fp` none.
+fn single_rule_disagreements(toml: &str, samples: &[Sample]) -> Vec<String> {
+    let base = RuleSet::from_toml(toml, "gitleaks.toml").expect("rules");
     let mut cache: std::collections::HashMap<String, Scanner> = Default::default();
     let mut disagree = Vec::new();
-    for s in &samples {
+    for s in samples {
         let sc = cache
             .entry(s.rule_id.clone())
             .or_insert_with(|| single_rule(&base, &s.rule_id));
@@ -106,32 +109,24 @@ fn single_rule_agreement_with_gitleaks() {
         samples.len() - disagree.len(),
         samples.len()
     );
-    assert!(
-        disagree.is_empty(),
-        "{} disagreements:\n{}",
-        disagree.len(),
-        disagree.join("\n")
-    );
+    disagree
 }
 
-#[test]
-fn full_ruleset_agreement_with_gitleaks() {
-    let Some((toml, samples)) = load() else {
-        return;
-    };
-    let base = RuleSet::from_toml(&toml, "gitleaks.toml").expect("rules");
+/// Samples the full ruleset disagrees on with their label, after gitleaks' own
+/// post-filter: a generic finding yields to a non-generic one on the same line
+/// whose secret contains it (gitleaks reports the same).
+fn full_ruleset_disagreements(toml: &str, samples: &[Sample]) -> Vec<String> {
+    let base = RuleSet::from_toml(toml, "gitleaks.toml").expect("rules");
     let sc = Scanner::from_ruleset(base.clone()).expect("scanner");
     let mut disagree = Vec::new();
     let mut precedence = 0;
-    for s in &samples {
+    for s in samples {
         let data = s.text.as_bytes();
         let all = sc.scan(data, s.path.as_deref());
         let found = all.iter().any(|f| *f.rule_id == *s.rule_id);
         if found == (s.expect == "tp") {
             continue;
         }
-        // gitleaks' own post-filter: a generic finding yields to a non-generic one
-        // on the same line whose secret contains it (gitleaks reports the same).
         if s.expect == "tp" && s.rule_id.contains("generic") {
             let single = single_rule(&base, &s.rule_id).scan(data, s.path.as_deref());
             let yielded = single.iter().all(|g| {
@@ -157,12 +152,86 @@ fn full_ruleset_agreement_with_gitleaks() {
         samples.len() - disagree.len(),
         samples.len()
     );
+    disagree
+}
+
+fn assert_agree(what: &str, disagree: &[String]) {
     assert!(
         disagree.is_empty(),
-        "{} disagreements:\n{}",
+        "{what}: {} disagreements:\n{}",
         disagree.len(),
         disagree.join("\n")
     );
+}
+
+#[test]
+fn single_rule_agreement_with_gitleaks() {
+    let Some((toml, samples)) = load() else {
+        return;
+    };
+    assert_agree("single rule", &single_rule_disagreements(&toml, &samples));
+}
+
+#[test]
+fn full_ruleset_agreement_with_gitleaks() {
+    let Some((toml, samples)) = load() else {
+        return;
+    };
+    assert_agree("full ruleset", &full_ruleset_disagreements(&toml, &samples));
+}
+
+/// Samples nobody has seen: gitleaks' own generator (the program behind
+/// gitleaks.toml and samples-dev.jsonl) run again by `scripts/gitleaks-fresh-samples`,
+/// each rule's secrets drawn anew from its pattern with fixed seeds
+/// (`MOAT_GITLEAKS_SEEDS`, default `1 2 3`: about 20,000 samples). The config is the
+/// one the generator writes, so this runs without the shared corpus. The scan
+/// also equals the whole-payload reference at gitleaks' default decode depth.
+#[test]
+fn fresh_samples_from_gitleaks_generator_agree() {
+    let Some(go) = moat_testkit::real_part("go", "install Go from https://go.dev/dl") else {
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("moat-fresh-samples-{}", std::process::id()));
+    let seeds = std::env::var("MOAT_GITLEAKS_SEEDS").unwrap_or_else(|_| "1 2 3".into());
+    let run = std::process::Command::new(root.join("scripts/gitleaks-fresh-samples"))
+        .arg(&out)
+        .args(seeds.split_whitespace())
+        .env("PATH", path_with(&go))
+        .output()
+        .expect("run scripts/gitleaks-fresh-samples");
+    assert!(
+        run.status.success(),
+        "scripts/gitleaks-fresh-samples (needs the Go module proxy or cache the first time): {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let toml = std::fs::read_to_string(out.join("gitleaks.toml")).expect("generated config");
+    let samples =
+        parse_samples(&std::fs::read_to_string(out.join("samples.jsonl")).expect("samples"));
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(samples.len() > 6000, "{} samples", samples.len());
+    assert_agree("single rule", &single_rule_disagreements(&toml, &samples));
+    assert_agree("full ruleset", &full_ruleset_disagreements(&toml, &samples));
+    let mut sc = Scanner::from_toml(&toml, "gitleaks.toml").expect("rules");
+    sc.set_max_decode_depth(moat_secrets::GITLEAKS_DEFAULT_DECODE_DEPTH);
+    for s in &samples {
+        let data = s.text.as_bytes();
+        assert_eq!(
+            sc.scan(data, None),
+            sc.scan_reference(data, None),
+            "{:?}",
+            s.text
+        );
+    }
+}
+
+/// `PATH` with the directory of `go` first, for the script's own `go` calls.
+fn path_with(go: &std::path::Path) -> std::ffi::OsString {
+    let mut dirs = vec![go.parent().expect("go's directory").to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).expect("PATH")
 }
 
 /// The prefilter reports every (keyword, position) a plain case-insensitive

@@ -728,6 +728,88 @@ fn reports_and_options_match_the_gitleaks_binary() {
 /// try-repo` on this checkout, `moat` on PATH): a staged secret fails `moat-scan`
 /// and is reported redacted; staged changes without one pass; `moat-scan-dir`
 /// scans the files pre-commit hands it.
+/// Samples nobody has seen, as files: gitleaks' own sample generator run again by
+/// `scripts/gitleaks-fresh-samples` (seed `MOAT_GITLEAKS_FILE_SEED`, default 4: about
+/// 6,800 samples with secrets drawn anew from each rule's pattern), each sample
+/// written to its own file, then `gitleaks dir` and `moat scan dir` with the
+/// config the generator writes and gitleaks' default decode depth: the same JSON
+/// report, every field of every finding.
+#[test]
+fn fresh_generator_samples_report_as_the_gitleaks_binary() {
+    let Some(gitleaks) = moat_testkit::real_part(
+        "gitleaks",
+        "scripts/ensure-go-tool gitleaks github.com/zricethezav/gitleaks/v8@v8.30.1",
+    ) else {
+        return;
+    };
+    let Some(go) = moat_testkit::real_part("go", "install Go from https://go.dev/dl") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let gen = d.path().join("gen");
+    let seed = std::env::var("MOAT_GITLEAKS_FILE_SEED").unwrap_or_else(|_| "4".into());
+    let mut path = vec![go.parent().unwrap().to_path_buf()];
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let run = Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gitleaks-fresh-samples"),
+    )
+    .arg(&gen)
+    .arg(&seed)
+    .env("PATH", std::env::join_paths(path).unwrap())
+    .output()
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "scripts/gitleaks-fresh-samples (needs the Go module proxy or cache the first time): {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let files = d.path().join("files");
+    let samples = std::fs::read_to_string(gen.join("samples.jsonl")).unwrap();
+    let mut n = 0;
+    for (i, line) in samples.lines().enumerate() {
+        let s: serde_json::Value = serde_json::from_str(line).unwrap();
+        let rel = s["path"]
+            .as_str()
+            .unwrap_or("sample.txt")
+            .trim_start_matches('/');
+        write(
+            &files.join(format!("{i:05}")),
+            rel,
+            s["text"].as_str().unwrap(),
+        );
+        n += 1;
+    }
+    assert!(n > 6000, "{n} samples");
+    let cfg = gen.join("gitleaks.toml");
+    // Run from the parent directory: the reports are written there, outside the
+    // scanned files.
+    let (g, m) = both(
+        &gitleaks,
+        d.path(),
+        &["dir", "files", "-c", cfg.to_str().unwrap(), "-f", "json"],
+    );
+    let (g, m) = (sorted(&g), sorted(&m));
+    assert!(g.len() > 6000, "{} gitleaks findings", g.len());
+    if m != g {
+        let only = |a: &[serde_json::Value], b: &[serde_json::Value]| -> Vec<String> {
+            a.iter()
+                .filter(|f| !b.contains(f))
+                .take(10)
+                .map(|f| f.to_string())
+                .collect()
+        };
+        panic!(
+            "seed {seed}: gitleaks {} findings, moat {}\nonly gitleaks: {:#?}\nonly moat: {:#?}",
+            g.len(),
+            m.len(),
+            only(&g, &m),
+            only(&m, &g)
+        );
+    }
+}
+
 #[test]
 fn pre_commit_hooks_run_under_pre_commit() {
     let Some(pc) = moat_testkit::real_part("pre-commit", "scripts/ensure-apt pre-commit") else {

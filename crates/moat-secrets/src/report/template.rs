@@ -1716,23 +1716,29 @@ fn b64(data: &[u8]) -> String {
     out
 }
 
+/// sprig's `toJson`: Go's `json.Marshal`, findings with their fields in the struct's
+/// order, a float32 entropy at float32 precision (`3.8464394`, `4`), and the empty
+/// string when Marshal fails (a NaN or infinite float).
 fn to_json(v: &Value<'_>) -> String {
-    fn j(v: &Value<'_>) -> serde_json::Value {
-        match v {
-            Value::Nil => serde_json::Value::Null,
-            Value::Bool(b) => (*b).into(),
-            Value::Int(i) => (*i).into(),
-            Value::Float(f) => {
-                serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into)
+    match v {
+        Value::Nil => "null".into(),
+        Value::Bool(b) => super::go_json(b),
+        Value::Int(i) => super::go_json(i),
+        Value::Float(f) if f.is_finite() => super::go_json(f),
+        Value::Float32(f) if f.is_finite() => super::go_json(f),
+        Value::Float(_) | Value::Float32(_) => String::new(),
+        Value::Str(s) => super::go_json(s),
+        Value::List(l) => {
+            let items: Vec<String> = l.iter().map(to_json).collect();
+            if items.iter().any(String::is_empty) {
+                return String::new();
             }
-            Value::Float32(f) => serde_json::to_value(f).unwrap_or_default(),
-            Value::Str(s) => s.clone().into(),
-            Value::List(l) => l.iter().map(j).collect(),
-            Value::Finding(f) => serde_json::to_value(f).unwrap_or_default(),
-            Value::Time(t) => t.format("2006-01-02T15:04:05.999999999Z07:00").into(),
+            format!("[{}]", items.join(","))
         }
+        Value::Finding(f) if f.entropy.is_finite() => super::go_json(*f),
+        Value::Finding(_) => String::new(),
+        Value::Time(t) => super::go_json(&t.format("2006-01-02T15:04:05.999999999Z07:00")),
     }
-    super::go_json_string(&j(v))
 }
 
 /// Go's `fmt.Sprintf` for the verbs report templates use.
@@ -1990,6 +1996,10 @@ mod tests {
             (
                 include_str!("../../tests/templates/05-funcs.tmpl"),
                 include_str!("../../tests/templates/05-funcs.out"),
+            ),
+            (
+                include_str!("../../tests/templates/06-json.tmpl"),
+                include_str!("../../tests/templates/06-json.out"),
             ),
         ];
         let fs = findings();
