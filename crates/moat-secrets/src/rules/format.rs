@@ -5,7 +5,7 @@ use aho_corasick::AhoCorasick;
 use regex_automata::meta::Regex;
 use serde::Deserialize;
 
-use crate::rules::go_regex::{compile, translate_go_regex};
+use crate::rules::go_regex::compile_go_alternatives;
 use crate::rules::model::{Allowlist, Condition, RegexTarget};
 
 #[derive(Debug, Deserialize, Default)]
@@ -138,16 +138,8 @@ pub(super) fn compile_allowlist(a: &RawAllowlist) -> Result<Allowlist, String> {
         if pats.is_empty() {
             return Ok(None);
         }
-        let mut translated = Vec::with_capacity(pats.len());
-        for p in pats {
-            translated.push(translate_go_regex(p).map_err(|e| format!("{what} `{p}`: {e}"))?);
-        }
-        // gitleaks joins the patterns' text as `(?:a|b|c)`; flags set inside one
-        // pattern carry over to the following alternatives, in Go as in Rust.
-        let joined = format!("(?:{})", translated.join("|"));
-        compile(&joined)
-            .map(Some)
-            .map_err(|e| format!("{what}: {e}"))
+        let pats: Vec<&str> = pats.iter().map(String::as_str).collect();
+        compile_go_alternatives(what, &pats).map(Some)
     };
     let stopwords = if a.stopwords.is_empty() {
         None
