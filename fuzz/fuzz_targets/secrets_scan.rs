@@ -66,7 +66,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(f.start <= f.end && f.end <= data.len(), "{f:?}");
             assert!(f.line >= 1 && f.column >= 1, "{f:?}");
             if f.decoded.is_none() {
-                assert!(f.start <= f.secret_start && f.secret_start <= f.secret_end, "{f:?}");
+                assert!(
+                    f.start <= f.secret_start && f.secret_start <= f.secret_end,
+                    "{f:?}"
+                );
                 assert!(f.secret_end <= f.end, "{f:?}");
             }
             let origin = Origin {
