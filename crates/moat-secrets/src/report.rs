@@ -227,10 +227,10 @@ pub fn report_finding(
         let (s, e) = (s.min(data.len()), e.min(data.len()));
         String::from_utf8_lossy(&data[s..e.max(s)]).into_owned()
     };
+    let (ls, le) = gitleaks_span(f);
     let (start_line, end_line, start_column, end_column, match_text, secret) = if f.path_only {
         (0, 0, 0, 0, format!("file detected: {file}"), String::new())
     } else {
-        let (ls, le) = gitleaks_span(f);
         let (sl, el, sc, ec) = lines.location(ls, le);
         // A secret found in decoded text is reported decoded, as gitleaks does; its
         // location is the encoded text it came from.
@@ -257,7 +257,6 @@ pub fn report_finding(
         line: if f.path_only {
             String::new()
         } else {
-            let (ls, le) = gitleaks_span(f);
             let (from, to) = lines.line_span(data, ls, le);
             text(from, to)
         },

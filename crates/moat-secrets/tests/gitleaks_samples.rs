@@ -197,7 +197,7 @@ fn fresh_samples_from_gitleaks_generator_agree() {
     let run = std::process::Command::new(root.join("scripts/gitleaks-fresh-samples"))
         .arg(&out)
         .args(seeds.split_whitespace())
-        .env("PATH", path_with(&go))
+        .env("PATH", moat_testkit::path_with_dir_of(&go))
         .output()
         .expect("run scripts/gitleaks-fresh-samples");
     assert!(
@@ -223,15 +223,6 @@ fn fresh_samples_from_gitleaks_generator_agree() {
             s.text
         );
     }
-}
-
-/// `PATH` with the directory of `go` first, for the script's own `go` calls.
-fn path_with(go: &std::path::Path) -> std::ffi::OsString {
-    let mut dirs = vec![go.parent().expect("go's directory").to_path_buf()];
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    std::env::join_paths(dirs).expect("PATH")
 }
 
 /// The prefilter reports every (keyword, position) a plain case-insensitive

@@ -43,6 +43,16 @@ pub fn find_executable(name: &str, extra: &[&Path]) -> Option<PathBuf> {
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
+/// `PATH` with the directory of `exe` first: for a script a test starts that calls a
+/// real component found outside `PATH` (`go` in `target/tools`, say).
+pub fn path_with_dir_of(exe: &Path) -> std::ffi::OsString {
+    let mut dirs: Vec<PathBuf> = exe.parent().map(Path::to_path_buf).into_iter().collect();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
 /// Whether the run requires every real component (`MOAT_REQUIRE_REAL_PARTS=1`).
 pub fn required() -> bool {
     std::env::var(REQUIRE_VAR).is_ok_and(|v| v == "1")

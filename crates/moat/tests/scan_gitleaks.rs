@@ -882,16 +882,12 @@ fn fresh_generator_samples_report_as_the_gitleaks_binary() {
     let d = tempfile::tempdir().unwrap();
     let gen = d.path().join("gen");
     let seed = std::env::var("MOAT_GITLEAKS_FILE_SEED").unwrap_or_else(|_| "4".into());
-    let mut path = vec![go.parent().unwrap().to_path_buf()];
-    path.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
     let run = Command::new(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gitleaks-fresh-samples"),
     )
     .arg(&gen)
     .arg(&seed)
-    .env("PATH", std::env::join_paths(path).unwrap())
+    .env("PATH", moat_testkit::path_with_dir_of(&go))
     .output()
     .unwrap();
     assert!(
