@@ -376,6 +376,19 @@ pub struct RouteConfig {
     /// Run engines in monitor-only mode on this route (events, no blocking).
     #[serde(default)]
     pub monitor_only: bool,
+    /// Protocols an HTTP/1.1 client may switch its connection to on this route
+    /// (`Upgrade`, RFC 9110 7.8), matched by name without case or version. Such a request
+    /// is forwarded with its upgrade, and after the upstream's `101` the connection is a
+    /// tunnel whose bytes moat no longer inspects. A request offering any other protocol
+    /// is forwarded as a plain request, without `Upgrade` (as nginx does). `h2c` is
+    /// refused: the tunnel would carry HTTP/2 requests past every check ("h2c
+    /// smuggling").
+    #[serde(default = "default_upgrades")]
+    pub upgrades: Vec<Spanned<String>>,
+}
+
+fn default_upgrades() -> Vec<Spanned<String>> {
+    vec![unlocated("websocket".into())]
 }
 
 fn default_host() -> Spanned<String> {

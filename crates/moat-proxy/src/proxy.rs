@@ -469,7 +469,7 @@ async fn upstream_phase(
             // Origin-form request target; the endpoint is chosen by the connection.
             target: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
             headers: &parts.headers,
-            upgrade: is_upgrade(parts),
+            upgrade: is_upgrade(parts, st.route),
             // RFC 9112 3.2.2: the authority of an absolute-form target replaces `Host`.
             replace_host: parts.uri.authority().is_some(),
             // HTTP/2 carries the host in `:authority`; HTTP/1.0 may carry none at all.
@@ -936,9 +936,15 @@ fn set_content_length(h: &mut HeaderMap, n: usize) {
     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
 }
 
-fn is_upgrade(parts: &http::request::Parts) -> bool {
+/// True when the request switches protocols on its way: HTTP/1.1, `Connection:
+/// upgrade`, and only protocols the route allows in `Upgrade`. Any other request is
+/// forwarded as a plain one (`Upgrade` is hop-by-hop and dropped), so the upstream cannot
+/// answer `101` and turn the connection into a tunnel moat does not inspect.
+fn is_upgrade(parts: &http::request::Parts, route: &Route) -> bool {
+    let mut upgrade = parts.headers.get_all(UPGRADE).iter().peekable();
     parts.version == Version::HTTP_11
-        && parts.headers.contains_key(UPGRADE)
+        && upgrade.peek().is_some()
+        && upgrade.all(|v| route.allows_upgrade(v.as_bytes()))
         && parts
             .headers
             .get_all(CONNECTION)

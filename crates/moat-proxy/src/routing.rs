@@ -70,6 +70,8 @@ pub struct Route {
     pub response_max: u64,
     /// Monitor-only flag passed to engines.
     pub monitor_only: bool,
+    /// Protocols a client may switch to (`routes[].upgrades`), lower case.
+    pub upgrades: Box<[Box<str>]>,
     /// Pre-resolved counters.
     pub metrics: Arc<RouteMetrics>,
 }
@@ -80,4 +82,25 @@ pub fn match_route<'a>(routes: &'a [Route], host: &str, path: &str) -> Option<&'
     routes
         .iter()
         .find(|r| path.starts_with(r.prefix.as_str()) && r.host.matches(host))
+}
+
+impl Route {
+    /// True when every protocol `upgrade` (an `Upgrade` field value) offers is one this
+    /// route lets a connection switch to. The upstream picks among the offers, so one
+    /// protocol outside the list makes the whole request a plain one.
+    pub fn allows_upgrade(&self, upgrade: &[u8]) -> bool {
+        let mut offers = upgrade
+            .split(|&b| b == b',')
+            .map(|offer| offer.trim_ascii())
+            .filter(|offer| !offer.is_empty())
+            .peekable();
+        offers.peek().is_some()
+            && offers.all(|offer| {
+                // protocol-name ["/" protocol-version]
+                let name = offer.split(|&b| b == b'/').next().unwrap_or_default();
+                self.upgrades
+                    .iter()
+                    .any(|p| p.as_bytes().eq_ignore_ascii_case(name.trim_ascii()))
+            })
+    }
 }

@@ -439,6 +439,22 @@ pub(crate) fn build_snapshot(
                 format!("unknown cluster `{}`", r.cluster.value),
             ));
         };
+        if let Some((j, h2c)) = r
+            .upgrades
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.value.trim().eq_ignore_ascii_case("h2c"))
+        {
+            return Err(ConfigError::semantic(
+                &src.file,
+                h2c.referenced.line() as u32,
+                h2c.referenced.column() as u32,
+                format!("routes[{i}].upgrades[{j}]"),
+                "`h2c` cannot be allowed: after the upgrade the connection would carry \
+                 HTTP/2 requests to the upstream that moat never inspects"
+                    .to_string(),
+            ));
+        }
         routes.push(Route {
             name: r.name.value.as_str().into(),
             host: HostMatch::parse(&r.host.value),
@@ -454,6 +470,11 @@ pub(crate) fn build_snapshot(
             },
             response_max: r.response_body.max_bytes,
             monitor_only: r.monitor_only,
+            upgrades: r
+                .upgrades
+                .iter()
+                .map(|p| p.value.trim().to_ascii_lowercase().into())
+                .collect(),
             metrics: metrics.route(&r.name.value),
         });
     }

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::gateway;
+use common::{answer_statuses, gateway, h2_frame, hpack_literal};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -179,44 +179,6 @@ async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
     out
-}
-
-/// Final (non-1xx) response statuses in `bytes`, in order, and whether each came from
-/// the upstream.
-fn statuses(mut bytes: &[u8]) -> Vec<(u16, bool)> {
-    let mut out = Vec::new();
-    loop {
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut resp = httparse::Response::new(&mut headers);
-        let Ok(httparse::Status::Complete(n)) = resp.parse(bytes) else {
-            return out;
-        };
-        let code = resp.code.unwrap_or(0);
-        let from_upstream = resp
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case("x-upstream"));
-        let len = resp
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-            .and_then(|h| {
-                std::str::from_utf8(h.value)
-                    .ok()?
-                    .trim()
-                    .parse::<usize>()
-                    .ok()
-            });
-        bytes = &bytes[n..];
-        if code >= 200 {
-            out.push((code, from_upstream));
-            match len {
-                Some(l) if l <= bytes.len() => bytes = &bytes[l..],
-                // moat's own pages and the upstream's carry lengths; anything else ends here.
-                _ => return out,
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -475,7 +437,7 @@ async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
     let seen = log.seen.lock().unwrap().clone();
     let errors = log.parse_errors.lock().unwrap().clone();
     let wire_text = String::from_utf8_lossy(&wire).into_owned();
-    let answers = statuses(&answer);
+    let answers = answer_statuses(&answer);
     prop_assert!(
         errors.is_empty(),
         "the upstream could not parse what moat sent: {:?}\nrequest:\n{}",
@@ -831,24 +793,6 @@ fn one_response_in_one_response_out() {
 // ---------------------------------------------------------------------------------
 // HTTP/2 in, HTTP/1.1 out.
 // ---------------------------------------------------------------------------------
-
-/// An HPACK literal field without indexing, new name (RFC 7541 6.2.2), for short
-/// names and values.
-fn hpack_literal(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.push(0x00);
-    out.push(name.len() as u8);
-    out.extend_from_slice(name.as_bytes());
-    out.push(value.len() as u8);
-    out.extend_from_slice(value.as_bytes());
-}
-
-fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-}
 
 /// Writes one HTTP/2 request (prior knowledge, frames built by hand so that fields
 /// hyper's client would refuse to send can be sent) and returns the frame types the

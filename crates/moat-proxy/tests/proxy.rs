@@ -382,6 +382,76 @@ async fn websocket_upgrade_passes_through() {
     gw.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Only the protocols a route lists (`routes[].upgrades`, default `websocket`) switch a
+/// connection into a tunnel. Any other `Upgrade` (h2c above all) is forwarded as a plain
+/// request without it, and an upstream that switches anyway (`/ws` answers `101` to
+/// whatever asks) is an upstream error, never a tunnel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_listed_upgrades_become_tunnels() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let custom = "  - name: custom\n    path_prefix: /custom/\n    cluster: app\n    upgrades: [Custom-Proto]\n";
+    let yaml =
+        basic_config(up.addr, custom).replace("path_prefix: /custom/", "path_prefix: /ws/custom");
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let ask = |path: &str, upgrade: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n\
+             upgrade: {upgrade}\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+        )
+    };
+    for (path, upgrade, tunnel) in [
+        ("/ws", "websocket", true),
+        ("/ws", "WebSocket/13", true),
+        ("/ws", "h2c", false),
+        ("/ws", "h2c, websocket", false),
+        ("/ws", "HTTP/2.0", false),
+        ("/ws", "custom-proto", false),
+        ("/ws/custom", "custom-proto/2", true),
+        ("/ws/custom", "websocket", false),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(ask(path, upgrade).as_bytes()).await.unwrap();
+        let head = String::from_utf8_lossy(&read_head(&mut s).await).to_lowercase();
+        if tunnel {
+            assert!(
+                head.starts_with("http/1.1 101"),
+                "{upgrade} on {path}: {head}"
+            );
+            s.write_all(b"ping").await.unwrap();
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"echo:ping", "{upgrade} on {path}");
+        } else {
+            // The upstream was asked for no switch, so its 101 is refused as an
+            // upstream error and no byte the client sends next reaches it.
+            assert!(
+                head.starts_with("http/1.1 502"),
+                "{upgrade} on {path}: {head}"
+            );
+            assert!(!head.contains("upgrade:"), "{upgrade} on {path}: {head}");
+        }
+    }
+    gw.shutdown(Duration::from_secs(1)).await;
+}
+
+/// `h2c` cannot be listed: the error names the file, line and field.
+#[test]
+fn h2c_cannot_be_an_allowed_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("moat.yaml");
+    let yaml = basic_config("127.0.0.1:9".parse().unwrap(), "").replace(
+        "    cluster: app\n    body:",
+        "    cluster: app\n    upgrades: [websocket, h2c]\n    body:",
+    );
+    let e = gateway_error(&file, &yaml);
+    assert!(e.contains("moat.yaml:"), "{e}");
+    assert!(e.contains("routes[0].upgrades[1]"), "{e}");
+    assert!(e.contains("h2c"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_and_token() {
     let up = upstream("a").await;

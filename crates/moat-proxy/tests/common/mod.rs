@@ -82,7 +82,7 @@ async fn upstream_handle(
             .body(Full::new(Bytes::from_static(b"slow done")))
             .unwrap());
     }
-    if path == "/ws" {
+    if path == "/ws" || path.starts_with("/ws/") {
         let on = hyper::upgrade::on(&mut req);
         tokio::spawn(async move {
             if let Ok(up) = on.await {
@@ -308,4 +308,61 @@ pub fn assert_provider_error(file: &Path, provider: &str, want: &str) {
     let err = gateway_error(file, &yaml);
     assert!(err.contains("authz.extension_providers"), "{err}");
     assert!(err.contains(want), "{err}");
+}
+
+/// Final (non-1xx) response statuses in `bytes`, in order, and whether each came from
+/// the upstream.
+pub fn answer_statuses(mut bytes: &[u8]) -> Vec<(u16, bool)> {
+    let mut out = Vec::new();
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(n)) = resp.parse(bytes) else {
+            return out;
+        };
+        let code = resp.code.unwrap_or(0);
+        let from_upstream = resp
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("x-upstream"));
+        let len = resp
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+            .and_then(|h| {
+                std::str::from_utf8(h.value)
+                    .ok()?
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            });
+        bytes = &bytes[n..];
+        if code >= 200 {
+            out.push((code, from_upstream));
+            match len {
+                Some(l) if l <= bytes.len() => bytes = &bytes[l..],
+                // moat's own pages and the upstream's carry lengths; anything else ends here.
+                _ => return out,
+            }
+        }
+    }
+}
+
+/// An HPACK literal field without indexing, new name (RFC 7541 6.2.2), for short
+/// names and values.
+pub fn hpack_literal(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(0x00);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out.push(value.len() as u8);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// Appends one HTTP/2 frame.
+pub fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
 }

@@ -1,0 +1,1071 @@
+//! "One request in, one request out" checked by the parsers of the backends users put
+//! behind moat, which share no code with moat's own: Go's net/http server and Node's
+//! http server (llhttp, strict mode), each a real process on loopback
+//! (`tests/backends/`).
+//!
+//! A corpus of request-smuggling forms, after the permutations of the public smuggling
+//! scanners (field-name and value obfuscations of `Transfer-Encoding` and
+//! `Content-Length`, chunk-size and chunk-line forms, bare CR and LF, obs-fold, request-line
+//! variants, `Host` conflicts, HTTP/1.0), is written byte for byte to a real moat (access
+//! control denying `/admin*`, the WAF in block mode) in front of each backend. Every
+//! request the client means carries `X-Case: N`; a request hidden in a body carries
+//! `X-Smuggled: yes` and targets `/admin/secret`. For each case:
+//! - a form RFC 9112 makes ambiguous or invalid is refused by moat and never reaches the
+//!   backend;
+//! - a valid form reaches the backend as exactly the requests the client sent (method,
+//!   target, body as RFC 9112 frames them), each answered by the backend;
+//! - a form the RFC lets a server either refuse or read (obs-fold, bare LF, repeated
+//!   equal lengths...) is one or the other, never a third reading.
+//!
+//! Over the whole run the backend's parser reports no request it could not parse, no body
+//! it could not read, no request without a case id, and none with the smuggled marker.
+//! The cases share moat's pooled upstream connections, so a desync left by one case would
+//! show in the next one's requests.
+// Test code: a failed setup step is a failed run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::{answer_statuses, gateway, h2_frame, hpack_literal};
+use moat_proxy::GatewayOptions;
+use moat_testkit::ChildGuard;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Longest wait for any one exchange; a hang is a failure.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The request a client hides in a body, hoping a parser reads it as a request.
+macro_rules! smuggled {
+    () => {
+        "GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Smuggled: yes\r\n\r\n"
+    };
+}
+const SMUGGLED: &str = smuggled!();
+
+// ---------------------------------------------------------------------------------
+// The corpus.
+// ---------------------------------------------------------------------------------
+
+/// A request the backend must see: method, target and the body RFC 9112 frames.
+type Want = (&'static str, &'static str, &'static [u8]);
+
+/// What moat must do with a case.
+#[derive(Debug)]
+enum Expect {
+    /// Refuse the first request (4xx from moat, or a close without an answer); nothing
+    /// reaches the backend.
+    Refuse,
+    /// The backend sees exactly these requests, in order, each answered from it. moat may
+    /// answer further requests itself after them (a smuggled `/admin/secret` the client
+    /// sent as a request of its own is denied by access control).
+    Forward(&'static [Want]),
+    /// The RFC lets a server refuse the form or read it: either [`Expect::Refuse`] or
+    /// [`Expect::Forward`] of these requests.
+    Either(&'static [Want]),
+}
+
+struct Case {
+    name: &'static str,
+    /// The bytes the client writes; `{c}` is replaced by the case id and `{smuggled}` by
+    /// [`SMUGGLED`].
+    wire: &'static str,
+    expect: Expect,
+}
+
+const SECOND: Want = ("GET", "/second", b"");
+const HELLO: Want = ("POST", "/t", b"hello");
+
+/// The head of a POST to `/t` with the case id, before its framing fields.
+macro_rules! post {
+    ($fields:literal) => {
+        concat!("POST /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n", $fields)
+    };
+}
+
+/// A GET to `/second` pipelined after the case's request.
+macro_rules! then_second {
+    () => {
+        "GET /second HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n"
+    };
+}
+
+const CASES: &[Case] = &[
+    // Valid framing, in the forms clients and scanners write it.
+    Case {
+        name: "content-length",
+        wire: concat!(post!("Content-Length: 5\r\n\r\nhello"), then_second!()),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "content-length without a space",
+        wire: concat!(post!("Content-Length:5\r\n\r\nhello"), then_second!()),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "content-length, trailing whitespace",
+        wire: concat!(post!("Content-Length: 5 \t\r\n\r\nhello"), then_second!()),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "content-length, name upper case",
+        wire: concat!(post!("CONTENT-LENGTH: 5\r\n\r\nhello"), then_second!()),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked, coding in capitals",
+        wire: concat!(
+            post!("Transfer-Encoding: CHUNKED\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked, name in capitals",
+        wire: concat!(
+            post!("TRANSFER-ENCODING: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked without a space",
+        wire: concat!(
+            post!("Transfer-Encoding:chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked after a tab",
+        wire: concat!(
+            post!("Transfer-Encoding:\tchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked, trailing whitespace",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked \t\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunk extensions, one quoted with a semicolon",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n2;a=b\r\nhe\r\n3 ; q=\"x;y\"\r\nllo\r\n0;z\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunk sizes with leading zeros and capitals",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n0005\r\nhello\r\n000\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked with a trailer",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "chunked, a trailer naming a length",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nContent-Length: 60\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a body holding a request, by length",
+        wire: concat!(post!("Content-Length: 56\r\n\r\n{smuggled}"), then_second!()),
+        expect: Expect::Forward(&[("POST", "/t", SMUGGLED.as_bytes()), SECOND]),
+    },
+    Case {
+        name: "a body holding a request, chunked",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n38\r\n{smuggled}\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[("POST", "/t", SMUGGLED.as_bytes()), SECOND]),
+    },
+    Case {
+        name: "GET with a body",
+        wire: concat!(
+            "GET /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[("GET", "/t", b"hello"), SECOND]),
+    },
+    Case {
+        name: "Expect: 100-continue",
+        wire: concat!(
+            post!("Expect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"),
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "absolute-form target",
+        wire: concat!(
+            "POST http://x/t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a length of zero, then the request a scanner hides",
+        wire: concat!(post!("Content-Length: 0\r\n\r\n{smuggled}")),
+        expect: Expect::Forward(&[("POST", "/t", b"")]),
+    },
+    Case {
+        name: "chunked, then the request a scanner hides",
+        wire: concat!(post!("Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}")),
+        expect: Expect::Forward(&[("POST", "/t", b"")]),
+    },
+    Case {
+        name: "HTTP/1.0 with a length",
+        wire: "POST /t HTTP/1.0\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+        expect: Expect::Forward(&[HELLO]),
+    },
+    Case {
+        name: "HTTP/1.0 keep-alive, then a second request",
+        wire: concat!(
+            "POST /t HTTP/1.0\r\nHost: x\r\nX-Case: {c}\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "an unknown method",
+        wire: concat!(
+            "PURGE /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[("PURGE", "/t", b"hello"), SECOND]),
+    },
+    // Forms the RFC lets a server refuse or read.
+    Case {
+        name: "two equal lengths",
+        wire: concat!(post!("Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello"), then_second!()),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a list of equal lengths",
+        wire: concat!(post!("Content-Length: 5, 5\r\n\r\nhello"), then_second!()),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a length with leading zeros",
+        wire: concat!(post!("Content-Length: 005\r\n\r\nhello"), then_second!()),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "an underscore for the dash, beside a length",
+        wire: concat!(
+            post!("Transfer_Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "obs-fold continuing the chunked field",
+        wire: concat!(
+            post!("Transfer-Encoding:\r\n chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "obs-fold hiding a chunked field in another field, beside a length",
+        wire: concat!(
+            post!("X-Foo: bar\r\n Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "whitespace before the first field",
+        wire: concat!(
+            "POST /t HTTP/1.1\r\n Transfer-Encoding: chunked\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "bare LF ending the field lines",
+        wire: concat!(
+            "POST /t HTTP/1.1\nHost: x\nX-Case: {c}\nTransfer-Encoding: chunked\n\n5\r\nhello\r\n0\r\n\r\n",
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "bare LF ending the chunk lines",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "whitespace after a chunk size",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5 \r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a parameter on chunked",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked;q=1\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a minor HTTP version above 1.1",
+        wire: concat!(
+            "POST /t HTTP/1.2\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a fragment in the target",
+        wire: concat!(
+            "POST /t#frag HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a tab between method and target",
+        wire: concat!(
+            "POST\t/t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 5\r\n\r\nhello",
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a bare LF after a chunk's data",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "a trailer line ended by a bare LF",
+        wire: concat!(
+            post!("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "an empty element before chunked",
+        wire: concat!(
+            post!("Transfer-Encoding: , chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            then_second!()
+        ),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "an empty element after the length",
+        wire: concat!(post!("Content-Length: 5,\r\n\r\nhello"), then_second!()),
+        expect: Expect::Either(&[HELLO, SECOND]),
+    },
+    Case {
+        name: "GET, chunked",
+        wire: concat!(
+            "GET /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[("GET", "/t", b"hello"), SECOND]),
+    },
+    Case {
+        name: "an absolute-form target naming another host",
+        wire: concat!(
+            "GET http://other/t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+            then_second!()
+        ),
+        expect: Expect::Forward(&[("GET", "/t", b""), SECOND]),
+    },
+    Case {
+        name: "OPTIONS *",
+        wire: "OPTIONS * HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+        expect: Expect::Either(&[("OPTIONS", "*", b"")]),
+    },
+    // Funky chunks (2025): chunk lines ended differently by different parsers.
+    Case {
+        name: "a bare LF ending a chunk extension",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n2;\nxx\r\n38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Either(&[("POST", "/t", concat!("xx", smuggled!()).as_bytes())]),
+    },
+    Case {
+        name: "two bytes other than CRLF after a chunk's data",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n2\r\nxxyy38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "no CRLF after the last chunk, then a request",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n0\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CONNECT",
+        wire: "CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\nX-Case: {c}\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+    },
+    // CL.TE and TE.CL: both framings at once.
+    Case {
+        name: "CL.TE",
+        wire: post!("Content-Length: 61\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "TE.CL",
+        wire: post!("Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CL.TE, the coding in capitals",
+        wire: post!("Content-Length: 61\r\nTransfer-Encoding: CHUNKED\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CL.TE, chunked after a tab",
+        wire: post!("Content-Length: 61\r\nTransfer-Encoding:\tchunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CL.TE, chunked in an obs-fold",
+        wire: post!("Content-Length: 61\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CL.TE, chunked after a bare LF",
+        wire: "POST /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 61\r\nX: y\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "CL.TE, chunked after a bare CR",
+        wire: "POST /t HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\nContent-Length: 61\r\nX: y\rTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+    },
+    // Obfuscated transfer codings.
+    Case {
+        name: "space before the colon",
+        wire: post!("Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "tab before the colon",
+        wire: post!("Transfer-Encoding\t: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "vertical tab before chunked",
+        wire: post!("Transfer-Encoding:\x0bchunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "form feed before chunked",
+        wire: post!("Transfer-Encoding:\x0cchunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "NUL after chunked",
+        wire: post!("Transfer-Encoding: chunked\x00\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked in quotes",
+        wire: post!("Transfer-Encoding: \"chunked\"\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "xchunked",
+        wire: post!("Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked-false",
+        wire: post!("Transfer-Encoding: chunked-false\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked twice in one field",
+        wire: post!("Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked twice in two fields",
+        wire: post!("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked, then an unknown coding",
+        wire: post!("Transfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "identity",
+        wire: post!("Transfer-Encoding: identity\r\nContent-Length: 61\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked not last",
+        wire: post!("Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "gzip before chunked",
+        wire: post!("Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunked in HTTP/1.0",
+        wire: "POST /t HTTP/1.0\r\nHost: x\r\nX-Case: {c}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a field line without a colon",
+        wire: post!("Transfer-Encoding chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "NUL in a field name",
+        wire: post!("Transfer-Encoding\x00: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "an empty field name",
+        wire: post!(": chunked\r\nContent-Length: 61\r\n\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    // Obfuscated lengths.
+    Case {
+        name: "two different lengths",
+        wire: post!("Content-Length: 0\r\nContent-Length: 56\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a list of different lengths",
+        wire: post!("Content-Length: 0, 56\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a signed length",
+        wire: post!("Content-Length: +56\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a negative length",
+        wire: post!("Content-Length: -1\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a hexadecimal length",
+        wire: post!("Content-Length: 0x38\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a decimal point in the length",
+        wire: post!("Content-Length: 56.0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a space inside the length",
+        wire: post!("Content-Length: 5 6\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "an empty length",
+        wire: post!("Content-Length: \r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a length past 64 bits",
+        wire: post!("Content-Length: 18446744073709551672\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "NUL after the length",
+        wire: post!("Content-Length: 56\x00\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "space before the length's colon",
+        wire: post!("Content-Length : 56\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    // Chunk lines.
+    Case {
+        name: "a chunk size with 0x",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n0x38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a signed chunk size",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n+38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a chunk size with leading whitespace",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n 38\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a chunk size past 64 bits",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n10000000000000038\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "chunk data longer than its size",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a bare CR in a chunk extension",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\n5;a\rb\r\nhello\r\n0\r\n\r\n{smuggled}"),
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a chunk size that is not hexadecimal",
+        wire: post!("Transfer-Encoding: chunked\r\n\r\nz\r\n{smuggled}\r\n0\r\n\r\n"),
+        expect: Expect::Refuse,
+    },
+    // Request lines and Host.
+    Case {
+        name: "two different Host fields",
+        wire: "POST /admin/secret HTTP/1.1\r\nHost: x\r\nHost: y\r\nX-Case: {c}\r\nContent-Length: 0\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "no Host in HTTP/1.1",
+        wire: "POST /t HTTP/1.1\r\nX-Case: {c}\r\nContent-Length: 0\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a space in the target",
+        wire: "GET /t HTTP/1.1 /admin/secret HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "HTTP/0.9",
+        wire: "GET /t\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "HTTP/2.0 on the request line",
+        wire: "GET /t HTTP/2.0\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "a lower-case protocol name",
+        wire: "GET /t http/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+    Case {
+        name: "NUL in the target",
+        wire: "GET /t\x00/admin HTTP/1.1\r\nHost: x\r\nX-Case: {c}\r\n\r\n",
+        expect: Expect::Refuse,
+    },
+];
+
+impl Case {
+    fn wire(&self, id: usize) -> Vec<u8> {
+        self.wire
+            .replace("{c}", &id.to_string())
+            .replace("{smuggled}", SMUGGLED)
+            .into_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The backends.
+// ---------------------------------------------------------------------------------
+
+/// A backend process and the records it printed.
+struct Backend {
+    name: &'static str,
+    addr: SocketAddr,
+    records: Arc<Mutex<Vec<Value>>>,
+    _child: ChildGuard,
+}
+
+impl Backend {
+    /// Starts `cmd`, reads its `listening PORT` line, then collects its records.
+    fn start(name: &'static str, mut cmd: Command) -> Backend {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the {name} backend: {e}"));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let port: u16 = first
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{name} backend printed {first:?}"));
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let r = records.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("backend record {line:?}: {e}"));
+                r.lock().unwrap().push(v);
+            }
+        });
+        Backend {
+            name,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            records,
+            _child: ChildGuard(child),
+        }
+    }
+
+    /// Sends the backend a request of its own and waits for its record: every record
+    /// of what moat sent before (all answered or closed) is then in.
+    async fn drain(&self) {
+        let mut s = TcpStream::connect(self.addr).await.unwrap();
+        s.write_all(b"GET /__end HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
+        let seen = tokio::time::timeout(IO_TIMEOUT, async {
+            loop {
+                if self
+                    .records
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["target"] == "/__end")
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(
+            seen.is_ok(),
+            "{}: its own request was never recorded",
+            self.name
+        );
+    }
+}
+
+fn go_backend(args: &[&str]) -> Option<Backend> {
+    let go = moat_testkit::real_part("go", "install Go from https://go.dev/dl")?;
+    let tools = moat_testkit::tools_dir();
+    std::fs::create_dir_all(&tools).unwrap();
+    let exe = tools.join("go-recorder");
+    let build = Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(".")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/go-recorder"))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "go build tests/backends/go-recorder: {}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let mut cmd = Command::new(exe);
+    cmd.args(args);
+    Some(Backend::start("Go net/http", cmd))
+}
+
+fn node_backend() -> Option<Backend> {
+    let node = moat_testkit::real_part("node", "install Node.js from https://nodejs.org")?;
+    let mut cmd = Command::new(node);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/node-recorder.js"));
+    Some(Backend::start("Node http (llhttp)", cmd))
+}
+
+// ---------------------------------------------------------------------------------
+// The run.
+// ---------------------------------------------------------------------------------
+
+fn config(upstream: SocketAddr) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{upstream}"]
+    connect_timeout: 2s
+    request_timeout: 5s
+routes:
+  - name: all
+    cluster: app
+    body: {{ max_bytes: 64KiB, on_limit: reject }}
+authz:
+  enabled: true
+  policies: [policies]
+waf: {{ enabled: true, mode: block }}
+"#
+    )
+}
+
+const DENY_ADMIN: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin*"]}}]
+"#;
+
+/// Writes `request` on one connection, half-closes it and returns every byte moat
+/// answered with.
+async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let _ = s.shutdown().await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
+    out
+}
+
+fn field<'a>(record: &'a Value, name: &str) -> Option<&'a str> {
+    record["headers"].as_array()?.iter().find_map(|h| {
+        let pair = h.as_array()?;
+        pair[0]
+            .as_str()?
+            .eq_ignore_ascii_case(name)
+            .then(|| pair[1].as_str())?
+    })
+}
+
+/// What a case came to: `Ok(true)` forwarded, `Ok(false)` refused, or the violation.
+fn judge(
+    case: &Case,
+    answers: &[(u16, bool)],
+    seen: &[(String, String, Vec<u8>)],
+) -> Result<bool, String> {
+    let refused = matches!(answers.first(), None | Some((400..=499, false))) && seen.is_empty();
+    let forwarded = |want: &[Want]| {
+        let from_upstream = answers.iter().take_while(|(_, up)| *up).count();
+        let expected: Vec<(String, String, Vec<u8>)> = want
+            .iter()
+            .map(|(m, t, b)| (m.to_string(), t.to_string(), b.to_vec()))
+            .collect();
+        from_upstream == want.len()
+            && answers[from_upstream..]
+                .iter()
+                .all(|(s, up)| !up && (400..500).contains(s))
+            && seen == expected
+    };
+    let ok = match case.expect {
+        Expect::Refuse => refused,
+        Expect::Forward(want) => forwarded(want),
+        Expect::Either(want) => refused || forwarded(want),
+    };
+    if ok {
+        Ok(!refused)
+    } else {
+        Err(format!(
+            "{:?} expected {:?}; moat answered {:?}, the backend saw {:?}",
+            case.name,
+            case.expect,
+            answers,
+            seen.iter()
+                .map(|(m, t, b)| format!("{m} {t} {:?}", String::from_utf8_lossy(b)))
+                .collect::<Vec<_>>()
+        ))
+    }
+}
+
+/// Runs the corpus through a moat in front of `backend`; returns the violations.
+async fn run_corpus(backend: &Backend) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+    let gw = gateway(dir.path(), &config(backend.addr), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let mut answers = Vec::new();
+    for (id, case) in CASES.iter().enumerate() {
+        answers.push(answer_statuses(&exchange(addr, &case.wire(id)).await));
+    }
+    gw.shutdown(Duration::from_secs(5)).await;
+    backend.drain().await;
+
+    let records = backend.records.lock().unwrap().clone();
+    let mut violations = Vec::new();
+    let mut outcome = Vec::new();
+    for r in &records {
+        let about = format!("{}: {r}", backend.name);
+        if r["kind"] != "request" {
+            violations.push(format!(
+                "{about}: the backend could not parse what moat sent"
+            ));
+        } else if r.get("body_error").is_some() {
+            violations.push(format!(
+                "{about}: the backend could not read a body moat framed"
+            ));
+        } else if field(r, "x-smuggled").is_some() {
+            violations.push(format!(
+                "{about}: a request hidden in a body reached the backend"
+            ));
+        } else if field(r, "x-case").is_none() && r["target"] != "/__end" {
+            violations.push(format!(
+                "{about}: a request no client sent reached the backend"
+            ));
+        }
+    }
+    for (id, case) in CASES.iter().enumerate() {
+        let seen: Vec<(String, String, Vec<u8>)> = records
+            .iter()
+            .filter(|r| r["kind"] == "request" && field(r, "x-case") == Some(&id.to_string()))
+            .map(|r| {
+                let body = base64::engine::general_purpose::STANDARD
+                    .decode(r["body"].as_str().unwrap_or_default())
+                    .unwrap();
+                (
+                    r["method"].as_str().unwrap_or_default().to_string(),
+                    r["target"].as_str().unwrap_or_default().to_string(),
+                    body,
+                )
+            })
+            .collect();
+        match judge(case, &answers[id], &seen) {
+            Ok(forwarded) => outcome.push(format!(
+                "  {:<10} {}",
+                if forwarded { "forwarded" } else { "refused" },
+                case.name
+            )),
+            Err(e) => violations.push(format!("{}: {e}", backend.name)),
+        }
+    }
+    eprintln!("{} behind moat:\n{}", backend.name, outcome.join("\n"));
+    violations
+}
+
+#[test]
+fn smuggling_forms_frame_one_request_in_go_and_node() {
+    let backends: Vec<Backend> = [go_backend(&[]), node_backend()]
+        .into_iter()
+        .flatten()
+        .collect();
+    if backends.is_empty() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut violations = Vec::new();
+    for backend in &backends {
+        violations.extend(rt.block_on(run_corpus(backend)));
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// h2c smuggling (Bishop Fox, 2020): a client asks to upgrade its connection to HTTP/2
+/// (`Upgrade: h2c`). A proxy that forwards the upgrade and then tunnels the connection
+/// after the backend's `101` lets every later request reach the backend unseen. Against a
+/// real Go backend that speaks h2c (golang.org/x/net/http2/h2c), moat must forward the
+/// request as plain HTTP/1.1, keep the connection its own, and refuse what access control
+/// denies, whatever protocol the client then speaks.
+#[test]
+fn h2c_upgrade_does_not_tunnel_past_moat() {
+    let Some(backend) = go_backend(&["-h2c"]) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+        let gw = gateway(dir.path(), &config(backend.addr), GatewayOptions::default()).await;
+        let addr = gw.listener_addr("main").unwrap();
+
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            b"GET /t HTTP/1.1\r\nHost: x\r\nX-Case: h2c\r\nUpgrade: h2c\r\n\
+              HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\
+              Connection: Upgrade, HTTP2-Settings\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let head = common::read_head(&mut s).await;
+        let head = String::from_utf8_lossy(&head).into_owned();
+        // Whatever moat answered, the client now speaks HTTP/2 on the connection, as an
+        // attacker would after a 101: a request for what access control denies.
+        let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        h2_frame(&mut w, 0x4, 0, 0, &[]);
+        // :method GET (static 2), :scheme http (6), :authority x, :path /admin/secret.
+        let mut block = vec![0x82, 0x86, 0x01, 0x01, b'x'];
+        hpack_literal(&mut block, ":path", "/admin/secret");
+        hpack_literal(&mut block, "x-smuggled", "yes");
+        h2_frame(&mut w, 0x1, 0x4 | 0x1, 3, &block);
+        let _ = s.write_all(&w).await;
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut rest)).await;
+        drop(s);
+        gw.shutdown(Duration::from_secs(5)).await;
+        backend.drain().await;
+
+        let records = backend.records.lock().unwrap().clone();
+        assert!(
+            head.starts_with("HTTP/1.1 200") && head.contains("x-upstream: yes"),
+            "the upgrade request was not answered by the backend over HTTP/1.1: {head}"
+        );
+        let smuggled: Vec<&Value> = records
+            .iter()
+            .filter(|r| field(r, "x-smuggled").is_some() || r["target"] == "/admin/secret")
+            .collect();
+        assert!(
+            smuggled.is_empty(),
+            "a request reached the backend through an h2c tunnel: {smuggled:?}"
+        );
+        let upgrade: Vec<&Value> = records
+            .iter()
+            .filter(|r| field(r, "x-case") == Some("h2c"))
+            .collect();
+        assert_eq!(upgrade.len(), 1, "{records:?}");
+        assert_eq!(upgrade[0]["proto"], "HTTP/1.1", "{records:?}");
+        assert!(field(upgrade[0], "upgrade").is_none(), "{records:?}");
+    });
+}
