@@ -9,7 +9,10 @@
 //! variants, `Host` conflicts, HTTP/1.0), is written byte for byte to a real moat (access
 //! control denying `/admin*`, the WAF in block mode) in front of each backend. Every
 //! request the client means carries `X-Case: N`; a request hidden in a body carries
-//! `X-Smuggled: yes` and targets `/admin/secret`. For each case:
+//! `X-Smuggled: yes` and targets `/admin/secret`. HTTP/2 requests follow, each on a
+//! connection of its own with frames built by hand: H2.CL and H2.TE, CR, LF and NUL in
+//! field names and values, request lines in pseudo-header fields, pseudo-header order,
+//! cookies split into several fields. For each case:
 //! - a form RFC 9112 makes ambiguous or invalid is refused by moat and never reaches the
 //!   backend;
 //! - a valid form reaches the backend as exactly the requests the client sent (method,
@@ -34,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{answer_statuses, gateway, h2_frame, hpack_literal};
+use common::{answer_statuses, gateway, h2_exchange, h2_frame, hpack_literal};
 use moat_proxy::GatewayOptions;
 use moat_testkit::ChildGuard;
 use serde_json::Value;
@@ -701,6 +704,294 @@ const CASES: &[Case] = &[
     },
 ];
 
+/// An HTTP/2 request of the corpus, sent with prior knowledge on a connection of its own.
+struct H2Case {
+    name: &'static str,
+    /// The field block in order, pseudo-header fields included; `{c}` in a value is
+    /// replaced by the case id.
+    fields: &'static [(&'static str, &'static str)],
+    /// The DATA of the stream; `{smuggled}` is replaced by [`SMUGGLED`].
+    body: &'static str,
+    expect: Expect,
+    /// Fields the backend must see with exactly these values, once each.
+    also: &'static [(&'static str, &'static str)],
+}
+
+/// A request's pseudo-header fields: POST to `/t` on `x`, then the case id.
+macro_rules! h2_post {
+    ($($field:expr),* $(,)?) => {
+        &[(":method", "POST"), (":scheme", "http"), (":path", "/t"), (":authority", "x"),
+          ("x-case", "{c}") $(, $field)*]
+    };
+}
+
+const H2_CASES: &[H2Case] = &[
+    H2Case {
+        name: "h2: POST with a length",
+        fields: h2_post!(("content-length", "5")),
+        body: "hello",
+        expect: Expect::Forward(&[HELLO]),
+        also: &[],
+    },
+    H2Case {
+        name: "h2: POST without a length",
+        fields: h2_post!(),
+        body: "hello",
+        expect: Expect::Forward(&[HELLO]),
+        also: &[],
+    },
+    H2Case {
+        name: "h2: te: trailers",
+        fields: h2_post!(("te", "trailers")),
+        body: "hello",
+        expect: Expect::Forward(&[HELLO]),
+        also: &[],
+    },
+    H2Case {
+        name: "h2: cookie in two fields, joined for HTTP/1.1",
+        fields: h2_post!(("cookie", "a=1"), ("cookie", "b=2")),
+        body: "hello",
+        expect: Expect::Forward(&[HELLO]),
+        also: &[("cookie", "a=1; b=2")],
+    },
+    H2Case {
+        name: "h2: a host field beside :authority",
+        fields: h2_post!(("host", "y")),
+        body: "hello",
+        expect: Expect::Either(&[HELLO]),
+        also: &[],
+    },
+    H2Case {
+        name: "h2: whitespace around a field value",
+        fields: h2_post!(("x-foo", " bar ")),
+        body: "hello",
+        expect: Expect::Either(&[HELLO]),
+        also: &[],
+    },
+    H2Case {
+        name: "h2: two equal lengths",
+        fields: h2_post!(("content-length", "5"), ("content-length", "5")),
+        body: "hello",
+        expect: Expect::Either(&[HELLO]),
+        also: &[],
+    },
+    // H2.CL and H2.TE (Kettle, 2021): a length or a coding for the HTTP/1.1 side.
+    H2Case {
+        name: "H2.CL: a length of zero, a request in DATA",
+        fields: h2_post!(("content-length", "0")),
+        body: "{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "H2.CL: a length shorter than DATA",
+        fields: h2_post!(("content-length", "5")),
+        body: "hello{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "H2.CL: two different lengths",
+        fields: h2_post!(("content-length", "5"), ("content-length", "61")),
+        body: "hello{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "H2.CL: a signed length",
+        fields: h2_post!(("content-length", "+61")),
+        body: "hello{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "H2.TE: transfer-encoding chunked",
+        fields: h2_post!(("transfer-encoding", "chunked")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: upgrade",
+        fields: h2_post!(("upgrade", "h2c")),
+        body: "hello",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    // Request splitting through fields HTTP/1.1 would read as line ends.
+    H2Case {
+        name: "h2: CRLF in a field value",
+        fields: h2_post!(("x-foo", "bar\r\nTransfer-Encoding: chunked")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: LF in a field value",
+        fields: h2_post!(("x-foo", "bar\nContent-Length: 0")),
+        body: "{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: NUL in a field value",
+        fields: h2_post!(("x-foo", "bar\u{0}baz")),
+        body: "hello",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: CRLF in a field name",
+        fields: h2_post!(("x-foo\r\ntransfer-encoding", "chunked")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a colon in a field name",
+        fields: h2_post!(("transfer-encoding:chunked", "1")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a space in a field name",
+        fields: h2_post!(("transfer-encoding ", "chunked")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: an upper-case field name",
+        fields: h2_post!(("Transfer-Encoding", "chunked")),
+        body: "0\r\n\r\n{smuggled}",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a request line in :path",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/t HTTP/1.1\r\nHost: x\r\n\r\nGET /admin/secret"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a space in :path",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/t /admin/secret"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a request line in :method",
+        fields: &[
+            (":method", "GET /admin/secret HTTP/1.1\r\nX:"),
+            (":scheme", "http"),
+            (":path", "/t"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: CRLF in :authority",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/t"),
+            (":authority", "x\r\nX-Smuggled: yes"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: :path without a leading slash",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "admin/secret"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: a pseudo-header after a regular field",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+            (":path", "/admin/secret"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: :path twice",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/t"),
+            (":path", "/admin/secret"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: no :path",
+        fields: &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":authority", "x"),
+            ("x-case", "{c}"),
+        ],
+        body: "",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+    H2Case {
+        name: "h2: an unknown pseudo-header",
+        fields: h2_post!((":smuggle", "GET /admin/secret")),
+        body: "hello",
+        expect: Expect::Refuse,
+        also: &[],
+    },
+];
+
+impl H2Case {
+    /// The HPACK field block, each field a literal without indexing.
+    fn block(&self, id: &str) -> Vec<u8> {
+        let mut block = Vec::new();
+        for (name, value) in self.fields {
+            hpack_literal(&mut block, name, &value.replace("{c}", id));
+        }
+        block
+    }
+}
+
 impl Case {
     fn wire(&self, id: usize) -> Vec<u8> {
         self.wire
@@ -873,6 +1164,23 @@ fn field<'a>(record: &'a Value, name: &str) -> Option<&'a str> {
     })
 }
 
+/// Method, target and body of each request record.
+fn requests(records: &[&Value]) -> Vec<(String, String, Vec<u8>)> {
+    records
+        .iter()
+        .map(|r| {
+            let body = base64::engine::general_purpose::STANDARD
+                .decode(r["body"].as_str().unwrap_or_default())
+                .unwrap();
+            (
+                r["method"].as_str().unwrap_or_default().to_string(),
+                r["target"].as_str().unwrap_or_default().to_string(),
+                body,
+            )
+        })
+        .collect()
+}
+
 /// What a case came to: `Ok(true)` forwarded, `Ok(false)` refused, or the violation.
 fn judge(
     case: &Case,
@@ -923,6 +1231,10 @@ async fn run_corpus(backend: &Backend) -> Vec<String> {
     for (id, case) in CASES.iter().enumerate() {
         answers.push(answer_statuses(&exchange(addr, &case.wire(id)).await));
     }
+    for (k, case) in H2_CASES.iter().enumerate() {
+        let body = case.body.replace("{smuggled}", SMUGGLED);
+        h2_exchange(addr, &case.block(&format!("h2-{k}")), body.as_bytes()).await;
+    }
     gw.shutdown(Duration::from_secs(5)).await;
     backend.drain().await;
 
@@ -949,21 +1261,14 @@ async fn run_corpus(backend: &Backend) -> Vec<String> {
             ));
         }
     }
-    for (id, case) in CASES.iter().enumerate() {
-        let seen: Vec<(String, String, Vec<u8>)> = records
+    let of_case = |id: &str| -> Vec<&Value> {
+        records
             .iter()
-            .filter(|r| r["kind"] == "request" && field(r, "x-case") == Some(&id.to_string()))
-            .map(|r| {
-                let body = base64::engine::general_purpose::STANDARD
-                    .decode(r["body"].as_str().unwrap_or_default())
-                    .unwrap();
-                (
-                    r["method"].as_str().unwrap_or_default().to_string(),
-                    r["target"].as_str().unwrap_or_default().to_string(),
-                    body,
-                )
-            })
-            .collect();
+            .filter(|r| r["kind"] == "request" && field(r, "x-case") == Some(id))
+            .collect()
+    };
+    for (id, case) in CASES.iter().enumerate() {
+        let seen = requests(&of_case(&id.to_string()));
         match judge(case, &answers[id], &seen) {
             Ok(forwarded) => outcome.push(format!(
                 "  {:<10} {}",
@@ -971,6 +1276,54 @@ async fn run_corpus(backend: &Backend) -> Vec<String> {
                 case.name
             )),
             Err(e) => violations.push(format!("{}: {e}", backend.name)),
+        }
+    }
+    for (k, case) in H2_CASES.iter().enumerate() {
+        let of = of_case(&format!("h2-{k}"));
+        let seen = requests(&of);
+        let want = |w: &[Want]| {
+            w.iter()
+                .map(|(m, t, b)| (m.to_string(), t.to_string(), b.to_vec()))
+                .collect::<Vec<_>>()
+        };
+        let fields_ok = of.iter().all(|r| {
+            case.also.iter().all(|(name, value)| {
+                let values: Vec<&str> = r["headers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| {
+                        let pair = h.as_array()?;
+                        pair[0]
+                            .as_str()?
+                            .eq_ignore_ascii_case(name)
+                            .then(|| pair[1].as_str())?
+                    })
+                    .collect();
+                values == [*value]
+            })
+        });
+        let ok = fields_ok
+            && match case.expect {
+                Expect::Refuse => seen.is_empty(),
+                Expect::Forward(w) => seen == want(w),
+                Expect::Either(w) => seen.is_empty() || seen == want(w),
+            };
+        if ok {
+            outcome.push(format!(
+                "  {:<10} {}",
+                if seen.is_empty() {
+                    "refused"
+                } else {
+                    "forwarded"
+                },
+                case.name
+            ));
+        } else {
+            violations.push(format!(
+                "{}: {:?} expected {:?} with {:?}; the backend saw {:?}",
+                backend.name, case.name, case.expect, case.also, of
+            ));
         }
     }
     eprintln!("{} behind moat:\n{}", backend.name, outcome.join("\n"));

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{answer_statuses, gateway, h2_frame, hpack_literal};
+use common::{answer_statuses, gateway, h2_exchange, hpack_literal};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -794,57 +794,15 @@ fn one_response_in_one_response_out() {
 // HTTP/2 in, HTTP/1.1 out.
 // ---------------------------------------------------------------------------------
 
-/// Writes one HTTP/2 request (prior knowledge, frames built by hand so that fields
-/// hyper's client would refuse to send can be sent) and returns the frame types the
-/// server answered with on stream 1.
+/// Writes one HTTP/2 POST to `/` with `fields` and `body` (see [`h2_exchange`]) and
+/// returns the frame types the server answered with on stream 1.
 async fn h2_raw(addr: SocketAddr, fields: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    h2_frame(&mut w, 0x4, 0, 0, &[]);
     // :method POST (static 3), :scheme http (6), :path / (4), :authority x.
     let mut block = vec![0x83, 0x86, 0x84, 0x01, 0x01, b'x'];
     for (k, v) in fields {
         hpack_literal(&mut block, k, v);
     }
-    let end_stream = if body.is_empty() { 0x1 } else { 0 };
-    h2_frame(&mut w, 0x1, 0x4 | end_stream, 1, &block);
-    if !body.is_empty() {
-        h2_frame(&mut w, 0x0, 0x1, 1, body);
-    }
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&w).await.unwrap();
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(3), async {
-        let mut buf = [0u8; 4096];
-        let mut acc = Vec::new();
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => acc.extend_from_slice(&buf[..n]),
-            }
-            // Frames of stream 1 (and GOAWAY): the answer is complete at an end of
-            // stream, a reset or a GOAWAY.
-            let mut at = 0;
-            got.clear();
-            while acc.len() >= at + 9 {
-                let len = u32::from_be_bytes([0, acc[at], acc[at + 1], acc[at + 2]]) as usize;
-                if acc.len() < at + 9 + len {
-                    break;
-                }
-                let (kind, flags) = (acc[at + 3], acc[at + 4]);
-                let stream =
-                    u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]]);
-                if stream == 1 || kind == 0x7 {
-                    got.push(kind);
-                    if kind == 0x3 || kind == 0x7 || flags & 0x1 != 0 && kind <= 1 {
-                        return;
-                    }
-                }
-                at += 9 + len;
-            }
-        }
-    })
-    .await;
-    got
+    h2_exchange(addr, &block, body).await
 }
 
 /// HTTP/2 forbids connection-specific fields (RFC 9113 8.2.2): a request carrying

@@ -7,7 +7,7 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, HOST};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, COOKIE, HOST};
 use http::header::{TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, StatusCode, Version};
 
@@ -129,6 +129,7 @@ pub struct UpstreamHead<'a> {
 ///   `Connection` names `Content-Length`, `Transfer-Encoding` or `Host` never gets
 ///   here (the server refuses it);
 /// * `Host` is added when the request has none;
+/// * several `Cookie` fields are sent as one, joined by `; `;
 /// * the client address is appended to `X-Forwarded-For`, `X-Forwarded-Proto` is set;
 /// * the client's `Content-Length` is dropped and `framing` writes moat's own
 ///   `Content-Length` or `Transfer-Encoding: chunked`.
@@ -150,6 +151,7 @@ pub(crate) fn encode_request_head(
     buf.extend_from_slice(req.target.as_bytes());
     buf.extend_from_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
+    let mut cookie_written = false;
     for (name, value) in headers {
         if name == HOST {
             if req.replace_host {
@@ -162,6 +164,22 @@ pub(crate) fn encode_request_head(
             }
         } else if name == X_FORWARDED_FOR || name == X_FORWARDED_PROTO || name == X_REQUEST_ID {
             // Rewritten below.
+            continue;
+        } else if name == COOKIE {
+            // One `Cookie` line, its pairs joined by "; " (RFC 9113 8.2.3): browsers
+            // split cookies into one HTTP/2 field each, and HTTP/1.1 servers read one
+            // line (RFC 6265 5.4), some only the first.
+            if !cookie_written {
+                cookie_written = true;
+                buf.extend_from_slice(b"cookie: ");
+                for (i, v) in headers.get_all(COOKIE).iter().enumerate() {
+                    if i > 0 {
+                        buf.extend_from_slice(b"; ");
+                    }
+                    buf.extend_from_slice(v.as_bytes());
+                }
+                buf.extend_from_slice(b"\r\n");
+            }
             continue;
         }
         push_field(buf, name.as_str().as_bytes(), value.as_bytes());
@@ -420,6 +438,20 @@ mod tests {
         buf.clear();
         encode_chunked_end(&mut buf, Some(&t));
         assert_eq!(buf, b"0\r\nx-sum: 7\r\n\r\n");
+    }
+
+    #[test]
+    fn cookie_fields_are_sent_as_one_line() {
+        let mut h = HeaderMap::new();
+        h.append(COOKIE, HeaderValue::from_static("a=1"));
+        h.insert("x-between", HeaderValue::from_static("1"));
+        h.append(COOKIE, HeaderValue::from_static("b=2; c=3"));
+        h.append(COOKIE, HeaderValue::from_static("d=4"));
+        let peer = HeaderValue::from_static("10.0.0.1");
+        let out = wire(&request(&h, &peer), RequestFraming::None);
+        assert_eq!(out.matches("cookie:").count(), 1, "{out}");
+        assert!(out.contains("\r\ncookie: a=1; b=2; c=3; d=4\r\n"), "{out}");
+        assert!(out.contains("\r\nx-between: 1\r\n"), "{out}");
     }
 
     #[test]

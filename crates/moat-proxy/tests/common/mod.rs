@@ -366,3 +366,53 @@ pub fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[
     out.extend_from_slice(&stream.to_be_bytes());
     out.extend_from_slice(payload);
 }
+
+/// Writes one HTTP/2 request on a new connection (prior knowledge, frames built by hand
+/// so that fields a client library would refuse to send can be sent): `block` is the
+/// HPACK-encoded field block of stream 1, `body` its DATA. Returns the frame types the
+/// server answered with on stream 1 (and GOAWAY), up to the end of the stream, a reset
+/// or a GOAWAY.
+pub async fn h2_exchange(addr: SocketAddr, block: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    h2_frame(&mut w, 0x4, 0, 0, &[]);
+    let end_stream = if body.is_empty() { 0x1 } else { 0 };
+    h2_frame(&mut w, 0x1, 0x4 | end_stream, 1, block);
+    if !body.is_empty() {
+        h2_frame(&mut w, 0x0, 0x1, 1, body);
+    }
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&w).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        let mut buf = [0u8; 4096];
+        let mut acc = Vec::new();
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => acc.extend_from_slice(&buf[..n]),
+            }
+            // Frames of stream 1 (and GOAWAY): the answer is complete at an end of
+            // stream, a reset or a GOAWAY.
+            let mut at = 0;
+            got.clear();
+            while acc.len() >= at + 9 {
+                let len = u32::from_be_bytes([0, acc[at], acc[at + 1], acc[at + 2]]) as usize;
+                if acc.len() < at + 9 + len {
+                    break;
+                }
+                let (kind, flags) = (acc[at + 3], acc[at + 4]);
+                let stream =
+                    u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]]);
+                if stream == 1 || kind == 0x7 {
+                    got.push(kind);
+                    if kind == 0x3 || kind == 0x7 || flags & 0x1 != 0 && kind <= 1 {
+                        return;
+                    }
+                }
+                at += 9 + len;
+            }
+        }
+    })
+    .await;
+    got
+}
