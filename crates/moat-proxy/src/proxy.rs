@@ -70,6 +70,25 @@ pub(crate) async fn handle(
         return (reply_response(reply, &request_id), None);
     }
 
+    // Userinfo in the target's authority (`http://admin@host/`, or HTTP/2's
+    // `:authority`) is an error (RFC 9110 4.2.4, RFC 9113 8.3.1): moat routes and
+    // authorizes on the host after the `@`, and a backend reading the forwarded `Host`
+    // another way would see a host moat never checked.
+    if parts
+        .uri
+        .authority()
+        .is_some_and(|a| a.as_str().contains('@'))
+    {
+        let reply = error_page(
+            StatusCode::BAD_REQUEST,
+            parts.headers.get(ACCEPT),
+            "userinfo in the request target",
+            &request_id,
+        );
+        snap.no_route.record(Decision::Error, 400);
+        return (reply_response(reply, &request_id), None);
+    }
+
     let Some(route) = snap.match_route(request_host(parts), parts.uri.path()) else {
         snap.no_route.record(Decision::Error, 404);
         let reply = error_page(
