@@ -1,7 +1,9 @@
 //! Every decoder on arbitrary bytes: no panic, output never longer than input
-//! (the bound the engine relies on), repeated URL decoding terminates.
+//! (the bound the engine relies on; UTF-16 transcoding at most 1.5 times it),
+//! repeated URL decoding terminates.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use moat_waf::charset::{self, BodyText};
 use moat_waf::decode;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,5 +20,18 @@ fuzz_target!(|data: &[u8]| {
         assert!(t.len() <= s.len());
     }
     let _ = decode::utf7_decode(&s);
-    let _ = decode::utf16_to_utf8(data);
+    let _ = (charset::declared(data), charset::of_label(data));
+    let _ = (
+        charset::of_bom(data),
+        charset::of_nuls(data),
+        charset::of_xml(data),
+    );
+    for text in [BodyText::Utf16Le, BodyText::Utf16Be] {
+        let t = charset::to_utf8(data, text).unwrap_or_default();
+        assert!(t.len() <= data.len() / 2 * 3);
+    }
+    for text in [BodyText::Utf32Le, BodyText::Utf32Be] {
+        let t = charset::to_utf8(data, text).unwrap_or_default();
+        assert!(t.len() <= data.len());
+    }
 });

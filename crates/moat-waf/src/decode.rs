@@ -497,32 +497,6 @@ pub fn utf7_decode(s: &str) -> Option<String> {
     changed.then_some(out)
 }
 
-/// Transcodes a UTF-16 JSON document (BOM or NUL-pattern detected) to UTF-8.
-pub fn utf16_to_utf8(data: &[u8]) -> Option<String> {
-    if data.len() < 2 {
-        return None;
-    }
-    let (le, skip) = match (data[0], data[1]) {
-        (0xFF, 0xFE) => (true, 2),
-        (0xFE, 0xFF) => (false, 2),
-        (0, b) if b != 0 => (false, 0),
-        (b, 0) if b != 0 => (true, 0),
-        _ => return None,
-    };
-    let body = &data[skip..];
-    let units: Vec<u16> = body
-        .chunks_exact(2)
-        .map(|c| {
-            if le {
-                u16::from_le_bytes([c[0], c[1]])
-            } else {
-                u16::from_be_bytes([c[0], c[1]])
-            }
-        })
-        .collect();
-    Some(String::from_utf16_lossy(&units))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,14 +568,5 @@ mod tests {
         );
         assert_eq!(utf7_decode("a+b+A"), None);
         assert_eq!(utf7_decode("plain prose, no plus"), None);
-    }
-
-    #[test]
-    fn utf16() {
-        let d: Vec<u8> = "{\"a\":1}"
-            .encode_utf16()
-            .flat_map(|u| u.to_le_bytes())
-            .collect();
-        assert_eq!(utf16_to_utf8(&d).as_deref(), Some("{\"a\":1}"));
     }
 }

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod charset;
 mod clean_cache;
 pub mod config;
 pub mod decode;
@@ -39,6 +40,7 @@ use moat_core::{
     RouteMode, SecurityEvent, Verdict,
 };
 
+use charset::BodyText;
 pub use config::{
     OnLimit, Sensitivity, VirtualPatches, WafConfig, WafExclusion, WafLimits, WafMode, WafRoute,
 };
@@ -98,6 +100,9 @@ pub enum Limit {
     MaxDecodeOutput,
     /// The body's `Content-Encoding` is unsupported or its data corrupt.
     ContentEncoding,
+    /// The body is in a text encoding the WAF does not read (an EBCDIC `charset`, an
+    /// unknown label; see [`charset`]).
+    Charset,
 }
 
 impl Limit {
@@ -109,6 +114,7 @@ impl Limit {
             Limit::MaxBodyBytes => "max_body_bytes",
             Limit::MaxDecodeOutput => "max_decode_output",
             Limit::ContentEncoding => "content_encoding",
+            Limit::Charset => "charset",
         }
     }
 
@@ -492,28 +498,65 @@ impl WafEngine {
         if data.is_empty() {
             return;
         }
-        // matched case-insensitively in place: no lowercased copy per request
         let ct: &[u8] = req.header("content-type").unwrap_or_default();
+        // The encoding a backend reads the body in (charset.rs): what its bytes show (a
+        // byte order mark, NULs beside its first ASCII characters, an XML declaration)
+        // and what `Content-Type` declares. A text shown in UTF-16/32 by a mark, or by
+        // NULs in JSON and XML (the rule their parsers apply), is read transcoded; shown
+        // by NULs elsewhere, or only declared, it is read both ways, as a backend may go
+        // either way. Anything unreadable is the `charset` limit.
+        let is = |needle: &[u8]| util::contains_ci(ct, needle);
+        let bom = charset::of_bom(data);
+        let (shown, sure) = match bom {
+            Some((text, _)) => (Some(text), true),
+            None => match charset::of_nuls(data) {
+                Some(text) => (Some(text), is(b"json") || is(b"xml")),
+                None if matches!(
+                    data.first(),
+                    Some(b'<' | 0x4C | b' ' | b'\t' | b'\r' | b'\n')
+                ) && (ct.is_empty() || is(b"xml")) =>
+                {
+                    (charset::of_xml(data), true)
+                }
+                None => (None, true),
+            },
+        };
+        let declared = charset::declared(ct).map(charset::of_label);
+        let (text, also_bytes) = match (shown, declared) {
+            (Some(BodyText::Unreadable), _) | (_, Some(BodyText::Unreadable)) => {
+                ins.limit(Limit::Charset, Loc::Body);
+                return;
+            }
+            (Some(text), _) if text != BodyText::Bytes => (text, !sure),
+            (_, Some(text)) => (text, true),
+            _ => (BodyText::Bytes, false),
+        };
+        let data = &data[bom.map_or(0, |(_, len)| len)..];
+        match charset::to_utf8(data, text) {
+            Some(utf8) => {
+                self.inspect_body_text(ins, ct, utf8.as_bytes());
+                if also_bytes {
+                    self.inspect_body_text(ins, ct, data);
+                }
+            }
+            None => self.inspect_body_text(ins, ct, data),
+        }
+    }
+
+    /// Inspects a body read as ASCII-compatible text, parsed by its `Content-Type` `ct`.
+    fn inspect_body_text(&self, ins: &mut Inspector<'_>, ct: &[u8], data: &[u8]) {
+        // matched case-insensitively in place: no lowercased copy per request
         let has = |needle: &[u8]| util::contains_ci(ct, needle);
         let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
         if has(b"multipart/") {
-            let lower = String::from_utf8_lossy(ct).to_ascii_lowercase();
-            if let Some(b) = boundary(&lower, req) {
+            if let Some(b) = boundary(ct) {
                 ins.multipart(data, &b);
                 return;
             }
         }
         if has(b"json") || (ct.is_empty() && matches!(first, Some(b'{' | b'['))) {
-            let utf8;
-            let d: &[u8] = match decode::utf16_to_utf8(data) {
-                Some(s) if data.len() >= 2 && (data[0] == 0 || data[1] == 0 || data[0] >= 0xFE) => {
-                    utf8 = s;
-                    utf8.as_bytes()
-                }
-                _ => data,
-            };
-            ins.beacon = d.len() >= extract::BEACON_BYTES;
-            if ins.json(d, Loc::Json(""), 0) {
+            ins.beacon = data.len() >= extract::BEACON_BYTES;
+            if ins.json(data, Loc::Json(""), 0) {
                 return;
             }
             ins.beacon = false;
@@ -795,10 +838,11 @@ fn unparsed_type(ct: &[u8]) -> bool {
         || util::contains_ci(sub, b"grpc")
 }
 
-fn boundary(ct: &str, req: &RequestView<'_>) -> Option<String> {
-    // take the boundary from the original header (case preserved)
-    let orig = req.header("content-type").map(String::from_utf8_lossy)?;
-    let lower_pos = ct.find("boundary=")?;
+/// The `boundary` parameter of a multipart `Content-Type`, its case preserved.
+fn boundary(ct: &[u8]) -> Option<String> {
+    let orig = String::from_utf8_lossy(ct);
+    // Lowercasing ASCII keeps every byte where it was.
+    let lower_pos = orig.to_ascii_lowercase().find("boundary=")?;
     let raw = &orig[lower_pos + 9..];
     let raw = raw.split(';').next().unwrap_or(raw).trim();
     let b = raw.trim_matches('"');
