@@ -918,10 +918,14 @@ impl<'e> Inspector<'e> {
             Some(p) => p + d.len(),
             None => return,
         };
+        // RFC 2046 has parsers ignore the preamble and the epilogue, but a lenient one
+        // that misses a delimiter reads them as a part: they are inspected as text.
+        self.multipart_outside(&data[..pos - d.len()]);
         let finder = memchr::memmem::Finder::new(d);
         let mut parts = 0;
         while pos < data.len() && !self.stopped {
             if data[pos..].starts_with(b"--") {
+                self.multipart_outside(&data[pos + 2..]);
                 break;
             }
             let end = finder
@@ -963,6 +967,21 @@ impl<'e> Inspector<'e> {
                     ctype = v.trim().to_string();
                 }
             }
+            // A part read in its own `charset` (ASP.NET Core decodes a form section in
+            // it): unreadable ones are the charset limit, UTF-16/32 ones are read
+            // transcoded and as they are.
+            let declared = crate::charset::declared(ctype.as_bytes()).map(crate::charset::of_label);
+            if declared == Some(crate::charset::BodyText::Unreadable) {
+                self.limit(crate::Limit::Charset, Loc::Multipart(&name));
+                continue;
+            }
+            let transcoded = declared.and_then(|text| crate::charset::to_utf8(body, text));
+            if let Some(t) = &transcoded {
+                match &filename {
+                    Some(_) => self.value(Loc::Multipart(&name), t, Scope::Body),
+                    None => self.field_value(Loc::Multipart(&name), &name, t, false),
+                }
+            }
             if let Some(p) = self.patches {
                 let v = if filename.is_none() {
                     lossy(&body[..body.len().min(4096)])
@@ -990,6 +1009,16 @@ impl<'e> Inspector<'e> {
                 }
             }
         }
+    }
+
+    /// Inspects a multipart preamble or epilogue (text outside the parts) as one value,
+    /// unless it is only whitespace.
+    fn multipart_outside(&mut self, text: &[u8]) {
+        if text.iter().all(u8::is_ascii_whitespace) || self.stopped {
+            return;
+        }
+        let t = lossy(text);
+        self.value(Loc::Body, &t, Scope::Body);
     }
 }
 

@@ -549,8 +549,13 @@ impl WafEngine {
         let has = |needle: &[u8]| util::contains_ci(ct, needle);
         let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
         if has(b"multipart/") {
-            if let Some(b) = boundary(ct) {
-                ins.multipart(data, &b);
+            let boundaries = boundaries(ct);
+            if !boundaries.is_empty() {
+                // A type naming two boundaries is read with each: parsers differ on
+                // which one counts.
+                for b in &boundaries {
+                    ins.multipart(data, b);
+                }
                 return;
             }
         }
@@ -838,15 +843,22 @@ fn unparsed_type(ct: &[u8]) -> bool {
         || util::contains_ci(sub, b"grpc")
 }
 
-/// The `boundary` parameter of a multipart `Content-Type`, its case preserved.
-fn boundary(ct: &[u8]) -> Option<String> {
+/// The distinct `boundary` parameters of a multipart `Content-Type` (one, unless the
+/// client sent an ambiguous type), their case preserved.
+fn boundaries(ct: &[u8]) -> Vec<String> {
     let orig = String::from_utf8_lossy(ct);
     // Lowercasing ASCII keeps every byte where it was.
-    let lower_pos = orig.to_ascii_lowercase().find("boundary=")?;
-    let raw = &orig[lower_pos + 9..];
-    let raw = raw.split(';').next().unwrap_or(raw).trim();
-    let b = raw.trim_matches('"');
-    (!b.is_empty() && b.len() <= 200).then(|| b.to_string())
+    let lower = orig.to_ascii_lowercase();
+    let mut out: Vec<String> = Vec::new();
+    for (at, _) in lower.match_indices("boundary=") {
+        let raw = &orig[at + 9..];
+        let raw = raw.split(';').next().unwrap_or(raw).trim();
+        let b = raw.trim_matches('"');
+        if !b.is_empty() && b.len() <= 200 && !out.iter().any(|o| o == b) {
+            out.push(b.to_string());
+        }
+    }
+    out
 }
 
 impl RequestHeadersPhase for WafEngine {

@@ -538,6 +538,83 @@ fn bodies_are_read_in_their_encoding() {
     assert!(!blocked && rules.is_empty(), "{rules:?}");
 }
 
+/// Multipart bodies read the ways their parsers differ: each of two `boundary`
+/// parameters, the text before the first delimiter and after the last, and each part in
+/// its own `charset`.
+#[test]
+fn multipart_is_read_every_way_a_parser_may_read_it() {
+    let sqli = "1' union select password from users--";
+    let e = engine(&WafConfig::default());
+    let part = |boundary: &str, value: &[u8]| {
+        let mut b = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"q\"\r\n\r\n")
+            .into_bytes();
+        b.extend_from_slice(value);
+        b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        b
+    };
+    let check = |ct: &str, data: Vec<u8>| {
+        let mut b = body(data, None, false);
+        let (v, ctx) = run_body(&e, ct, &mut b);
+        let rules: Vec<String> = ctx
+            .events
+            .iter()
+            .map(|x| format!("{} {}", x.rule, x.details))
+            .collect();
+        (matches!(v, Verdict::Respond(_)), rules)
+    };
+    // Either boundary of an ambiguous type.
+    for used in ["aaa", "bbb"] {
+        let (blocked, rules) = check(
+            "multipart/form-data; boundary=aaa; boundary=bbb",
+            part(used, sqli.as_bytes()),
+        );
+        assert!(blocked, "boundary {used}: {rules:?}");
+    }
+    // Preamble and epilogue.
+    let mut preamble = format!("{sqli}\r\n").into_bytes();
+    preamble.extend(part("b", b"ok"));
+    let mut epilogue = part("b", b"ok");
+    epilogue.extend_from_slice(sqli.as_bytes());
+    for data in [preamble, epilogue] {
+        let (blocked, rules) = check("multipart/form-data; boundary=b", data);
+        assert!(blocked, "{rules:?}");
+    }
+    // A part in its own charset: UTF-16 read transcoded, EBCDIC the charset limit.
+    let with_type = |boundary: &str, ctype: &str, value: &[u8]| {
+        let mut b = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"q\"\r\n\
+             Content-Type: {ctype}\r\n\r\n"
+        )
+        .into_bytes();
+        b.extend_from_slice(value);
+        b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        b
+    };
+    let (blocked, rules) = check(
+        "multipart/form-data; boundary=b",
+        with_type("b", "text/plain; charset=utf-16le", &utf16le(sqli)),
+    );
+    assert!(
+        blocked && rules.iter().any(|r| r.starts_with("sqli")),
+        "{rules:?}"
+    );
+    let (blocked, rules) = check(
+        "multipart/form-data; boundary=b",
+        with_type("b", "text/plain; charset=IBM037", &ibm037(sqli)),
+    );
+    assert!(
+        blocked && rules.iter().any(|r| r.contains("charset")),
+        "{rules:?}"
+    );
+    // A browser's form, UTF-8 parts and no text outside them, passes.
+    let browser = "----WebKitFormBoundary7MA4YWxkTrZu0gW";
+    let (blocked, rules) = check(
+        &format!("multipart/form-data; boundary={browser}"),
+        with_type(browser, "text/plain; charset=UTF-8", b"hello, world"),
+    );
+    assert!(!blocked && rules.is_empty(), "{rules:?}");
+}
+
 #[test]
 fn hundred_thousand_parameters_hit_the_param_limit() {
     let mut q = String::from("/?");
