@@ -24,6 +24,12 @@
 //! it could not read, no request without a case id, and none with the smuggled marker.
 //! The cases share moat's pooled upstream connections, so a desync left by one case would
 //! show in the next one's requests.
+//!
+//! Responses the other way: hostile upstream responses are read through moat by Go's
+//! and Node's HTTP clients (`go-client`, `node-client.js`), each followed by a second
+//! request on the same connection: the client reads the upstream's response exactly, or
+//! a 502, or a body cut off where the framing fails mid-way, and the second request gets
+//! its own response.
 // Test code: a failed setup step is a failed run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1542,4 +1548,354 @@ fn h2c_upgrade_does_not_tunnel_past_moat() {
         assert_eq!(upgrade[0]["proto"], "HTTP/1.1", "{records:?}");
         assert!(field(upgrade[0], "upgrade").is_none(), "{records:?}");
     });
+}
+
+// ---------------------------------------------------------------------------------
+// Responses, read by the clients of Go and Node.
+// ---------------------------------------------------------------------------------
+
+/// What a client must read for the first request of a response case.
+#[derive(Debug)]
+enum RespExpect {
+    /// Exactly this status and body, as the upstream framed them.
+    Exact(u16, &'static [u8]),
+    /// moat's 502: the upstream's framing is invalid.
+    BadGateway,
+    /// The RFC lets moat refuse the form or read it: a 502 or exactly this.
+    Either(u16, &'static [u8]),
+    /// The framing fails after the head was forwarded: a 502, or a body the client sees
+    /// cut off (an error), never a complete wrong one.
+    Cut,
+}
+
+/// A hostile upstream response to `GET /r/N`.
+struct RespCase {
+    name: &'static str,
+    wire: &'static str,
+    /// The upstream closes the connection after it (the body ends at the close).
+    closes: bool,
+    expect: RespExpect,
+}
+
+const RESP_CASES: &[RespCase] = &[
+    RespCase {
+        name: "a length",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "chunked, an extension and a trailer",
+        wire: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nhe\r\n3\r\nllo\r\n0\r\nX-T: 1\r\n\r\n",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "a length and chunked",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        closes: false,
+        expect: RespExpect::Either(200, b"hello"),
+    },
+    RespCase {
+        name: "two equal lengths",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+        closes: false,
+        expect: RespExpect::Either(200, b"hello"),
+    },
+    RespCase {
+        name: "two different lengths",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "a signed length",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "bytes past the length, a response in them",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "a body holding a response",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 46\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled",
+        closes: false,
+        expect: RespExpect::Exact(200, b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"),
+    },
+    RespCase {
+        name: "a body ended by the close",
+        wire: "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "HTTP/1.0, a body ended by the close",
+        wire: "HTTP/1.0 200 OK\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "chunked in HTTP/1.0",
+        wire: "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "204 with bytes after it",
+        wire: "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Either(204, b""),
+    },
+    RespCase {
+        name: "304 with a length",
+        wire: "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+        closes: false,
+        expect: RespExpect::Exact(304, b""),
+    },
+    RespCase {
+        name: "100 Continue, then the response",
+        wire: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "103 Early Hints, then the response",
+        wire: "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "no reason phrase",
+        wire: "HTTP/1.1 200\r\nContent-Length: 5\r\n\r\nhello",
+        closes: false,
+        expect: RespExpect::Exact(200, b"hello"),
+    },
+    RespCase {
+        name: "obs-fold in a field",
+        wire: "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 5\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Either(200, b"hello"),
+    },
+    RespCase {
+        name: "bare LF line ends",
+        wire: "HTTP/1.1 200 OK\nContent-Length: 5\n\nhello",
+        closes: true,
+        expect: RespExpect::Either(200, b"hello"),
+    },
+    RespCase {
+        name: "NUL in a field value",
+        wire: "HTTP/1.1 200 OK\r\nX-A: a\0b\r\nContent-Length: 5\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Either(200, b"hello"),
+    },
+    RespCase {
+        name: "101 to a request that asked for no switch",
+        wire: "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "gzip before chunked",
+        wire: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "gzip alone",
+        wire: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::BadGateway,
+    },
+    RespCase {
+        name: "a chunk size past 64 bits",
+        wire: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n",
+        closes: true,
+        expect: RespExpect::Cut,
+    },
+    RespCase {
+        name: "a chunk size that is not hexadecimal",
+        wire: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        closes: true,
+        expect: RespExpect::Cut,
+    },
+    RespCase {
+        name: "a body cut short of its length",
+        wire: "HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nhello",
+        closes: true,
+        expect: RespExpect::Cut,
+    },
+];
+
+/// The upstream of the response cases: `/r/N` gets [`RESP_CASES`]`[N]` as written, any
+/// other request a plain `second`.
+async fn raw_response_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                    buf.drain(..head_end);
+                    let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+                    let case = path
+                        .strip_prefix("/r/")
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .and_then(|n| RESP_CASES.get(n));
+                    let (wire, closes) = match case {
+                        Some(c) => (c.wire, c.closes),
+                        None => (
+                            "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Upstream: second\r\n\r\nsecond",
+                            false,
+                        ),
+                    };
+                    if s.write_all(wire.as_bytes()).await.is_err() || closes {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Judges one client's reading of the response cases; returns the violations.
+fn judge_responses(client: &str, out: &str) -> Vec<String> {
+    let mut violations = Vec::new();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{client}: {l:?}: {e}")))
+        .collect();
+    if lines.len() != RESP_CASES.len() {
+        violations.push(format!(
+            "{client}: {} results for {} cases",
+            lines.len(),
+            RESP_CASES.len()
+        ));
+    }
+    let mut outcome = Vec::new();
+    for (case, line) in RESP_CASES.iter().zip(&lines) {
+        let read = |r: &Value| -> Result<(u16, Vec<u8>), String> {
+            match r["error"].as_str() {
+                Some(e) => Err(e.to_string()),
+                None => Ok((
+                    r["status"].as_u64().unwrap_or_default() as u16,
+                    base64::engine::general_purpose::STANDARD
+                        .decode(r["body"].as_str().unwrap_or_default())
+                        .unwrap(),
+                )),
+            }
+        };
+        let first = read(&line["first"]);
+        let second = read(&line["second"]);
+        let exact =
+            |status: u16, body: &[u8]| first.as_ref().is_ok_and(|(s, b)| *s == status && b == body);
+        let bad_gateway = first.as_ref().is_ok_and(|(s, _)| *s == 502);
+        let ok = match case.expect {
+            RespExpect::Exact(status, body) => exact(status, body),
+            RespExpect::BadGateway => bad_gateway,
+            RespExpect::Either(status, body) => bad_gateway || exact(status, body),
+            RespExpect::Cut => bad_gateway || first.is_err(),
+        } && second == Ok((200, b"second".to_vec()));
+        let shown = |r: &Result<(u16, Vec<u8>), String>| match r {
+            Ok((s, b)) => format!("{s} {:?}", String::from_utf8_lossy(b)),
+            Err(e) => format!("error {e}"),
+        };
+        if ok {
+            outcome.push(format!("  {:<28} {}", shown(&first), case.name));
+        } else {
+            violations.push(format!(
+                "{client}: {:?} expected {:?}: first {}, second {}",
+                case.name,
+                case.expect,
+                shown(&first),
+                shown(&second)
+            ));
+        }
+    }
+    eprintln!("{client} reading moat's responses:\n{}", outcome.join("\n"));
+    violations
+}
+
+/// "One response in, one response out", judged by Go's and Node's HTTP/1.1 clients:
+/// for each hostile upstream response, a client reads exactly the upstream's response or
+/// moat's 502 (a cut-off body where the framing fails mid-way), and the next request on
+/// the same connection gets its own response, never bytes of the one before.
+#[test]
+fn hostile_responses_frame_one_response_in_go_and_node_clients() {
+    let go = moat_testkit::real_part("go", "install Go from https://go.dev/dl");
+    let node = moat_testkit::real_part("node", "install Node.js from https://nodejs.org");
+    let mut clients: Vec<(&str, Command)> = Vec::new();
+    if let Some(go) = go {
+        let exe = moat_testkit::tools_dir().join("go-client");
+        std::fs::create_dir_all(moat_testkit::tools_dir()).unwrap();
+        let build = Command::new(&go)
+            .args(["build", "-o"])
+            .arg(&exe)
+            .arg(".")
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/go-client"))
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "go build tests/backends/go-client: {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        clients.push(("Go net/http client", Command::new(exe)));
+    }
+    if let Some(node) = node {
+        let mut cmd = Command::new(node);
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/node-client.js"));
+        clients.push(("Node http client (llhttp)", cmd));
+    }
+    if clients.is_empty() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut violations = Vec::new();
+    rt.block_on(async {
+        let up = raw_response_upstream().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+        let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+        let addr = gw.listener_addr("main").unwrap();
+        for (name, mut cmd) in clients {
+            let out = tokio::task::spawn_blocking(move || {
+                cmd.arg(format!("http://{addr}"))
+                    .arg(RESP_CASES.len().to_string())
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            violations.extend(judge_responses(name, &String::from_utf8_lossy(&out.stdout)));
+        }
+        gw.shutdown(Duration::from_secs(5)).await;
+    });
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }

@@ -39,6 +39,9 @@ pub enum ProtocolError {
     BadHead,
     /// `Content-Length` is not a number, or several different ones were sent.
     BadContentLength,
+    /// `Transfer-Encoding` names a coding other than one final `chunked`, or comes in
+    /// an HTTP/1.0 response.
+    BadTransferEncoding,
     /// A chunk-size line or a chunk delimiter is invalid.
     BadChunk,
     /// The trailer section is too large or invalid.
@@ -57,6 +60,7 @@ impl std::fmt::Display for ProtocolError {
             ProtocolError::TooManyHeaders => "too many upstream response header fields",
             ProtocolError::BadHead => "invalid upstream response head",
             ProtocolError::BadContentLength => "invalid upstream content-length",
+            ProtocolError::BadTransferEncoding => "unsupported transfer coding from upstream",
             ProtocolError::BadChunk => "invalid chunked encoding from upstream",
             ProtocolError::BadTrailers => "invalid or oversized upstream trailers",
             ProtocolError::UnexpectedEof => "upstream closed the connection mid-message",
@@ -260,7 +264,7 @@ pub(crate) fn parse_response_head(
 
     // What the connection-level fields say (RFC 9112 6.3, 9.3).
     let mut keep_alive = version == Version::HTTP_11;
-    let mut chunked: Option<bool> = None;
+    let mut chunked = false;
     let mut length: Option<u64> = None;
     let mut listed: Vec<&[u8]> = Vec::new();
     for f in fields {
@@ -277,14 +281,21 @@ pub(crate) fn parse_response_head(
                 }
             }
             Field::TransferEncoding => {
-                // Only the last coding matters: chunked must be last to delimit the body.
-                if let Some(last) = f
-                    .value
-                    .split(|&b| b == b',')
-                    .map(<[u8]>::trim_ascii)
-                    .rfind(|t| !t.is_empty())
-                {
-                    chunked = Some(last.eq_ignore_ascii_case(b"chunked"));
+                // Exactly one coding, `chunked`, in HTTP/1.1. Another coding would reach
+                // the client undecoded once moat drops the hop-by-hop field and frames
+                // the body itself, and HTTP/1.0 framing with it is faulty (RFC 9112
+                // 6.1): both are refused, as nginx refuses them.
+                for coding in f.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if coding.is_empty() {
+                        continue;
+                    }
+                    if chunked
+                        || !coding.eq_ignore_ascii_case(b"chunked")
+                        || version != Version::HTTP_11
+                    {
+                        return Err(ProtocolError::BadTransferEncoding);
+                    }
+                    chunked = true;
                 }
             }
             Field::ContentLength => {
@@ -305,19 +316,13 @@ pub(crate) fn parse_response_head(
         || status == StatusCode::NOT_MODIFIED
     {
         Decoder::Length(0)
-    } else if let Some(chunked) = chunked {
+    } else if chunked {
         // Transfer-Encoding overrides Content-Length; a message carrying both is a
         // smuggling attempt or a broken server: never reuse that connection.
         if length.is_some() {
             keep_alive = false;
         }
-        if chunked && version == Version::HTTP_11 {
-            Decoder::Chunked(Chunked::Size)
-        } else {
-            // Any other final coding: the body ends when the connection does.
-            keep_alive = false;
-            Decoder::UntilClose
-        }
+        Decoder::Chunked(Chunked::Size)
     } else if let Some(n) = length {
         Decoder::Length(n)
     } else {
@@ -335,7 +340,7 @@ pub(crate) fn parse_response_head(
         let keep = switching
             || match classify(f.name) {
                 Field::Connection | Field::TransferEncoding | Field::HopByHop => false,
-                Field::ContentLength => chunked.is_none(),
+                Field::ContentLength => !chunked,
                 Field::Other => {
                     listed.is_empty()
                         || !listed
@@ -534,19 +539,46 @@ mod tests {
         assert!(!h.keep_alive);
         assert!(!h.headers.contains_key(CONTENT_LENGTH));
 
-        // No length: until close, never reused; another coding last: until close.
+        // No length: until close, never reused.
         let (_, h) = head(b"HTTP/1.1 200 OK\r\n\r\n", &Method::GET)
             .unwrap()
             .unwrap();
         assert_eq!(h.decoder, Decoder::UntilClose);
         assert!(!h.keep_alive);
+        // Any coding but one `chunked`, and any in HTTP/1.0, is refused: moat drops the
+        // field, so the client would get the body still coded.
+        for te in [
+            "chunked, gzip",
+            "gzip, chunked",
+            "gzip",
+            "identity",
+            "chunked, chunked",
+            "chunked\r\ntransfer-encoding: chunked",
+            "xchunked",
+        ] {
+            let raw = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {te}\r\n\r\n");
+            assert!(
+                matches!(
+                    head(raw.as_bytes(), &Method::GET),
+                    Err(ProtocolError::BadTransferEncoding)
+                ),
+                "{te}"
+            );
+        }
+        assert!(matches!(
+            head(
+                b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                &Method::GET
+            ),
+            Err(ProtocolError::BadTransferEncoding)
+        ));
         let (_, h) = head(
-            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: , Chunked\r\n\r\n",
             &Method::GET,
         )
         .unwrap()
         .unwrap();
-        assert_eq!(h.decoder, Decoder::UntilClose);
+        assert_eq!(h.decoder, Decoder::Chunked(Chunked::Size));
 
         // Connection: close, HTTP/1.0 with and without keep-alive.
         let (_, h) = head(

@@ -438,6 +438,18 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
         }
     }
 
+    // Transfer codings: one `chunked` in HTTP/1.1 or none (another coding would reach
+    // the client undecoded).
+    ensure!(
+        codings.is_empty()
+            || (codings.len() == 1
+                && codings[0].eq_ignore_ascii_case(b"chunked")
+                && h.version == Version::HTTP_11),
+        "accepted transfer codings {:?} in {:?}",
+        codings,
+        h.version
+    );
+
     // Framing.
     let bodyless = *method == Method::HEAD
         || h.status.is_informational()
@@ -445,12 +457,8 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
         || h.status == StatusCode::NOT_MODIFIED;
     let want = if bodyless {
         Decoder::Length(0)
-    } else if let Some(last) = codings.last() {
-        if last.eq_ignore_ascii_case(b"chunked") && h.version == Version::HTTP_11 {
-            Decoder::Chunked(Chunked::Size)
-        } else {
-            Decoder::UntilClose
-        }
+    } else if !codings.is_empty() {
+        Decoder::Chunked(Chunked::Size)
     } else if let Some(first) = lengths.first() {
         // Every length must be the same number.
         let n = parse_length(first);

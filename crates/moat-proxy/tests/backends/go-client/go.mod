@@ -1,0 +1,3 @@
+module moat.test/go-client
+
+go 1.24
