@@ -59,15 +59,18 @@ pub(crate) async fn handle(
     let too_large =
         parts.headers.len() > snap.max_headers || head_bytes(parts) > snap.max_header_bytes;
     let request_id = request_id(&parts.headers);
+    // moat's own answer before any route is known, counted as the route-less one.
+    let refuse = |status: StatusCode, decision: Decision, reason: &str| {
+        snap.no_route.record(decision, status.as_u16());
+        let reply = error_page(status, parts.headers.get(ACCEPT), reason, &request_id);
+        (reply_response(reply, &request_id), None)
+    };
     if too_large {
-        let reply = error_page(
+        return refuse(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            parts.headers.get(ACCEPT),
+            Decision::Limit,
             "request header fields too large",
-            &request_id,
         );
-        snap.no_route.record(Decision::Limit, 431);
-        return (reply_response(reply, &request_id), None);
     }
 
     // Userinfo in the target's authority (`http://admin@host/`, or HTTP/2's
@@ -79,25 +82,15 @@ pub(crate) async fn handle(
         .authority()
         .is_some_and(|a| a.as_str().contains('@'))
     {
-        let reply = error_page(
+        return refuse(
             StatusCode::BAD_REQUEST,
-            parts.headers.get(ACCEPT),
+            Decision::Error,
             "userinfo in the request target",
-            &request_id,
         );
-        snap.no_route.record(Decision::Error, 400);
-        return (reply_response(reply, &request_id), None);
     }
 
     let Some(route) = snap.match_route(request_host(parts), parts.uri.path()) else {
-        snap.no_route.record(Decision::Error, 404);
-        let reply = error_page(
-            StatusCode::NOT_FOUND,
-            parts.headers.get(ACCEPT),
-            "no route",
-            &request_id,
-        );
-        return (reply_response(reply, &request_id), None);
+        return refuse(StatusCode::NOT_FOUND, Decision::Error, "no route");
     };
 
     // The host is kept only for access records.

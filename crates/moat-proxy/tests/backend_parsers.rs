@@ -43,8 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{answer_statuses, gateway, h2_exchange, h2_frame, hpack_literal};
-use moat_proxy::GatewayOptions;
+use common::{answer_statuses, guarded_gateway, h2_exchange, h2_frame, hpack_literal};
 use moat_testkit::ChildGuard;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1238,38 +1237,6 @@ fn node_backend() -> Option<Backend> {
 // The run.
 // ---------------------------------------------------------------------------------
 
-fn config(upstream: SocketAddr) -> String {
-    format!(
-        r#"listeners:
-  - name: main
-    address: 127.0.0.1:0
-admin: {{ address: 127.0.0.1:0 }}
-clusters:
-  - name: app
-    endpoints: ["{upstream}"]
-    connect_timeout: 2s
-    request_timeout: 5s
-routes:
-  - name: all
-    cluster: app
-    body: {{ max_bytes: 64KiB, on_limit: reject }}
-authz:
-  enabled: true
-  policies: [policies]
-waf: {{ enabled: true, mode: block }}
-"#
-    )
-}
-
-const DENY_ADMIN: &str = r#"apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: deny-admin, namespace: istio-system}
-spec:
-  action: DENY
-  rules:
-  - to: [{operation: {paths: ["/admin*"]}}]
-"#;
-
 /// Writes `request` on one connection, half-closes it and returns every byte moat
 /// answered with.
 async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
@@ -1349,10 +1316,7 @@ fn judge(
 
 /// Runs the corpus through a moat in front of `backend`; returns the violations.
 async fn run_corpus(backend: &Backend) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
-    let gw = gateway(dir.path(), &config(backend.addr), GatewayOptions::default()).await;
+    let (gw, _dir) = guarded_gateway(backend.addr).await;
     let addr = gw.listener_addr("main").unwrap();
     let mut answers = Vec::new();
     for (id, case) in CASES.iter().enumerate() {
@@ -1495,10 +1459,7 @@ fn h2c_upgrade_does_not_tunnel_past_moat() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("policies")).unwrap();
-        std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
-        let gw = gateway(dir.path(), &config(backend.addr), GatewayOptions::default()).await;
+        let (gw, _dir) = guarded_gateway(backend.addr).await;
         let addr = gw.listener_addr("main").unwrap();
 
         let mut s = TcpStream::connect(addr).await.unwrap();
@@ -1874,10 +1835,7 @@ fn hostile_responses_frame_one_response_in_go_and_node_clients() {
     let mut violations = Vec::new();
     rt.block_on(async {
         let up = raw_response_upstream().await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("policies")).unwrap();
-        std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
-        let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+        let (gw, _dir) = guarded_gateway(up).await;
         let addr = gw.listener_addr("main").unwrap();
         for (name, mut cmd) in clients {
             let out = tokio::task::spawn_blocking(move || {

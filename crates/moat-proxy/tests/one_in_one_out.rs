@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{answer_statuses, gateway, h2_exchange, hpack_literal};
+use common::{answer_statuses, gateway, guarded_gateway, h2_exchange, hpack_literal};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -137,38 +137,6 @@ async fn hyper_upstream() -> (SocketAddr, UpLog) {
     });
     (addr, log)
 }
-
-fn config(upstream: SocketAddr) -> String {
-    format!(
-        r#"listeners:
-  - name: main
-    address: 127.0.0.1:0
-admin: {{ address: 127.0.0.1:0 }}
-clusters:
-  - name: app
-    endpoints: ["{upstream}"]
-    connect_timeout: 2s
-    request_timeout: 5s
-routes:
-  - name: all
-    cluster: app
-    body: {{ max_bytes: 64KiB, on_limit: reject }}
-authz:
-  enabled: true
-  policies: [policies]
-waf: {{ enabled: true, mode: block }}
-"#
-    )
-}
-
-const DENY_ADMIN: &str = r#"apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: deny-admin, namespace: istio-system}
-spec:
-  action: DENY
-  rules:
-  - to: [{operation: {paths: ["/admin*"]}}]
-"#;
 
 /// Writes `request` on one connection (then half-closes it) and returns every byte
 /// moat answered with.
@@ -424,10 +392,7 @@ impl GenRequest {
 /// Runs one generated request through a fresh gateway; checks the property.
 async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
     let (up, log) = hyper_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
-    let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+    let (gw, _dir) = guarded_gateway(up).await;
     let addr = gw.listener_addr("main").unwrap();
     let wire = req.wire();
     let answer = exchange(addr, &wire).await;
@@ -813,10 +778,7 @@ async fn h2_raw(addr: SocketAddr, fields: &[(&str, &str)], body: &[u8]) -> Vec<u
 #[tokio::test]
 async fn h2_requests_are_forwarded_as_exactly_one_request() {
     let (up, log) = hyper_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
-    let gw = gateway(dir.path(), &config(up), GatewayOptions::default()).await;
+    let (gw, _dir) = guarded_gateway(up).await;
     let addr = gw.listener_addr("main").unwrap();
     let smuggled = std::str::from_utf8(SMUGGLED).unwrap();
     let len = SMUGGLED.len().to_string();

@@ -416,3 +416,53 @@ pub async fn h2_exchange(addr: SocketAddr, block: &[u8], body: &[u8]) -> Vec<u8>
     .await;
     got
 }
+
+/// The config of [`guarded_gateway`].
+fn guarded_config(upstream: SocketAddr) -> String {
+    format!(
+        r#"listeners:
+  - name: main
+    address: 127.0.0.1:0
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{upstream}"]
+    connect_timeout: 2s
+    request_timeout: 5s
+routes:
+  - name: all
+    cluster: app
+    body: {{ max_bytes: 64KiB, on_limit: reject }}
+authz:
+  enabled: true
+  policies: [policies]
+waf: {{ enabled: true, mode: block }}
+"#
+    )
+}
+
+/// The policy of [`guarded_gateway`].
+const DENY_ADMIN: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin*"]}}]
+"#;
+
+/// A gateway in front of `upstream` with access control denying `/admin*` and the WAF
+/// in block mode: the smuggling tests' target, where a request hidden from moat would
+/// reach `/admin/secret`. The directory holds its config; keep it for the test.
+pub async fn guarded_gateway(upstream: SocketAddr) -> (RunningGateway, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+    let gw = gateway(
+        dir.path(),
+        &guarded_config(upstream),
+        GatewayOptions::default(),
+    )
+    .await;
+    (gw, dir)
+}
