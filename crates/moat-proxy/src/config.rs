@@ -380,9 +380,9 @@ pub struct RouteConfig {
     /// (`Upgrade`, RFC 9110 7.8), matched by name without case or version. Such a request
     /// is forwarded with its upgrade, and after the upstream's `101` the connection is a
     /// tunnel whose bytes moat no longer inspects. A request offering any other protocol
-    /// is forwarded as a plain request, without `Upgrade` (as nginx does). `h2c` is
-    /// refused: the tunnel would carry HTTP/2 requests past every check ("h2c
-    /// smuggling").
+    /// is forwarded as a plain request, without `Upgrade` (as nginx does). `h2c`, `h2`
+    /// and `HTTP` are refused: the tunnel would carry HTTP requests past every check
+    /// ("h2c smuggling").
     #[serde(default = "default_upgrades")]
     pub upgrades: Vec<Spanned<String>>,
 }

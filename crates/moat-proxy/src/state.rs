@@ -439,20 +439,22 @@ pub(crate) fn build_snapshot(
                 format!("unknown cluster `{}`", r.cluster.value),
             ));
         };
-        if let Some((j, h2c)) = r
-            .upgrades
-            .iter()
-            .enumerate()
-            .find(|(_, p)| p.value.trim().eq_ignore_ascii_case("h2c"))
-        {
+        if let Some((j, http)) = r.upgrades.iter().enumerate().find(|(_, p)| {
+            let name = p.value.split('/').next().unwrap_or_default().trim();
+            ["h2c", "h2", "http"]
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h))
+        }) {
             return Err(ConfigError::semantic(
                 &src.file,
-                h2c.referenced.line() as u32,
-                h2c.referenced.column() as u32,
+                http.referenced.line() as u32,
+                http.referenced.column() as u32,
                 format!("routes[{i}].upgrades[{j}]"),
-                "`h2c` cannot be allowed: after the upgrade the connection would carry \
-                 HTTP/2 requests to the upstream that moat never inspects"
-                    .to_string(),
+                format!(
+                    "`{}` cannot be allowed: after an upgrade to HTTP the connection would \
+                     carry requests to the upstream that moat never inspects",
+                    http.value
+                ),
             ));
         }
         routes.push(Route {

@@ -442,14 +442,16 @@ async fn only_listed_upgrades_become_tunnels() {
 fn h2c_cannot_be_an_allowed_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("moat.yaml");
-    let yaml = basic_config("127.0.0.1:9".parse().unwrap(), "").replace(
-        "    cluster: app\n    body:",
-        "    cluster: app\n    upgrades: [websocket, h2c]\n    body:",
-    );
-    let e = gateway_error(&file, &yaml);
-    assert!(e.contains("moat.yaml:"), "{e}");
-    assert!(e.contains("routes[0].upgrades[1]"), "{e}");
-    assert!(e.contains("h2c"), "{e}");
+    for http in ["h2c", "H2C", "HTTP/2.0", "h2"] {
+        let yaml = basic_config("127.0.0.1:9".parse().unwrap(), "").replace(
+            "    cluster: app\n    body:",
+            &format!("    cluster: app\n    upgrades: [websocket, \"{http}\"]\n    body:"),
+        );
+        let e = gateway_error(&file, &yaml);
+        assert!(e.contains("moat.yaml:"), "{e}");
+        assert!(e.contains("routes[0].upgrades[1]"), "{e}");
+        assert!(e.contains(http), "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
