@@ -37,7 +37,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1204,24 +1204,40 @@ impl Backend {
     }
 }
 
-fn go_backend(args: &[&str]) -> Option<Backend> {
+/// Builds the Go program `tests/backends/NAME` into `target/tools`, once per test
+/// process: the tests run in parallel, and a second build must not rewrite a binary
+/// another test is starting. `None` (after a notice) when Go is missing.
+fn go_program(name: &'static str) -> Option<PathBuf> {
+    static BUILT: Mutex<Vec<&str>> = Mutex::new(Vec::new());
     let go = moat_testkit::real_part("go", "install Go from https://go.dev/dl")?;
     let tools = moat_testkit::tools_dir();
-    std::fs::create_dir_all(&tools).unwrap();
-    let exe = tools.join("go-recorder");
-    let build = Command::new(&go)
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(".")
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/go-recorder"))
-        .output()
-        .unwrap();
-    assert!(
-        build.status.success(),
-        "go build tests/backends/go-recorder: {}",
-        String::from_utf8_lossy(&build.stderr)
-    );
-    let mut cmd = Command::new(exe);
+    let exe = tools.join(name);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.contains(&name) {
+        std::fs::create_dir_all(&tools).unwrap();
+        let build = Command::new(&go)
+            .args(["build", "-o"])
+            .arg(&exe)
+            .arg(".")
+            .current_dir(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/backends")
+                    .join(name),
+            )
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "go build tests/backends/{name}: {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        built.push(name);
+    }
+    Some(exe)
+}
+
+fn go_backend(args: &[&str]) -> Option<Backend> {
+    let mut cmd = Command::new(go_program("go-recorder")?);
     cmd.args(args);
     Some(Backend::start("Go net/http", cmd))
 }
@@ -1799,24 +1815,9 @@ fn judge_responses(client: &str, out: &str) -> Vec<String> {
 /// the same connection gets its own response, never bytes of the one before.
 #[test]
 fn hostile_responses_frame_one_response_in_go_and_node_clients() {
-    let go = moat_testkit::real_part("go", "install Go from https://go.dev/dl");
     let node = moat_testkit::real_part("node", "install Node.js from https://nodejs.org");
     let mut clients: Vec<(&str, Command)> = Vec::new();
-    if let Some(go) = go {
-        let exe = moat_testkit::tools_dir().join("go-client");
-        std::fs::create_dir_all(moat_testkit::tools_dir()).unwrap();
-        let build = Command::new(&go)
-            .args(["build", "-o"])
-            .arg(&exe)
-            .arg(".")
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/go-client"))
-            .output()
-            .unwrap();
-        assert!(
-            build.status.success(),
-            "go build tests/backends/go-client: {}",
-            String::from_utf8_lossy(&build.stderr)
-        );
+    if let Some(exe) = go_program("go-client") {
         clients.push(("Go net/http client", Command::new(exe)));
     }
     if let Some(node) = node {
