@@ -70,7 +70,7 @@ pub struct Route {
     pub response_max: u64,
     /// Monitor-only flag passed to engines.
     pub monitor_only: bool,
-    /// Protocols a client may switch to (`routes[].upgrades`), lower case.
+    /// Protocols a client may switch to (`routes[].upgrades`), matched without case.
     pub upgrades: Box<[Box<str>]>,
     /// Pre-resolved counters.
     pub metrics: Arc<RouteMetrics>,

@@ -472,11 +472,7 @@ pub(crate) fn build_snapshot(
             },
             response_max: r.response_body.max_bytes,
             monitor_only: r.monitor_only,
-            upgrades: r
-                .upgrades
-                .iter()
-                .map(|p| p.value.trim().to_ascii_lowercase().into())
-                .collect(),
+            upgrades: r.upgrades.iter().map(|p| p.value.trim().into()).collect(),
             metrics: metrics.route(&r.name.value),
         });
     }

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{answer_statuses, guarded_gateway, h2_exchange, h2_frame, hpack_literal};
+use common::{answer_statuses, exchange, guarded_gateway, h2_exchange, h2_frame, hpack_literal};
 use moat_testkit::ChildGuard;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1253,25 +1253,24 @@ fn node_backend() -> Option<Backend> {
 // The run.
 // ---------------------------------------------------------------------------------
 
-/// Writes `request` on one connection, half-closes it and returns every byte moat
-/// answered with.
-async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(request).await.unwrap();
-    let _ = s.shutdown().await;
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
-    out
+/// Every value of the header `name` (any case) in a backend's request record.
+fn fields<'a>(record: &'a Value, name: &str) -> Vec<&'a str> {
+    record["headers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| {
+            let pair = h.as_array()?;
+            pair[0]
+                .as_str()?
+                .eq_ignore_ascii_case(name)
+                .then(|| pair[1].as_str())?
+        })
+        .collect()
 }
 
 fn field<'a>(record: &'a Value, name: &str) -> Option<&'a str> {
-    record["headers"].as_array()?.iter().find_map(|h| {
-        let pair = h.as_array()?;
-        pair[0]
-            .as_str()?
-            .eq_ignore_ascii_case(name)
-            .then(|| pair[1].as_str())?
-    })
+    fields(record, name).first().copied()
 }
 
 /// Method, target and body of each request record.
@@ -1394,21 +1393,9 @@ async fn run_corpus(backend: &Backend) -> Vec<String> {
                 .collect::<Vec<_>>()
         };
         let fields_ok = of.iter().all(|r| {
-            case.also.iter().all(|(name, value)| {
-                let values: Vec<&str> = r["headers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|h| {
-                        let pair = h.as_array()?;
-                        pair[0]
-                            .as_str()?
-                            .eq_ignore_ascii_case(name)
-                            .then(|| pair[1].as_str())?
-                    })
-                    .collect();
-                values == [*value]
-            })
+            case.also
+                .iter()
+                .all(|(name, value)| fields(r, name) == [*value])
         });
         let ok = fields_ok
             && match case.expect {

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{answer_statuses, gateway, guarded_gateway, h2_exchange, hpack_literal};
+use common::{answer_statuses, exchange, gateway, guarded_gateway, h2_exchange, hpack_literal};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -136,17 +136,6 @@ async fn hyper_upstream() -> (SocketAddr, UpLog) {
         }
     });
     (addr, log)
-}
-
-/// Writes `request` on one connection (then half-closes it) and returns every byte
-/// moat answered with.
-async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(request).await.unwrap();
-    let _ = s.shutdown().await;
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut out)).await;
-    out
 }
 
 // ---------------------------------------------------------------------------------

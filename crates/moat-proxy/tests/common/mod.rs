@@ -262,6 +262,17 @@ pub async fn get(c: &TestClient, url: &str) -> (StatusCode, http::HeaderMap, Byt
     send(c, Request::get(url).body(Full::new(Bytes::new())).unwrap()).await
 }
 
+/// Writes `request` on a new connection, half-closes it and returns every byte the
+/// server answered with (up to 10 s).
+pub async fn exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let _ = s.shutdown().await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    out
+}
+
 /// Writes raw bytes on a new connection and reads until the server closes it.
 pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
