@@ -1,16 +1,14 @@
 //! "One request in, one request out", as a property checked against parsers that are
 //! not moat's own.
 //!
-//! Requests: generated HTTP/1.1 requests (valid, ambiguous and hostile: every field moat
-//! treats specially, `Connection` nominations of framing, routing and forwarding fields,
-//! duplicated and obfuscated framing fields, `Expect`, `Upgrade`, `TE`, `Trailer`,
-//! `Content-Encoding`, `X-Forwarded-*`, absolute-form targets, bodies that contain
-//! requests, a pipelined request after them) are written byte for byte to a real moat
-//! (access control denying `/admin*`, the WAF in block mode) in front of a hyper HTTP/1.1
-//! server. The upstream's parser must see, for each request moat accepted, exactly one
-//! request with the generated method and target and exactly the generated body (the
-//! body moat inspected); a request moat refused never reaches it; nothing reaches it
-//! that the client did not send as a request of its own.
+//! Requests: generated HTTP/1.1 requests (valid, ambiguous and hostile; see
+//! `generated/mod.rs`) are written byte for byte to a real moat (access control denying
+//! `/admin*`, the WAF in block mode) in front of a hyper HTTP/1.1 server; the same
+//! property runs against Go's and Node's servers in `backend_parsers.rs`. The upstream's
+//! parser must see, for each request moat accepted, exactly one request with the
+//! generated method and target and exactly the generated body (the body moat
+//! inspected); a request moat refused never reaches it; nothing reaches it that the
+//! client did not send as a request of its own.
 //!
 //! Responses: generated upstream responses (lengths, chunked, both, duplicated lengths,
 //! `Connection` nominations, bodies that contain a response, bodies delimited by the
@@ -25,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod generated;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,7 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{answer_statuses, exchange, gateway, guarded_gateway, h2_exchange, hpack_literal};
+use common::{exchange, gateway, guarded_gateway, h2_exchange, hpack_literal};
+use generated::{judge, request_strategy, run_property, Framing, GenRequest, Parsed, SMUGGLED};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -41,15 +41,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use moat_proxy::GatewayOptions;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Longest wait for any one exchange; a hang is a failure.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A request the attacker wants the upstream to see without moat's checks.
-const SMUGGLED: &[u8] = b"GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Smuggled: yes\r\n\r\n";
 
 // ---------------------------------------------------------------------------------
 // The upstream: hyper's HTTP/1.1 server, recording what it parsed.
@@ -138,260 +135,19 @@ async fn hyper_upstream() -> (SocketAddr, UpLog) {
     (addr, log)
 }
 
-// ---------------------------------------------------------------------------------
-// Generated requests.
-// ---------------------------------------------------------------------------------
-
-/// How the generated request frames its body.
-#[derive(Debug, Clone)]
-enum Framing {
-    /// No framing field (no body).
-    None,
-    /// `Content-Length: n`.
-    Length,
-    /// Two `Content-Length` fields with the same value.
-    LengthTwice,
-    /// `Content-Length: n, n`.
-    LengthList,
-    /// `Transfer-Encoding: chunked`, chunks of these sizes.
-    Chunked(Vec<usize>),
-    /// Chunked with a trailer field.
-    ChunkedTrailer,
-    /// Ambiguous or unsupported: moat must refuse. The field lines, written as is.
-    Hostile(Vec<String>),
-}
-
-#[derive(Debug, Clone)]
-struct GenRequest {
-    method: &'static str,
-    target: &'static str,
-    host: Option<&'static str>,
-    framing: Framing,
-    connection: Vec<&'static str>,
-    extras: Vec<(&'static str, &'static str)>,
-    body: Vec<u8>,
-    pipelined: bool,
-}
-
-/// Tokens a `Connection` field may carry. Those naming framing or routing fields make
-/// moat refuse the request (see docs/SECURITY.md); the others change nothing of what
-/// is forwarded except that the standard hop-by-hop fields are dropped.
-const CONNECTION_TOKENS: &[&str] = &[
-    "close",
-    "keep-alive",
-    "content-length",
-    "Content-Length",
-    "transfer-encoding",
-    "host",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-request-id",
-    "upgrade",
-    "te",
-    "trailer",
-    "expect",
-    "content-encoding",
-    "content-type",
-    "authorization",
-    "x-custom",
-];
-
-fn nominates_framing_or_routing(tokens: &[&str]) -> bool {
-    tokens.iter().any(|t| {
-        t.eq_ignore_ascii_case("content-length")
-            || t.eq_ignore_ascii_case("transfer-encoding")
-            || t.eq_ignore_ascii_case("host")
-    })
-}
-
-const EXTRAS: &[(&str, &str)] = &[
-    ("Upgrade", "websocket"),
-    ("Expect", "100-continue"),
-    ("Expect", "something-else"),
-    ("TE", "trailers"),
-    ("Trailer", "x-t"),
-    ("Content-Encoding", "gzip"),
-    ("X-Forwarded-For", "1.2.3.4"),
-    ("X-Forwarded-Proto", "https"),
-    ("X-Request-Id", "client-id"),
-    ("Keep-Alive", "timeout=5"),
-    ("Proxy-Connection", "keep-alive"),
-    ("Content-Type", "application/json"),
-    ("X-Smuggled", "no"),
-];
-
-const HOSTILE: &[&[&str]] = &[
-    &["Content-Length: 5", "Transfer-Encoding: chunked"],
-    &["Transfer-Encoding: chunked", "Content-Length: 5"],
-    &["Content-Length: 5", "Content-Length: 6"],
-    &["Content-Length: 5, 6"],
-    &["Content-Length: +5"],
-    &["Content-Length: 0x5"],
-    &["Content-Length: -1"],
-    &["Transfer-Encoding: xchunked"],
-    &["Transfer-Encoding: chunked, identity"],
-    &["Transfer-Encoding: identity"],
-    &["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
-    &["Transfer-Encoding : chunked"],
-    &["Transfer-Encoding:\x0bchunked"],
-    &[" Transfer-Encoding: chunked"],
-    &["Transfer-Encoding: gzip, chunked"],
-];
-
-fn body_strategy() -> impl Strategy<Value = Vec<u8>> {
-    prop::collection::vec(
-        prop_oneof![
-            3 => "[a-zA-Z0-9 =&]{0,24}".prop_map(String::into_bytes),
-            1 => Just(SMUGGLED.to_vec()),
-            1 => Just(b"0\r\n\r\n".to_vec()),
-            1 => Just(b"\r\n\r\n".to_vec()),
-        ],
-        0..4,
-    )
-    .prop_map(|parts| parts.concat())
-}
-
-fn framing_strategy() -> impl Strategy<Value = Framing> {
-    prop_oneof![
-        1 => Just(Framing::None),
-        3 => Just(Framing::Length),
-        1 => Just(Framing::LengthTwice),
-        1 => Just(Framing::LengthList),
-        3 => prop::collection::vec(1usize..16, 0..4).prop_map(Framing::Chunked),
-        1 => Just(Framing::ChunkedTrailer),
-        2 => prop::sample::select(HOSTILE)
-            .prop_map(|h| Framing::Hostile(h.iter().map(|s| s.to_string()).collect())),
-    ]
-}
-
-fn request_strategy() -> impl Strategy<Value = GenRequest> {
-    (
-        prop::sample::select(&["GET", "POST", "PUT"][..]),
-        prop::sample::select(&["/", "/api/items?q=1", "http://x/abs", "/admin/secret"][..]),
-        prop_oneof![8 => Just(Some("x")), 1 => Just(None)],
-        framing_strategy(),
-        prop::sample::subsequence(CONNECTION_TOKENS, 0..3),
-        prop::sample::subsequence(EXTRAS, 0..3),
-        body_strategy(),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(method, target, host, framing, connection, extras, body, pipelined)| GenRequest {
-                method,
-                target,
-                host,
-                framing,
-                connection,
-                extras,
-                body,
-                pipelined,
-            },
-        )
-}
-
-impl GenRequest {
-    /// The bytes on the wire.
-    fn wire(&self) -> Vec<u8> {
-        let mut w = format!("{} {} HTTP/1.1\r\n", self.method, self.target).into_bytes();
-        let mut line = |s: &str| {
-            w.extend_from_slice(s.as_bytes());
-            w.extend_from_slice(b"\r\n");
-        };
-        if let Some(h) = self.host {
-            line(&format!("Host: {h}"));
-        }
-        if !self.connection.is_empty() {
-            line(&format!("Connection: {}", self.connection.join(", ")));
-        }
-        for (k, v) in &self.extras {
-            line(&format!("{k}: {v}"));
-        }
-        let n = self.body.len();
-        match &self.framing {
-            Framing::None => {}
-            Framing::Length => line(&format!("Content-Length: {n}")),
-            Framing::LengthTwice => {
-                line(&format!("Content-Length: {n}"));
-                line(&format!("Content-Length: {n}"));
-            }
-            Framing::LengthList => line(&format!("Content-Length: {n}, {n}")),
-            Framing::Chunked(_) | Framing::ChunkedTrailer => line("Transfer-Encoding: chunked"),
-            Framing::Hostile(lines) => {
-                for l in lines {
-                    line(l);
-                }
-            }
-        }
-        w.extend_from_slice(b"\r\n");
-        match &self.framing {
-            // No framing field: the request has no body (its bytes are not sent).
-            Framing::None => {}
-            Framing::Chunked(sizes) => {
-                let mut rest = &self.body[..];
-                for s in sizes.iter().cycle() {
-                    if rest.is_empty() {
-                        break;
-                    }
-                    let take = (*s).min(rest.len());
-                    w.extend_from_slice(format!("{take:x}\r\n").as_bytes());
-                    w.extend_from_slice(&rest[..take]);
-                    w.extend_from_slice(b"\r\n");
-                    rest = &rest[take..];
-                }
-                if sizes.is_empty() && !rest.is_empty() {
-                    w.extend_from_slice(format!("{:x}\r\n", rest.len()).as_bytes());
-                    w.extend_from_slice(rest);
-                    w.extend_from_slice(b"\r\n");
-                }
-                w.extend_from_slice(b"0\r\n\r\n");
-            }
-            Framing::ChunkedTrailer => {
-                if !self.body.is_empty() {
-                    w.extend_from_slice(format!("{:x}\r\n", self.body.len()).as_bytes());
-                    w.extend_from_slice(&self.body);
-                    w.extend_from_slice(b"\r\n");
-                }
-                w.extend_from_slice(b"0\r\nx-t: 1\r\n\r\n");
-            }
-            _ => w.extend_from_slice(&self.body),
-        }
-        if self.pipelined {
-            w.extend_from_slice(b"GET /second HTTP/1.1\r\nHost: x\r\n\r\n");
-        }
-        w
-    }
-
-    /// The body the request carries, as RFC 9112 frames it.
-    fn body(&self) -> &[u8] {
-        match self.framing {
-            Framing::None => b"",
-            _ => &self.body,
-        }
-    }
-
-    /// True when moat must refuse the request whatever its engines decide.
-    fn must_refuse(&self) -> bool {
-        matches!(self.framing, Framing::Hostile(_))
-            || nominates_framing_or_routing(&self.connection)
-            || self.extras.contains(&("Expect", "something-else"))
-            || self.host.is_none()
-    }
-}
-
-/// Runs one generated request through a fresh gateway; checks the property.
+/// Runs one generated request through a fresh gateway in front of hyper; checks the
+/// property.
 async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
     let (up, log) = hyper_upstream().await;
     let (gw, _dir) = guarded_gateway(up).await;
     let addr = gw.listener_addr("main").unwrap();
-    let wire = req.wire();
-    let answer = exchange(addr, &wire).await;
+    let answer = exchange(addr, &req.wire(None)).await;
     gw.shutdown(Duration::from_secs(5)).await;
     prop_assert!(log.all_parsed().await, "upstream connections never closed");
 
     let seen = log.seen.lock().unwrap().clone();
     let errors = log.parse_errors.lock().unwrap().clone();
-    let wire_text = String::from_utf8_lossy(&wire).into_owned();
-    let answers = answer_statuses(&answer);
+    let wire_text = String::from_utf8_lossy(&req.wire(None)).into_owned();
     prop_assert!(
         errors.is_empty(),
         "the upstream could not parse what moat sent: {:?}\nrequest:\n{}",
@@ -406,54 +162,11 @@ async fn check_request(req: GenRequest) -> Result<(), TestCaseError> {
         seen,
         wire_text
     );
-    // The client's requests in order; a refused one ends the connection.
-    let mut sent: Vec<(String, String, Vec<u8>)> = Vec::new();
-    let target = req.target.strip_prefix("http://x").unwrap_or(req.target);
-    sent.push((req.method.into(), target.into(), req.body().to_vec()));
-    if req.pipelined {
-        sent.push(("GET".into(), "/second".into(), Vec::new()));
-    }
-    let got: Vec<(String, String, Vec<u8>)> = seen
+    let parsed: Vec<Parsed> = seen
         .iter()
         .map(|s| (s.method.clone(), s.target.clone(), s.body.clone()))
         .collect();
-    // Each answer the client got from the upstream is for the client's request in the
-    // same position, which the upstream saw exactly, body included; requests moat
-    // answered itself (an engine blocked) never reached it; nothing else did.
-    let mut upstream_saw = got.iter();
-    for (i, (_, from_upstream)) in answers.iter().enumerate() {
-        if !from_upstream {
-            continue;
-        }
-        prop_assert!(i < sent.len(), "more answers than requests: {:?}", answers);
-        let next = upstream_saw.next();
-        prop_assert_eq!(
-            next,
-            Some(&sent[i]),
-            "upstream saw {:?}, client sent {:?}\nrequest:\n{}\nmoat answered:\n{}",
-            got,
-            sent,
-            wire_text,
-            String::from_utf8_lossy(&answer)
-        );
-    }
-    prop_assert!(
-        upstream_saw.next().is_none(),
-        "upstream saw requests nobody got an answer to: {:?}, client sent {:?}\nrequest:\n{}\nmoat answered:\n{}",
-        got,
-        sent,
-        wire_text,
-        String::from_utf8_lossy(&answer)
-    );
-    if req.must_refuse() {
-        prop_assert!(
-            matches!(answers.first(), Some((400..=499, false)) | None),
-            "moat forwarded or accepted a request it must refuse: {:?}\nrequest:\n{}",
-            answers,
-            wire_text
-        );
-    }
-    Ok(())
+    judge(&req, &answer, &parsed).map_err(TestCaseError::fail)
 }
 
 /// The reproduction: `Connection: content-length` (and a list with it) must not
@@ -480,28 +193,6 @@ async fn connection_nominating_content_length_smuggles_nothing() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
-}
-
-/// Runs `check` on `cases` values of `strategy`, each on a two-thread runtime.
-fn run_property<S, F, Fut>(cases: u32, strategy: S, check: F)
-where
-    S: Strategy,
-    F: Fn(S::Value) -> Fut,
-    Fut: std::future::Future<Output = Result<(), TestCaseError>>,
-{
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    runner
-        .run(&strategy, |v| rt.block_on(check(v)))
-        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
