@@ -84,6 +84,20 @@ pub fn of_label(label: &[u8]) -> BodyText {
     }
 }
 
+/// The form field a backend may decode a form's other fields in: HTML fills a hidden
+/// `_charset_` field with the encoding the browser submits in, and Apache Sling (AEM)
+/// decodes the request's parameters, query and body, in the encoding it names.
+pub const FORM_FIELD: &str = "_charset_";
+
+/// True when a form whose `_charset_` field holds `value` is read correctly as bytes:
+/// the value is empty (the backend's default) or names an ASCII-compatible encoding.
+/// Browsers submit forms in such an encoding only (in UTF-8 from a UTF-16 page), so
+/// UTF-16 and UTF-32 are unreadable here, as EBCDIC and unknown labels are.
+pub fn form_field_readable(value: &[u8]) -> bool {
+    let value = value.trim_ascii();
+    value.is_empty() || of_label(value) == BodyText::Bytes
+}
+
 /// True for the labels of encodings in which every ASCII character is its ASCII byte
 /// and no byte of a multi-byte character is mistaken for one that matters here: the
 /// WHATWG Encoding Standard's single-byte and CJK encodings (what browsers send), their
@@ -298,6 +312,29 @@ mod tests {
         );
         assert_eq!(declared(b"application/json"), None);
         assert_eq!(declared(b"text/plain; charsetx=1"), None);
+    }
+
+    #[test]
+    fn charset_form_fields_name_ascii_compatible_encodings_or_nothing() {
+        for readable in [
+            &b""[..],
+            b" ",
+            b"UTF-8",
+            b"utf-8",
+            b"Shift_JIS",
+            b"windows-1252",
+        ] {
+            assert!(form_field_readable(readable), "{readable:?}");
+        }
+        for unreadable in [
+            &b"ibm037"[..],
+            b"cp500",
+            b"UTF-16",
+            b"utf-32le",
+            b"no-such-code",
+        ] {
+            assert!(!form_field_readable(unreadable), "{unreadable:?}");
+        }
     }
 
     #[test]

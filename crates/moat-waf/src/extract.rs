@@ -628,6 +628,13 @@ impl<'e> Inspector<'e> {
             if let Some(p) = self.patches {
                 p.observe(&n, &v, &mut self.facts);
             }
+            // The backend may read every other parameter in the encoding this one names
+            // (charset.rs): one it cannot, the WAF cannot either.
+            if n == crate::charset::FORM_FIELD && !crate::charset::form_field_readable(v.as_bytes())
+            {
+                let at = if form { Loc::Form(&n) } else { Loc::Query(&n) };
+                self.limit(crate::Limit::Charset, at);
+            }
             if form {
                 self.name(Loc::FormName(&n), &n);
                 self.field_value(Loc::Form(&n), &n, &v, false);
@@ -1003,6 +1010,11 @@ impl<'e> Inspector<'e> {
                     }
                 }
                 None => {
+                    if name == crate::charset::FORM_FIELD
+                        && !crate::charset::form_field_readable(body)
+                    {
+                        self.limit(crate::Limit::Charset, Loc::Multipart(&name));
+                    }
                     self.name(Loc::Multipart(&name), &name);
                     let t = lossy(body);
                     self.field_value(Loc::Multipart(&name), &name, &t, false);

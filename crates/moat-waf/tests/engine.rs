@@ -538,6 +538,60 @@ fn bodies_are_read_in_their_encoding() {
     assert!(!blocked && rules.is_empty(), "{rules:?}");
 }
 
+/// A `_charset_` field names the encoding Apache Sling decodes a request's other
+/// parameters in (query and body). One the WAF cannot read (EBCDIC, UTF-16, unknown) is
+/// the `charset` limit wherever the field is; ASCII-compatible ones, as browsers send,
+/// change nothing.
+#[test]
+fn charset_form_fields_are_read_like_a_declared_charset() {
+    let e = engine(&WafConfig::default());
+    let limit_of = |ctx: &RequestCtx| {
+        ctx.events
+            .iter()
+            .find(|x| x.rule == "limit")
+            .map(|x| x.details["limit"].as_str().unwrap_or_default().to_string())
+    };
+    let form = "application/x-www-form-urlencoded";
+    let mut ebcdic = b"_charset_=ibm037&q=".to_vec();
+    ebcdic.extend(ibm037("1' union select password from users--"));
+    let multipart = |label: &str| {
+        format!(
+            "--x\r\nContent-Disposition: form-data; name=\"_charset_\"\r\n\r\n{label}\r\n\
+             --x\r\nContent-Disposition: form-data; name=\"q\"\r\n\r\nhello\r\n--x--\r\n"
+        )
+        .into_bytes()
+    };
+    for (ct, data) in [
+        (form, ebcdic),
+        (form, b"q=hello&_charset_=UTF-16".to_vec()),
+        (form, b"_charset_=%20cp500%20".to_vec()),
+        ("multipart/form-data; boundary=x", multipart("IBM037")),
+    ] {
+        let mut b = body(data, None, false);
+        let (v, ctx) = run_body(&e, ct, &mut b);
+        assert!(matches!(v, Verdict::Respond(_)), "{ct}");
+        assert_eq!(limit_of(&ctx).as_deref(), Some("charset"), "{ct}");
+    }
+    let mut ctx = RequestCtx::for_test("r");
+    let mut p = parts("GET", "/search?_charset_=ebcdic-cp-us&q=%C1", &[]);
+    assert!(matches!(
+        e.on_request_headers(&mut ctx, &mut p),
+        Verdict::Respond(_)
+    ));
+    assert_eq!(limit_of(&ctx).as_deref(), Some("charset"));
+    // What browsers fill the field with passes.
+    for (ct, data) in [
+        (form, b"_charset_=UTF-8&q=hello".to_vec()),
+        (form, b"_charset_=windows-1252&q=caf%E9".to_vec()),
+        (form, b"_charset_=&q=hello".to_vec()),
+        ("multipart/form-data; boundary=x", multipart("Shift_JIS")),
+    ] {
+        let mut b = body(data, None, false);
+        let (v, ctx) = run_body(&e, ct, &mut b);
+        assert!(matches!(v, Verdict::Continue), "{ct}: {:?}", ctx.events);
+    }
+}
+
 /// Multipart bodies read the ways their parsers differ: each of two `boundary`
 /// parameters, the text before the first delimiter and after the last, and each part in
 /// its own `charset`.
