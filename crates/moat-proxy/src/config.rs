@@ -276,6 +276,11 @@ pub struct ClusterConfig {
     /// Time allowed from sending the request to receiving the response head; 504 after.
     #[serde(default = "default_request_timeout", with = "duration")]
     pub request_timeout: Duration,
+    /// Time the upstream may go without sending any of a response body it has begun;
+    /// past it the response is cut and the connection closed (nginx's
+    /// `proxy_read_timeout`). `0s`: never.
+    #[serde(default = "default_read_timeout", with = "duration")]
+    pub read_timeout: Duration,
     /// Idle keep-alive connections to the upstream are closed after this.
     #[serde(default = "default_idle_timeout", with = "duration")]
     pub idle_timeout: Duration,
@@ -304,6 +309,10 @@ fn default_connect_timeout() -> Duration {
 }
 fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
+}
+/// nginx's `proxy_read_timeout` default.
+fn default_read_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_idle_timeout() -> Duration {
     Duration::from_secs(90)

@@ -224,7 +224,8 @@ pub struct ClusterMetrics {
     health: Mutex<Option<HealthSource>>,
     /// Connection failures (refused, unreachable, connect timeout).
     pub connect_errors: AtomicU64,
-    /// Request timeouts (no response head within `request_timeout`).
+    /// Request timeouts (no response head within `request_timeout`) and read timeouts
+    /// (a response body stalled past `read_timeout`).
     pub timeouts: AtomicU64,
     /// Other upstream failures (reset, protocol errors).
     pub other_errors: AtomicU64,

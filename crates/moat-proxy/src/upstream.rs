@@ -249,6 +249,7 @@ impl Cluster {
         if cfg.endpoints.is_empty() {
             return Err("a cluster needs at least one endpoint".into());
         }
+        let cluster_metrics = metrics.cluster(&cfg.name.value);
         let mut endpoints = Vec::with_capacity(cfg.endpoints.len());
         for e in &cfg.endpoints {
             let authority: Authority = e
@@ -257,7 +258,11 @@ impl Cluster {
                 .map_err(|_| format!("`{}` is not a host:port endpoint", e.value))?;
             endpoints.push(Endpoint {
                 authority,
-                pool: Arc::new(EndpointPool::new(cfg.max_idle_per_endpoint)),
+                pool: Arc::new(EndpointPool::new(
+                    cfg.max_idle_per_endpoint,
+                    cfg.read_timeout,
+                    cluster_metrics.clone(),
+                )),
                 consecutive_failures: AtomicU32::new(0),
                 consecutive_5xx: AtomicU32::new(0),
                 ejected_until_ms: AtomicU64::new(0),
@@ -287,7 +292,7 @@ impl Cluster {
             eject_after: cfg.ejection.consecutive_failures,
             eject_after_5xx: cfg.ejection.consecutive_5xx,
             eject_for: cfg.ejection.duration,
-            metrics: metrics.cluster(&cfg.name.value),
+            metrics: cluster_metrics,
         })
     }
 

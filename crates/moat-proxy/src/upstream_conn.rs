@@ -217,6 +217,10 @@ impl Conn {
 pub struct EndpointPool {
     idle: Mutex<Idle>,
     max_idle: usize,
+    /// The cluster's `read_timeout`: how long a response body may stall (zero: forever).
+    read_timeout: Duration,
+    /// The cluster's counters (a stalled body counts as a timeout).
+    metrics: Arc<crate::metrics::ClusterMetrics>,
 }
 
 #[derive(Debug, Default)]
@@ -231,11 +235,18 @@ struct Idle {
 }
 
 impl EndpointPool {
-    /// A pool that keeps at most `max_idle` idle connections.
-    pub(crate) fn new(max_idle: usize) -> EndpointPool {
+    /// A pool that keeps at most `max_idle` idle connections, for a cluster whose
+    /// response bodies may stall for `read_timeout` (zero: forever).
+    pub(crate) fn new(
+        max_idle: usize,
+        read_timeout: Duration,
+        metrics: Arc<crate::metrics::ClusterMetrics>,
+    ) -> EndpointPool {
         EndpointPool {
             idle: Mutex::new(Idle::default()),
             max_idle,
+            read_timeout,
+            metrics,
         }
     }
 
@@ -311,6 +322,9 @@ pub struct UpstreamBody {
     decoder: Decoder,
     keep_alive: bool,
     pool: Arc<EndpointPool>,
+    /// True while the body waits for the upstream with the read timeout armed; a
+    /// body that never waits never touches the timer.
+    stalled: bool,
 }
 
 impl UpstreamBody {
@@ -325,6 +339,7 @@ impl UpstreamBody {
             decoder,
             keep_alive,
             pool,
+            stalled: false,
         };
         if body.decoder.is_done() {
             body.finish();
@@ -340,6 +355,7 @@ impl UpstreamBody {
             decoder,
             keep_alive: false,
             pool,
+            stalled: false,
         }
     }
 
@@ -352,6 +368,44 @@ impl UpstreamBody {
                 self.pool.put(conn);
             }
         }
+    }
+
+    /// The body waits for the upstream: pending until the cluster's `read_timeout` has
+    /// passed since it began to wait, then an error that ends the body (the client's
+    /// response is cut: its connection closed, or its HTTP/2 stream reset) and closes
+    /// the connection. The timer is the connection's request timer, reset.
+    fn poll_stalled(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let limit = self.pool.read_timeout;
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Pending;
+        };
+        if limit.is_zero() {
+            return Poll::Pending;
+        }
+        let timer = conn
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if !self.stalled {
+            timer.as_mut().reset(tokio::time::Instant::now() + limit);
+            self.stalled = true;
+        }
+        ready!(std::future::Future::poll(timer.as_mut(), cx));
+        self.conn = None;
+        self.pool
+            .metrics
+            .timeouts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(
+            ?limit,
+            "upstream response body stalled past the read timeout"
+        );
+        Poll::Ready(Some(Err(Box::new(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the upstream sent nothing of the response body within the read timeout",
+        )))))
     }
 
     /// The upgraded connection of a `101 Switching Protocols` response, with the bytes
@@ -373,12 +427,11 @@ impl http_body::Body for UpstreamBody {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        let step = ready!(crate::h1::poll_body(
-            &mut this.decoder,
-            &mut conn.rbuf,
-            &mut conn.io,
-            cx
-        ));
+        let step = match crate::h1::poll_body(&mut this.decoder, &mut conn.rbuf, &mut conn.io, cx) {
+            Poll::Ready(step) => step,
+            Poll::Pending => return this.poll_stalled(cx),
+        };
+        this.stalled = false;
         match step {
             Ok(Decoded::Data(data)) => {
                 if this.decoder.is_done() {

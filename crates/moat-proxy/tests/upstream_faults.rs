@@ -89,6 +89,26 @@ async fn hostile_upstream() -> Hostile {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             return reset(s);
                         }
+                        // Sends part of its body, then nothing for longer than the
+                        // read timeout.
+                        "/stall-body" => {
+                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n";
+                            let _ = s.write_all(head).await;
+                            let _ = s.write_all(&[b'x'; 1000]).await;
+                            tokio::time::sleep(Duration::from_secs(5)).await;
+                            return;
+                        }
+                        // Sends its body a byte at a time, each within the read timeout.
+                        "/trickle" => {
+                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n";
+                            let _ = s.write_all(head).await;
+                            for b in b"slowly" {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                if s.write_all(&[*b]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
                         "/garbage" => {
                             let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").await;
                         }
@@ -146,6 +166,7 @@ clusters:
     endpoints: [{}]
     connect_timeout: 500ms
     request_timeout: 300ms
+    read_timeout: 500ms
     ejection: {{ consecutive_failures: {consecutive_failures}, duration: 1m }}
 routes:
   - name: all
@@ -267,6 +288,62 @@ async fn each_fault_gets_its_status_and_leaks_nothing() {
     // The slow upstream answers after the gateway gave up: its connection was closed,
     // not pooled, and its late answer reaches nobody.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_no_leak(&gw, &up, baseline).await;
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+/// An upstream that stops sending in the middle of a body is cut at the cluster's
+/// `read_timeout`: the client's response ends short (its connection closed), the
+/// upstream connection is closed, and the timeout is counted. One that sends slowly,
+/// each piece within the timeout, is read to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_response_body_is_cut_at_the_read_timeout() {
+    let _serial = SERIAL.lock().await;
+    let up = hostile_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        dir.path(),
+        &config(&[up.addr], 0),
+        GatewayOptions::default(),
+    )
+    .await;
+    let addr = gw.listener_addr("main").unwrap();
+    let baseline = open_sockets();
+
+    let started = Instant::now();
+    let resp = raw(addr, b"GET /stall-body HTTP/1.1\r\nhost: t\r\n\r\n").await;
+    let took = started.elapsed();
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
+    assert_eq!(
+        body.len(),
+        1000,
+        "the body the upstream sent before it stalled"
+    );
+    // `raw` reads to the close: moat closed the keep-alive connection of a cut response.
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "cut after {took:?}"
+    );
+
+    let resp = raw(
+        addr,
+        b"GET /trickle HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
+    assert!(resp.ends_with("\r\n\r\nslowly"), "{resp:.200}");
+
+    // A client of its own, dropped before the count: its pooled connection to the
+    // admin listener is no leak.
+    let m = get(&client(), &format!("http://{}/metrics", gw.admin_addr()))
+        .await
+        .2;
+    let m = String::from_utf8_lossy(&m);
+    assert!(
+        m.contains(r#"moat_upstream_errors_total{cluster="app",kind="timeout"} 1"#),
+        "{m}"
+    );
     assert_no_leak(&gw, &up, baseline).await;
     gw.shutdown(Duration::from_secs(2)).await;
 }
