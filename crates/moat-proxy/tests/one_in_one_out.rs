@@ -33,7 +33,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{exchange, gateway, guarded_gateway, h2_exchange, hpack_literal};
-use generated::{judge, request_strategy, run_property, Framing, GenRequest, Parsed, SMUGGLED};
+use generated::{
+    judge, request_strategy, response_strategy, run_property, Framing, GenRequest, GenResponse,
+    Parsed, SMUGGLED,
+};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -203,118 +206,6 @@ fn one_request_in_one_request_out() {
 // ---------------------------------------------------------------------------------
 // Generated responses.
 // ---------------------------------------------------------------------------------
-
-/// How a generated upstream response frames its body.
-#[derive(Debug, Clone)]
-enum RespFraming {
-    Length,
-    LengthTwice,
-    Chunked(usize),
-    /// Both: Transfer-Encoding wins (RFC 9112 6.3), the connection is not reused.
-    ChunkedAndLength,
-    /// Neither: the body ends with the connection.
-    UntilClose,
-}
-
-#[derive(Debug, Clone)]
-struct GenResponse {
-    framing: RespFraming,
-    connection: Vec<&'static str>,
-    body: Vec<u8>,
-}
-
-const SMUGGLED_RESPONSE: &[u8] =
-    b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Smuggled: yes\r\n\r\nsmuggled";
-
-fn response_strategy() -> impl Strategy<Value = GenResponse> {
-    (
-        prop_oneof![
-            Just(RespFraming::Length),
-            Just(RespFraming::LengthTwice),
-            (1usize..16).prop_map(RespFraming::Chunked),
-            Just(RespFraming::ChunkedAndLength),
-            Just(RespFraming::UntilClose),
-        ],
-        prop::sample::subsequence(
-            &[
-                "content-length",
-                "transfer-encoding",
-                "keep-alive",
-                "x-a",
-                "date",
-            ][..],
-            0..3,
-        ),
-        prop::collection::vec(
-            prop_oneof![
-                3 => "[a-z0-9]{0,20}".prop_map(String::into_bytes),
-                1 => Just(SMUGGLED_RESPONSE.to_vec()),
-            ],
-            0..3,
-        )
-        .prop_map(|p| p.concat()),
-    )
-        .prop_map(|(framing, connection, body)| GenResponse {
-            framing,
-            connection,
-            body,
-        })
-}
-
-impl GenResponse {
-    fn wire(&self) -> Vec<u8> {
-        let n = self.body.len();
-        let mut w = b"HTTP/1.1 200 OK\r\nx-seq: 1\r\n".to_vec();
-        if !self.connection.is_empty() {
-            w.extend_from_slice(
-                format!("Connection: {}\r\n", self.connection.join(", ")).as_bytes(),
-            );
-        }
-        match self.framing {
-            RespFraming::Length => {
-                w.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
-            }
-            RespFraming::LengthTwice => w.extend_from_slice(
-                format!("Content-Length: {n}\r\nContent-Length: {n}\r\n").as_bytes(),
-            ),
-            RespFraming::Chunked(_) => w.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-            RespFraming::ChunkedAndLength => w.extend_from_slice(
-                format!(
-                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
-                    n + 3
-                )
-                .as_bytes(),
-            ),
-            RespFraming::UntilClose => {}
-        }
-        w.extend_from_slice(b"\r\n");
-        match self.framing {
-            RespFraming::Chunked(size) => {
-                for piece in self.body.chunks(size) {
-                    w.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                    w.extend_from_slice(piece);
-                    w.extend_from_slice(b"\r\n");
-                }
-                w.extend_from_slice(b"0\r\n\r\n");
-            }
-            RespFraming::ChunkedAndLength => {
-                if n > 0 {
-                    w.extend_from_slice(format!("{n:x}\r\n").as_bytes());
-                    w.extend_from_slice(&self.body);
-                    w.extend_from_slice(b"\r\n");
-                }
-                w.extend_from_slice(b"0\r\n\r\n");
-            }
-            _ => w.extend_from_slice(&self.body),
-        }
-        w
-    }
-
-    /// True when the upstream closes the connection after this response.
-    fn closes(&self) -> bool {
-        matches!(self.framing, RespFraming::UntilClose)
-    }
-}
 
 /// A raw upstream: the generated response to the first request on a connection, a
 /// plain `x-seq: N` response to each later one.

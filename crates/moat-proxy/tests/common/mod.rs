@@ -440,6 +440,7 @@ clusters:
     endpoints: ["{upstream}"]
     connect_timeout: 2s
     request_timeout: 5s
+    read_timeout: 1s
 routes:
   - name: all
     cluster: app

@@ -8,6 +8,8 @@
 //! `backend_parsers.rs` (Go's and Node's).
 #![allow(dead_code)]
 
+use std::ops::Range;
+
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -265,7 +267,126 @@ impl GenRequest {
 }
 
 // ---------------------------------------------------------------------------------
-// Mutated requests.
+// Generated responses.
+// ---------------------------------------------------------------------------------
+
+/// How a generated upstream response frames its body.
+#[derive(Debug, Clone)]
+pub enum RespFraming {
+    Length,
+    LengthTwice,
+    Chunked(usize),
+    /// Both: Transfer-Encoding wins (RFC 9112 6.3), the connection is not reused.
+    ChunkedAndLength,
+    /// Neither: the body ends with the connection.
+    UntilClose,
+}
+
+/// A generated upstream response to `GET`: status 200, `x-seq: 1`.
+#[derive(Debug, Clone)]
+pub struct GenResponse {
+    pub framing: RespFraming,
+    pub connection: Vec<&'static str>,
+    pub body: Vec<u8>,
+}
+
+/// A response the upstream hides in a body, hoping a client reads it as the next one.
+pub const SMUGGLED_RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Smuggled: yes\r\n\r\nsmuggled";
+
+pub fn response_strategy() -> impl Strategy<Value = GenResponse> {
+    (
+        prop_oneof![
+            Just(RespFraming::Length),
+            Just(RespFraming::LengthTwice),
+            (1usize..16).prop_map(RespFraming::Chunked),
+            Just(RespFraming::ChunkedAndLength),
+            Just(RespFraming::UntilClose),
+        ],
+        prop::sample::subsequence(
+            &[
+                "content-length",
+                "transfer-encoding",
+                "keep-alive",
+                "x-a",
+                "date",
+            ][..],
+            0..3,
+        ),
+        prop::collection::vec(
+            prop_oneof![
+                3 => "[a-z0-9]{0,20}".prop_map(String::into_bytes),
+                1 => Just(SMUGGLED_RESPONSE.to_vec()),
+            ],
+            0..3,
+        )
+        .prop_map(|p| p.concat()),
+    )
+        .prop_map(|(framing, connection, body)| GenResponse {
+            framing,
+            connection,
+            body,
+        })
+}
+
+impl GenResponse {
+    /// The bytes on the wire.
+    pub fn wire(&self) -> Vec<u8> {
+        let n = self.body.len();
+        let mut w = b"HTTP/1.1 200 OK\r\nx-seq: 1\r\n".to_vec();
+        if !self.connection.is_empty() {
+            w.extend_from_slice(
+                format!("Connection: {}\r\n", self.connection.join(", ")).as_bytes(),
+            );
+        }
+        match self.framing {
+            RespFraming::Length => {
+                w.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+            }
+            RespFraming::LengthTwice => w.extend_from_slice(
+                format!("Content-Length: {n}\r\nContent-Length: {n}\r\n").as_bytes(),
+            ),
+            RespFraming::Chunked(_) => w.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            RespFraming::ChunkedAndLength => w.extend_from_slice(
+                format!(
+                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
+                    n + 3
+                )
+                .as_bytes(),
+            ),
+            RespFraming::UntilClose => {}
+        }
+        w.extend_from_slice(b"\r\n");
+        match self.framing {
+            RespFraming::Chunked(size) => {
+                for piece in self.body.chunks(size) {
+                    w.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    w.extend_from_slice(piece);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\n\r\n");
+            }
+            RespFraming::ChunkedAndLength => {
+                if n > 0 {
+                    w.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                    w.extend_from_slice(&self.body);
+                    w.extend_from_slice(b"\r\n");
+                }
+                w.extend_from_slice(b"0\r\n\r\n");
+            }
+            _ => w.extend_from_slice(&self.body),
+        }
+        w
+    }
+
+    /// True when the upstream closes the connection after this response.
+    pub fn closes(&self) -> bool {
+        matches!(self.framing, RespFraming::UntilClose)
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Mutated requests and responses.
 // ---------------------------------------------------------------------------------
 
 /// Bytes parsers disagree on, which a mutation inserts or writes over one byte.
@@ -313,24 +434,25 @@ pub struct MutatedRequest {
     pub edits: Vec<(prop::sample::Index, Edit)>,
 }
 
-pub fn mutated_strategy() -> impl Strategy<Value = MutatedRequest> {
+/// One to three edits at positions chosen when they are applied.
+fn edits_strategy() -> impl Strategy<Value = Vec<(prop::sample::Index, Edit)>> {
     let edit = prop_oneof![
         3 => prop::sample::select(MUTATION_BYTES).prop_map(Edit::Insert),
         2 => prop::sample::select(MUTATION_BYTES).prop_map(|b| Edit::Overwrite(b[0])),
         1 => Just(Edit::Delete),
     ];
+    prop::collection::vec((any::<prop::sample::Index>(), edit), 1..4)
+}
+
+pub fn mutated_strategy() -> impl Strategy<Value = MutatedRequest> {
     // Bases moat refuses or denies as they are would spend the cases on one outcome.
     let base = request_strategy().prop_filter("refused as generated", |r| {
         !r.must_refuse() && !r.target.contains("/admin")
     });
-    (
-        base,
-        prop::collection::vec((any::<prop::sample::Index>(), edit), 1..4),
-    )
-        .prop_map(|(mut base, edits)| {
-            base.body.extend_from_slice(SMUGGLED);
-            MutatedRequest { base, edits }
-        })
+    (base, edits_strategy()).prop_map(|(mut base, edits)| {
+        base.body.extend_from_slice(SMUGGLED);
+        MutatedRequest { base, edits }
+    })
 }
 
 impl MutatedRequest {
@@ -338,47 +460,78 @@ impl MutatedRequest {
     pub fn wire(&self, case: &str) -> Vec<u8> {
         let mut w = self.base.wire(Some(case));
         let tag = format!("X-Case: {case}\r\n");
-        // Edits land before the tag (the request line and `Host`) or after it, up to the
-        // pipelined request: both requests keep their tags whole.
-        let mut tag_at = w
+        let tag_at = w
             .windows(tag.len())
             .position(|x| x == tag.as_bytes())
             .unwrap_or(0);
-        let mut to = w.len()
+        let end = w.len()
             - if self.base.pipelined {
                 pipelined(Some(case)).len()
             } else {
                 0
             };
-        for (at, edit) in &self.edits {
-            let after = tag_at + tag.len();
-            let span = tag_at + (to - after);
-            if span == 0 {
-                break;
-            }
-            let at = match at.index(span) {
-                i if i < tag_at => i,
-                i => after + (i - tag_at),
-            };
-            let grew: isize = match edit {
-                Edit::Insert(bytes) => {
-                    w.splice(at..at, bytes.iter().copied());
-                    bytes.len() as isize
-                }
-                Edit::Overwrite(b) => {
-                    w[at] = *b;
-                    0
-                }
-                Edit::Delete => {
-                    w.remove(at);
-                    -1
-                }
-            };
-            to = to.wrapping_add_signed(grew);
-            if at < tag_at {
-                tag_at = tag_at.wrapping_add_signed(grew);
-            }
+        // Both requests keep their tags whole.
+        apply(&mut w, &self.edits, tag_at..tag_at + tag.len(), end);
+        w
+    }
+}
+
+/// Applies `edits` to `w[..end]` but for the bytes of `kept`, which stay as they are.
+fn apply(w: &mut Vec<u8>, edits: &[(prop::sample::Index, Edit)], kept: Range<usize>, end: usize) {
+    let (mut kept, mut end) = (kept, end);
+    for (at, edit) in edits {
+        let span = kept.start + (end - kept.end);
+        if span == 0 {
+            break;
         }
+        let at = match at.index(span) {
+            i if i < kept.start => i,
+            i => kept.end + (i - kept.start),
+        };
+        let grew: isize = match edit {
+            Edit::Insert(bytes) => {
+                w.splice(at..at, bytes.iter().copied());
+                bytes.len() as isize
+            }
+            Edit::Overwrite(b) => {
+                w[at] = *b;
+                0
+            }
+            Edit::Delete => {
+                w.remove(at);
+                -1
+            }
+        };
+        end = end.wrapping_add_signed(grew);
+        if at < kept.start {
+            kept = kept.start.wrapping_add_signed(grew)..kept.end.wrapping_add_signed(grew);
+        }
+    }
+}
+
+/// A generated upstream response with a [`SMUGGLED_RESPONSE`] in its body and bytes
+/// inserted, overwritten or deleted anywhere in it. What it means is no longer known;
+/// what must hold is that no client reads the hidden response, and that the next
+/// request on the connection gets its own response.
+#[derive(Debug, Clone)]
+pub struct MutatedResponse {
+    pub base: GenResponse,
+    pub edits: Vec<(prop::sample::Index, Edit)>,
+}
+
+pub fn mutated_response_strategy() -> impl Strategy<Value = MutatedResponse> {
+    (response_strategy(), edits_strategy()).prop_map(|(mut base, edits)| {
+        base.body.extend_from_slice(SMUGGLED_RESPONSE);
+        MutatedResponse { base, edits }
+    })
+}
+
+impl MutatedResponse {
+    /// The bytes on the wire.
+    pub fn wire(&self) -> Vec<u8> {
+        let mut w = self.base.wire();
+        let end = w.len();
+        apply(&mut w, &self.edits, 0..0, end);
         w
     }
 }

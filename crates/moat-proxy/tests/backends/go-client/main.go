@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 )
 
 type result struct {
@@ -43,7 +44,8 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	client := &http.Client{Transport: &http.Transport{
+	// A response that never ends is an error of its own, not a hung test.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		MaxConnsPerHost:    1,
 		MaxIdleConns:       1,
 		DisableCompression: true,
