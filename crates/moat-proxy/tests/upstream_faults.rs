@@ -176,6 +176,19 @@ routes:
     )
 }
 
+/// A gateway with [`config`] in front of `endpoints`; the directory holds its config.
+async fn gateway_to(
+    endpoints: &[SocketAddr],
+    consecutive_failures: u32,
+) -> (RunningGateway, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(endpoints, consecutive_failures);
+    (
+        gateway(dir.path(), &yaml, GatewayOptions::default()).await,
+        dir,
+    )
+}
+
 /// TCP sockets the process holds. Only TCP: a test waiting for [`SERIAL`] has
 /// already built its runtime, whose epoll and eventfd descriptors and whose copy of
 /// tokio's signal socket would otherwise count against the test that holds the lock.
@@ -245,14 +258,8 @@ async fn assert_no_leak(gw: &RunningGateway, up: &Hostile, baseline: usize) {
 async fn each_fault_gets_its_status_and_leaks_nothing() {
     let _serial = SERIAL.lock().await;
     let up = hostile_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
     // Ejection off: this test is about each fault's answer.
-    let gw = gateway(
-        dir.path(),
-        &config(&[up.addr], 0),
-        GatewayOptions::default(),
-    )
-    .await;
+    let (gw, _dir) = gateway_to(&[up.addr], 0).await;
     let addr = gw.listener_addr("main").unwrap();
     let baseline = open_sockets();
 
@@ -300,13 +307,7 @@ async fn each_fault_gets_its_status_and_leaks_nothing() {
 async fn a_stalled_response_body_is_cut_at_the_read_timeout() {
     let _serial = SERIAL.lock().await;
     let up = hostile_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(
-        dir.path(),
-        &config(&[up.addr], 0),
-        GatewayOptions::default(),
-    )
-    .await;
+    let (gw, _dir) = gateway_to(&[up.addr], 0).await;
     let addr = gw.listener_addr("main").unwrap();
     let baseline = open_sockets();
 
@@ -363,13 +364,7 @@ async fn a_stalled_response_body_is_cut_at_the_read_timeout() {
 async fn keep_alive_connections_closed_at_random_lose_no_request() {
     let _serial = SERIAL.lock().await;
     let up = hostile_upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(
-        dir.path(),
-        &config(&[up.addr], 5),
-        GatewayOptions::default(),
-    )
-    .await;
+    let (gw, _dir) = gateway_to(&[up.addr], 5).await;
     let addr = gw.listener_addr("main").unwrap();
     let baseline = open_sockets();
     // 16 clients, 40 keep-alive requests each; the upstream drops a quarter of its
@@ -437,9 +432,7 @@ async fn a_hostile_endpoint_is_ejected() {
     // The hostile endpoint answers garbage (or resets); the good one answers
     // everything. Round robin: after two failures in a row the hostile one is out.
     for path in ["/garbage", "/reset-head"] {
-        let dir = tempfile::tempdir().unwrap();
-        let yaml = config(&[bad.addr, good.addr], 2);
-        let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+        let (gw, _dir) = gateway_to(&[bad.addr, good.addr], 2).await;
         let addr = gw.listener_addr("main").unwrap();
         assert_eq!(count_502(addr, path, 12).await, 2, "{path}");
         let (_, _, metrics) = get(&client(), &format!("http://{}/metrics", gw.admin_addr())).await;
