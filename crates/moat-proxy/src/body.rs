@@ -297,6 +297,8 @@ pub struct Buffered {
     pub truncated: bool,
     /// Bytes read past the limit in the last frame (forwarded before the remaining stream).
     pub overflow: Bytes,
+    /// The trailers that ended a body read whole.
+    pub trailers: Option<Box<http::HeaderMap>>,
 }
 
 /// Reads a body into memory, stopping once more than `limit` bytes arrived.
@@ -307,25 +309,32 @@ where
 {
     use http_body_util::BodyExt;
     let mut buf = BytesMut::new();
+    let mut trailers = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Into::into)?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
-                let take = limit - buf.len();
-                buf.extend_from_slice(&data[..take]);
-                return Ok(Buffered {
-                    data: buf.freeze(),
-                    truncated: true,
-                    overflow: data.slice(take..),
-                });
+        match frame.into_data() {
+            Ok(data) => {
+                if buf.len() + data.len() > limit {
+                    let take = limit - buf.len();
+                    buf.extend_from_slice(&data[..take]);
+                    return Ok(Buffered {
+                        data: buf.freeze(),
+                        truncated: true,
+                        overflow: data.slice(take..),
+                        trailers: None,
+                    });
+                }
+                buf.extend_from_slice(&data);
             }
-            buf.extend_from_slice(&data);
+            // Trailers end the body.
+            Err(frame) => trailers = frame.into_trailers().ok().map(Box::new),
         }
     }
     Ok(Buffered {
         data: buf.freeze(),
         truncated: false,
         overflow: Bytes::new(),
+        trailers,
     })
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, UPGRADE, USER_AGENT,
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, EXPECT, UPGRADE, USER_AGENT,
 };
 use http::{HeaderMap, Response, StatusCode, Version};
 use moat_core::{
@@ -58,6 +58,11 @@ pub(crate) async fn handle(
     // enforces hard caps on the raw head before this).
     let too_large =
         parts.headers.len() > snap.max_headers || head_bytes(parts) > snap.max_header_bytes;
+    let h2_error = if parts.version == Version::HTTP_2 {
+        h2_request_error(parts)
+    } else {
+        None
+    };
     let request_id = request_id(&parts.headers);
     // moat's own answer before any route is known, counted as the route-less one.
     let refuse = |status: StatusCode, decision: Decision, reason: &str| {
@@ -87,6 +92,10 @@ pub(crate) async fn handle(
             Decision::Error,
             "userinfo in the request target",
         );
+    }
+
+    if let Some((status, reason)) = h2_error {
+        return refuse(status, Decision::Error, reason);
     }
 
     let Some(route) = snap.match_route(request_host(parts), parts.uri.path()) else {
@@ -325,8 +334,10 @@ fn inspection_limit_event(side: Side, limit: u64) -> SecurityEvent {
 }
 
 /// What goes on after a buffered body was inspected: the whole (possibly rewritten)
-/// body with its length, or, when only a prefix was read, the inspected prefix
-/// followed by the rest of the stream (`rest`, given the bytes already taken).
+/// body with its length (or, when trailers ended it, without a length, so that an
+/// HTTP/1.1 peer gets it chunked with the trailers), or, when only a prefix was read,
+/// the inspected prefix followed by the rest of the stream (`rest`, given the bytes
+/// already taken).
 fn forward_inspected(
     inspected: &Inspected,
     buffered: &Buffered,
@@ -338,6 +349,12 @@ fn forward_inspected(
         let prefix = inspected.followed_by(&buffered.overflow);
         let consumed = prefix.len() as u64;
         ProxyBody::Prefixed(Some(prefix), Box::new(rest(consumed)))
+    } else if let Some(t) = &buffered.trailers {
+        headers.remove(CONTENT_LENGTH);
+        ProxyBody::Prefixed(
+            Some(inspected.data.clone()),
+            Box::new(ProxyBody::Trailers(Some(t.clone()))),
+        )
     } else {
         if set_length {
             set_content_length(headers, inspected.data.len());
@@ -380,7 +397,9 @@ async fn request_body_phase(
     }
     // Set when a streamed body exceeds the limit (allocated only for such bodies).
     let mut tripped: Option<Arc<AtomicBool>> = None;
-    if http_body::Body::is_end_stream(&body) || content_length == Some(0) {
+    // Ended already: an HTTP/1.1 body of length 0 is. (An HTTP/2 stream that declares
+    // a length of 0 is read to its end: trailers may follow.)
+    if http_body::Body::is_end_stream(&body) {
         custom_with_body(pipeline, ctx, parts, &Bytes::new(), false).await?;
         return match refused {
             Some(r) => Err(r),
@@ -829,6 +848,32 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
         cur = err.source();
     }
     false
+}
+
+/// What HTTP/1.1's parser refuses in a head and HTTP/2 lets through, checked on an
+/// HTTP/2 request before moat translates it: the error to answer with, if any.
+/// - An expectation (RFC 9110 10.1.1): moat frames the body it forwards itself, so
+///   `100-continue` is dropped, as HTTP/1.1's parser drops it; any other is refused.
+/// - A field name that is not a token (RFC 9110 5.1). HTTP/2 forbids only controls,
+///   spaces, upper case and non-ASCII in a name (RFC 9113 8.2.1), and the `http` crate
+///   lets `"` through as well: written into an HTTP/1.1 head, such a name is one an
+///   upstream's parser refuses or reads another way.
+fn h2_request_error(parts: &mut http::request::Parts) -> Option<(StatusCode, &'static str)> {
+    if parts.headers.keys().any(|k| k.as_str().contains('"')) {
+        return Some((StatusCode::BAD_REQUEST, "invalid header field name"));
+    }
+    if parts.headers.contains_key(EXPECT) {
+        let failed = parts
+            .headers
+            .get_all(EXPECT)
+            .iter()
+            .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        parts.headers.remove(EXPECT);
+        if failed {
+            return Some((StatusCode::EXPECTATION_FAILED, "expectation not supported"));
+        }
+    }
+    None
 }
 
 /// The request id: a valid incoming `x-request-id`, or a new one. The upstream request

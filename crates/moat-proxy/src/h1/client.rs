@@ -443,6 +443,18 @@ mod tests {
         buf.clear();
         encode_chunked_end(&mut buf, Some(&t));
         assert_eq!(buf, b"0\r\nx-sum: 7\r\n\r\n");
+        // Fields that may not follow the content are dropped.
+        for name in [
+            "content-length",
+            "transfer-encoding",
+            "host",
+            "authorization",
+        ] {
+            t.insert(name, HeaderValue::from_static("1"));
+        }
+        buf.clear();
+        encode_chunked_end(&mut buf, Some(&t));
+        assert_eq!(buf, b"0\r\nx-sum: 7\r\n\r\n");
     }
 
     #[test]

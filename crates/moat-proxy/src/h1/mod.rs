@@ -123,13 +123,65 @@ pub(crate) fn encode_chunk(buf: &mut Vec<u8>, data: &[u8]) {
     buf.extend_from_slice(b"\r\n");
 }
 
-/// Writes the end of a chunked body, with its trailers, into `buf`.
+/// Writes the end of a chunked body, with its trailers, into `buf`; trailer fields
+/// that may not follow the content ([`trailer_allowed`]) are dropped.
 pub(crate) fn encode_chunked_end(buf: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
     buf.extend_from_slice(b"0\r\n");
     for (k, v) in trailers.into_iter().flatten() {
-        push_field(buf, k.as_str().as_bytes(), v.as_bytes());
+        if trailer_allowed(k.as_str()) {
+            push_field(buf, k.as_str().as_bytes(), v.as_bytes());
+        }
     }
     buf.extend_from_slice(b"\r\n");
+}
+
+/// False for the trailer fields moat never forwards (`name` is lower case, as a
+/// `HeaderName` is): those RFC 9110 6.5.1 says cannot be processed after the content
+/// (framing, routing, hop-by-hop, authentication, request modifiers, content format:
+/// the list Go's net/http refuses in trailers, RFC 7230 4.1.2's), cookies, and the
+/// forwarding fields moat sets in the head. A recipient that merges trailers into the
+/// header section would otherwise read them as if moat had checked them: a forged
+/// `Authorization`, a second `Host`, an `X-Forwarded-For` after moat's own. Also false
+/// for a name with `"`, which the `http` crate accepts and is not a token.
+pub(crate) fn trailer_allowed(name: &str) -> bool {
+    !name.contains('"')
+        && !matches!(
+            name,
+            "authorization"
+                | "cache-control"
+                | "connection"
+                | "content-encoding"
+                | "content-length"
+                | "content-range"
+                | "content-type"
+                | "cookie"
+                | "expect"
+                | "forwarded"
+                | "host"
+                | "if-match"
+                | "if-modified-since"
+                | "if-none-match"
+                | "if-range"
+                | "if-unmodified-since"
+                | "keep-alive"
+                | "max-forwards"
+                | "pragma"
+                | "proxy-authenticate"
+                | "proxy-authorization"
+                | "proxy-connection"
+                | "range"
+                | "set-cookie"
+                | "te"
+                | "trailer"
+                | "transfer-encoding"
+                | "upgrade"
+                | "www-authenticate"
+                | "x-forwarded-for"
+                | "x-forwarded-host"
+                | "x-forwarded-proto"
+                | "x-real-ip"
+                | "x-request-id"
+        )
 }
 
 /// Where the head in `buf` ends (just past its empty line), if it is complete.

@@ -391,12 +391,15 @@ proptest! {
 // Bodies.
 // ---------------------------------------------------------------------------
 
-const TRAILERS: [(&str, &str); 5] = [
+const TRAILERS: [(&str, &str); 7] = [
     ("x-sum", "7"),
     ("x-trace", "a b\tc"),
     ("etag", "\"v1\""),
     ("x-sum", "8"),
     ("server-timing", "db;dur=53"),
+    // Never forwarded (`trailer_allowed`): the round trip drops them.
+    ("content-length", "0"),
+    ("authorization", "Bearer forged"),
 ];
 
 /// Chunked-looking bytes: size lines, delimiters, data, trailers, garbage.
