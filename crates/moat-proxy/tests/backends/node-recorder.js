@@ -5,7 +5,8 @@
 //
 // It listens on 127.0.0.1 (an ephemeral port), prints "listening PORT", then one JSON
 // object per line, in the same form as go-recorder:
-//   {"kind":"request","conn":N,"method":M,"target":T,"headers":[[name,value]...],"body":B64}
+//   {"kind":"request","conn":N,"method":M,"target":T,"headers":[[name,value]...],"body":B64,
+//    "trailers":[[name,value]...]}
 //   {"kind":"request",...,"body_error":E}   the body could not be read as framed
 //   {"kind":"refused","conn":N,"status":S,"code":C}  llhttp could not parse the bytes
 // Every request is answered 200 with `x-upstream: yes` and the body "upstream".
@@ -37,7 +38,11 @@ const server = http.createServer({ insecureHTTPParser: false }, (req, res) => {
       target: req.url,
       headers,
       body: Buffer.concat(chunks).toString('base64'),
+      trailers: [],
     };
+    for (let i = 0; i < req.rawTrailers.length; i += 2) {
+      record.trailers.push([req.rawTrailers[i], req.rawTrailers[i + 1]]);
+    }
     if (error) record.body_error = String(error);
     emit(record);
     if (!res.socket || res.socket.destroyed) return;

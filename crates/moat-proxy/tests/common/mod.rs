@@ -359,14 +359,31 @@ pub fn answer_statuses(mut bytes: &[u8]) -> Vec<(u16, bool)> {
     }
 }
 
-/// An HPACK literal field without indexing, new name (RFC 7541 6.2.2), for short
-/// names and values.
-pub fn hpack_literal(out: &mut Vec<u8>, name: &str, value: &str) {
+/// An HPACK literal field without indexing, new name (RFC 7541 6.2.2): any bytes, any
+/// length, no Huffman coding.
+pub fn hpack_literal(out: &mut Vec<u8>, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
     out.push(0x00);
-    out.push(name.len() as u8);
-    out.extend_from_slice(name.as_bytes());
-    out.push(value.len() as u8);
-    out.extend_from_slice(value.as_bytes());
+    for s in [name.as_ref(), value.as_ref()] {
+        hpack_integer(out, 0x00, 7, s.len());
+        out.extend_from_slice(s);
+    }
+}
+
+/// An HPACK integer with an `bits`-bit prefix after the flag bits in `first`
+/// (RFC 7541 5.1).
+pub fn hpack_integer(out: &mut Vec<u8>, first: u8, bits: u32, mut n: usize) {
+    let max = (1usize << bits) - 1;
+    if n < max {
+        out.push(first | n as u8);
+        return;
+    }
+    out.push(first | max as u8);
+    n -= max;
+    while n >= 128 {
+        out.push((n % 128) as u8 | 0x80);
+        n /= 128;
+    }
+    out.push(n as u8);
 }
 
 /// Appends one HTTP/2 frame.

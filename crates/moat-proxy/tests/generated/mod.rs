@@ -5,8 +5,10 @@
 //! `X-Forwarded-*`, absolute-form targets, bodies that contain requests, a pipelined
 //! request after them), and the judgement of what a real upstream parser read of them
 //! through moat. Shared by `one_in_one_out.rs` (hyper's parser) and
-//! `backend_parsers.rs` (Go's and Node's).
+//! `backend_parsers.rs` (Go's and Node's). HTTP/2 requests are generated in `h2.rs`.
 #![allow(dead_code)]
+
+pub mod h2;
 
 use std::ops::Range;
 

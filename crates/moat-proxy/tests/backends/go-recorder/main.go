@@ -5,7 +5,8 @@
 // It listens on 127.0.0.1 (an ephemeral port), prints "listening PORT", then one JSON
 // object per line:
 //
-//	{"kind":"request","conn":N,"method":M,"target":T,"headers":[[name,value]...],"body":B64}
+//	{"kind":"request","conn":N,"method":M,"target":T,"headers":[[name,value]...],"body":B64,
+//	 "trailers":[[name,value]...]}
 //	{"kind":"request",...,"body_error":E}  the body could not be read as framed
 //	{"kind":"refused","conn":N,"status":S} net/http answered the connection itself (a
 //	                                       request it could not parse)
@@ -109,6 +110,14 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		record["body_error"] = err.Error()
 	}
+	// The trailer section, once the body is read (every field of it, declared or not).
+	trailers := [][2]string{}
+	for name, values := range r.Trailer {
+		for _, v := range values {
+			trailers = append(trailers, [2]string{name, v})
+		}
+	}
+	record["trailers"] = trailers
 	emit(record)
 	w.Header().Set("x-upstream", "yes")
 	w.Header().Set("content-length", "8")
