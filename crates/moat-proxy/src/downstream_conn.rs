@@ -130,7 +130,8 @@ impl http_body::Body for H1Body {
             &mut this.decoder,
             &mut conn.rbuf,
             &mut conn.io,
-            cx
+            cx,
+            &mut false,
         )) {
             Ok(Decoded::Data(d)) => Poll::Ready(Some(Ok(Frame::data(d)))),
             Ok(Decoded::Trailers(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),

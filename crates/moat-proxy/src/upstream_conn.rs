@@ -371,12 +371,15 @@ impl UpstreamBody {
     }
 
     /// The body waits for the upstream: pending until the cluster's `read_timeout` has
-    /// passed since it began to wait, then an error that ends the body (the client's
-    /// response is cut: its connection closed, or its HTTP/2 stream reset) and closes
-    /// the connection. The timer is the connection's request timer, reset.
+    /// passed since it began to wait or bytes last `arrived` (bytes that decode to
+    /// nothing yet, part of a chunk-size line, count), then an error that ends the body
+    /// (the client's response is cut: its connection closed, or its HTTP/2 stream
+    /// reset) and closes the connection. The timer is the connection's request timer,
+    /// reset.
     fn poll_stalled(
         &mut self,
         cx: &mut Context<'_>,
+        arrived: bool,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let limit = self.pool.read_timeout;
         let Some(conn) = self.conn.as_mut() else {
@@ -388,7 +391,7 @@ impl UpstreamBody {
         let timer = conn
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        if !self.stalled {
+        if !self.stalled || arrived {
             timer.as_mut().reset(tokio::time::Instant::now() + limit);
             self.stalled = true;
         }
@@ -427,10 +430,13 @@ impl http_body::Body for UpstreamBody {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        let step = match crate::h1::poll_body(&mut this.decoder, &mut conn.rbuf, &mut conn.io, cx) {
-            Poll::Ready(step) => step,
-            Poll::Pending => return this.poll_stalled(cx),
-        };
+        let mut arrived = false;
+        let io = &mut conn.io;
+        let step =
+            match crate::h1::poll_body(&mut this.decoder, &mut conn.rbuf, io, cx, &mut arrived) {
+                Poll::Ready(step) => step,
+                Poll::Pending => return this.poll_stalled(cx, arrived),
+            };
         this.stalled = false;
         match step {
             Ok(Decoded::Data(data)) => {

@@ -109,6 +109,19 @@ async fn hostile_upstream() -> Hostile {
                                 }
                             }
                         }
+                        // A chunked body whose chunk-size line (an extension) comes a
+                        // byte at a time: bytes arrive, none of them data yet.
+                        "/trickle-chunk-line" => {
+                            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                            let _ = s.write_all(head).await;
+                            for b in b"6;wait=abcdefgh\r\n" {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                if s.write_all(&[*b]).await.is_err() {
+                                    return;
+                                }
+                            }
+                            let _ = s.write_all(b"slowly\r\n0\r\n\r\n").await;
+                        }
                         "/garbage" => {
                             let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").await;
                         }
@@ -345,6 +358,14 @@ async fn a_stalled_response_body_is_cut_at_the_read_timeout() {
     .await;
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
     assert!(resp.ends_with("\r\n\r\nslowly"), "{resp:.200}");
+    // Bytes that arrive count, not only the data they decode to.
+    let resp = raw(
+        addr,
+        b"GET /trickle-chunk-line HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.200}");
+    assert!(resp.ends_with("slowly\r\n0\r\n\r\n"), "{resp:.300}");
 
     // A client of its own, dropped before the count: its pooled connection to the
     // admin listener is no leak.

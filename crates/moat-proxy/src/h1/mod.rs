@@ -421,12 +421,14 @@ pub(crate) enum ReadError {
 /// upstream response bodies and the downstream request bodies.
 ///
 /// Returns `Decoded::End` once the body ended (by its framing, or by end of file for a
-/// body delimited by the close); never `Decoded::NeedMore`.
+/// body delimited by the close); never `Decoded::NeedMore`. Sets `arrived` when it read
+/// bytes from `io`, though they decode to nothing yet (part of a chunk-size line).
 pub(crate) fn poll_body<R: tokio::io::AsyncRead + Unpin>(
     decoder: &mut Decoder,
     rbuf: &mut BytesMut,
     io: &mut R,
     cx: &mut std::task::Context<'_>,
+    arrived: &mut bool,
 ) -> std::task::Poll<Result<Decoded, ReadError>> {
     use std::task::Poll;
     loop {
@@ -447,7 +449,7 @@ pub(crate) fn poll_body<R: tokio::io::AsyncRead + Unpin>(
                     Err(e) => Err(ReadError::Framing(e)),
                 });
             }
-            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Ok(_)) => *arrived = true,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(ReadError::Io(e))),
         }
     }
