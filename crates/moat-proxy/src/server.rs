@@ -542,7 +542,13 @@ async fn serve_h2<I: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
             let snap = shared.snapshot.load_full();
             let (mut parts, body) = req.into_parts();
             let body = RequestBody::H2(body);
-            let (resp, after) = proxy::handle(&shared, &ci, &snap, &mut parts, body).await;
+            let (mut resp, after) = proxy::handle(&shared, &ci, &snap, &mut parts, body).await;
+            // A 304's `content-length` is the representation's (RFC 9110 8.6 lets a
+            // server leave it out); Go's HTTP/2 client reads it as a body that never
+            // came, though RFC 9113 8.1.1 allows it.
+            if resp.status() == StatusCode::NOT_MODIFIED {
+                resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+            }
             Ok::<_, std::convert::Infallible>(resp.map(|body| GuardedBody::new(body, after)))
         }
     });

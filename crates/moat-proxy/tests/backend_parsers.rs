@@ -31,10 +31,10 @@
 //! `MOAT_PROPERTY_SCALE=N` runs N times as many cases.
 //!
 //! Responses the other way: hostile upstream responses are read through moat by Go's
-//! and Node's HTTP clients (`go-client`, `node-client.js`), each followed by a second
-//! request on the same connection: the client reads the upstream's response exactly, or
-//! a 502, or a body cut off where the framing fails mid-way, and the second request gets
-//! its own response.
+//! and Node's HTTP clients (`go-client`, `node-client.js`), over HTTP/1.1 and over
+//! HTTP/2, each followed by a second request on the same connection: the client reads the
+//! upstream's response exactly, or a 502, or a body cut off where the framing fails
+//! mid-way, and the second request gets its own response.
 // Test code: a failed setup step is a failed run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1566,22 +1566,27 @@ where
     Ok((answer, of_case))
 }
 
+/// How many times the generated properties' usual number of cases to run:
+/// `MOAT_PROPERTY_SCALE`, for long runs by hand; 1 by default.
+fn property_scale() -> usize {
+    std::env::var("MOAT_PROPERTY_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Runs `cases` values of `strategy()` through moat in front of Go's and of Node's server
 /// (`check` gets the backend, the case id and the value, and says whether the backend
 /// read a request of it); fails unless at least `least` cases reached the backend, for a
 /// property that holds because moat refuses everything holds vacuously.
-/// `MOAT_PROPERTY_SCALE=N` multiplies `cases` and `least`, for long runs by hand.
+/// `MOAT_PROPERTY_SCALE=N` multiplies `cases` and `least` (see [`property_scale`]).
 fn against_backends<S, F, Fut>(cases: usize, least: usize, strategy: fn() -> S, check: F)
 where
     S: Strategy,
     F: Fn(Arc<Backend>, String, S::Value) -> Fut,
     Fut: std::future::Future<Output = Result<bool, TestCaseError>>,
 {
-    let scale: usize = std::env::var("MOAT_PROPERTY_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let (cases, least) = (cases * scale, least * scale);
+    let (cases, least) = (cases * property_scale(), least * property_scale());
     for backend in [go_backend(&[]), node_backend()].into_iter().flatten() {
         let backend = Arc::new(backend);
         let (next, forwarded) = (AtomicUsize::new(0), AtomicUsize::new(0));
@@ -2244,24 +2249,33 @@ fn judge_responses(client: &str, out: &str) -> Vec<String> {
     violations
 }
 
-/// "One response in, one response out", judged by Go's and Node's HTTP/1.1 clients:
-/// for each hostile upstream response, a client reads exactly the upstream's response or
-/// moat's 502 (a cut-off body where the framing fails mid-way), and the next request on
-/// the same connection gets its own response, never bytes of the one before.
 /// Serves `cases` through a gateway (`/r/N` answered with `cases[N]`) and has Go's and
 /// Node's clients read each in turn, followed by a second request on the same
-/// connection; returns each client's name and output (see `backends/go-client`).
-fn read_by_clients(cases: Vec<(Vec<u8>, bool)>) -> Vec<(&'static str, String)> {
+/// connection, over HTTP/1.1 or, with `h2`, as streams of one HTTP/2 connection (h2c
+/// with prior knowledge); returns each client's name and output (see
+/// `backends/go-client`). Every response a client read came in the protocol asked for.
+fn read_by_clients(cases: Vec<(Vec<u8>, bool)>, h2: bool) -> Vec<(&'static str, String)> {
     let node = moat_testkit::real_part("node", "install Node.js from https://nodejs.org");
     let mut clients: Vec<(&str, Command)> = Vec::new();
     if let Some(exe) = go_program("go-client") {
-        clients.push(("Go net/http client", Command::new(exe)));
+        let name = if h2 {
+            "Go net/http client (HTTP/2)"
+        } else {
+            "Go net/http client"
+        };
+        clients.push((name, Command::new(exe)));
     }
     if let Some(node) = node {
         let mut cmd = Command::new(node);
         cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backends/node-client.js"));
-        clients.push(("Node http client (llhttp)", cmd));
+        let name = if h2 {
+            "Node http2 client (nghttp2)"
+        } else {
+            "Node http client (llhttp)"
+        };
+        clients.push((name, cmd));
     }
+    let protocol = if h2 { "HTTP/2.0" } else { "HTTP/1.1" };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -2275,10 +2289,11 @@ fn read_by_clients(cases: Vec<(Vec<u8>, bool)>) -> Vec<(&'static str, String)> {
         let mut outputs = Vec::new();
         for (name, mut cmd) in clients {
             let out = tokio::task::spawn_blocking(move || {
-                cmd.arg(format!("http://{addr}"))
-                    .arg(n.to_string())
-                    .output()
-                    .unwrap()
+                cmd.arg(format!("http://{addr}")).arg(n.to_string());
+                if h2 {
+                    cmd.arg("--h2");
+                }
+                cmd.output().unwrap()
             })
             .await
             .unwrap();
@@ -2287,20 +2302,44 @@ fn read_by_clients(cases: Vec<(Vec<u8>, bool)>) -> Vec<(&'static str, String)> {
                 "{name}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            outputs.push((name, String::from_utf8_lossy(&out.stdout).into_owned()));
+            let out = String::from_utf8_lossy(&out.stdout).into_owned();
+            for line in out.lines() {
+                let line: Value = serde_json::from_str(line).unwrap();
+                for r in [&line["first"], &line["second"]] {
+                    if let Some(proto) = r["proto"].as_str() {
+                        assert_eq!(proto, protocol, "{name}: {line}");
+                    }
+                }
+            }
+            outputs.push((name, out));
         }
         gw.shutdown(Duration::from_secs(5)).await;
         outputs
     })
 }
 
+/// "One response in, one response out", judged by Go's and Node's HTTP/1.1 clients:
+/// for each hostile upstream response, a client reads exactly the upstream's response or
+/// moat's 502 (a cut-off body where the framing fails mid-way), and the next request on
+/// the same connection gets its own response, never bytes of the one before.
 #[test]
 fn hostile_responses_frame_one_response_in_go_and_node_clients() {
+    hostile_responses_read_by_clients(false);
+}
+
+/// The same responses read by Go's and Node's HTTP/2 clients (moat translating the
+/// upstream's HTTP/1.1 to HTTP/2): a body cut off mid-way is a reset stream.
+#[test]
+fn hostile_responses_frame_one_response_in_go_and_node_h2_clients() {
+    hostile_responses_read_by_clients(true);
+}
+
+fn hostile_responses_read_by_clients(h2: bool) {
     let cases = RESP_CASES
         .iter()
         .map(|c| (c.wire.as_bytes().to_vec(), c.closes))
         .collect();
-    let violations: Vec<String> = read_by_clients(cases)
+    let violations: Vec<String> = read_by_clients(cases, h2)
         .iter()
         .flat_map(|(name, out)| judge_responses(name, out))
         .collect();
@@ -2314,12 +2353,22 @@ fn hostile_responses_frame_one_response_in_go_and_node_clients() {
 /// response: moat never answers it with bytes the upstream sent before.
 #[test]
 fn mutated_responses_frame_one_response_in_go_and_node_clients() {
+    mutated_responses_read_by_clients(false);
+}
+
+/// The same, read by Go's and Node's HTTP/2 clients.
+#[test]
+fn mutated_responses_frame_one_response_in_go_and_node_h2_clients() {
+    mutated_responses_read_by_clients(true);
+}
+
+fn mutated_responses_read_by_clients(h2: bool) {
     // A mutation that removes a response's framing leaves a body delimited by a close
     // that never comes: the gateway's `read_timeout` (1s) cuts it.
-    const CASES: usize = 200;
+    let cases_run = 200 * property_scale();
     let mut runner = TestRunner::new(Config::default());
     let strategy = mutated_response_strategy();
-    let generated: Vec<MutatedResponse> = (0..CASES)
+    let generated: Vec<MutatedResponse> = (0..cases_run)
         .map(|_| strategy.new_tree(&mut runner).unwrap().current())
         .collect();
     let cases = generated
@@ -2327,13 +2376,21 @@ fn mutated_responses_frame_one_response_in_go_and_node_clients() {
         .map(|r| (r.wire(), r.base.closes()))
         .collect();
     let mut violations = Vec::new();
-    for (name, out) in read_by_clients(cases) {
+    for (name, out) in read_by_clients(cases, h2) {
         let lines = readings(name, &out);
-        assert_eq!(lines.len(), CASES, "{name}: {out}");
+        assert_eq!(lines.len(), cases_run, "{name}: {out}");
         let mut forwarded = 0;
         for (resp, (first, second)) in generated.iter().zip(&lines) {
             forwarded += usize::from(first.as_ref().is_ok_and(|(s, _)| *s == 200));
-            let hidden = |r: &Read| r.as_ref().is_ok_and(|(_, b)| b == b"smuggled");
+            // A mutation that makes the first response an interim one (`100`) makes
+            // the one in its body the upstream's final response: reading it is right.
+            let wire = resp.wire();
+            let interim = {
+                let mut fields = [httparse::EMPTY_HEADER; 16];
+                let mut head = httparse::Response::new(&mut fields);
+                head.parse(&wire).is_ok() && head.code.is_some_and(|c| c < 200)
+            };
+            let hidden = |r: &Read| !interim && r.as_ref().is_ok_and(|(_, b)| b == b"smuggled");
             if hidden(first) || *second != Ok((200, b"second".to_vec())) {
                 violations.push(format!(
                     "{name}: first {}, second {}; the upstream sent:\n{}",
@@ -2345,8 +2402,8 @@ fn mutated_responses_frame_one_response_in_go_and_node_clients() {
         }
         // Vacuous if moat answered every case with its 502: most still frame a response.
         assert!(
-            forwarded >= CASES / 5,
-            "{name}: only {forwarded} of {CASES} responses read as the upstream's"
+            forwarded >= cases_run / 5,
+            "{name}: only {forwarded} of {cases_run} responses read as the upstream's"
         );
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));

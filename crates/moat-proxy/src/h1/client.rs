@@ -266,6 +266,8 @@ pub(crate) fn parse_response_head(
     let mut keep_alive = version == Version::HTTP_11;
     let mut chunked = false;
     let mut length: Option<u64> = None;
+    // How many lengths the fields gave (equal ones: different ones are refused).
+    let mut lengths = 0;
     let mut listed: Vec<&[u8]> = Vec::new();
     for f in fields {
         match classify(f.name) {
@@ -305,6 +307,7 @@ pub(crate) fn parse_response_head(
                         return Err(ProtocolError::BadContentLength);
                     }
                     length = Some(n);
+                    lengths += 1;
                 }
             }
             Field::HopByHop | Field::Other => {}
@@ -333,6 +336,12 @@ pub(crate) fn parse_response_head(
     // The fields forwarded downstream: end-to-end ones only, except for a protocol
     // switch (the client needs `Upgrade` and `Connection`).
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    // `Content-Length` goes on as one field with one value: none on a 1xx or 204
+    // (RFC 9110 8.6: a server must not send it there), none when chunked overrides it,
+    // and repeated equal lengths (`5, 5`, or two fields) as one, which HTTP/2 clients
+    // require (nghttp2 resets a stream with two).
+    let no_length = chunked || status.is_informational() || status == StatusCode::NO_CONTENT;
+    let one_length = (lengths > 1 && !no_length).then_some(length).flatten();
     // Sized for every field (connection fields are dropped), which leaves room for the
     // `x-request-id` the proxy adds.
     let mut headers = HeaderMap::with_capacity(fields.len() + 1);
@@ -340,7 +349,7 @@ pub(crate) fn parse_response_head(
         let keep = switching
             || match classify(f.name) {
                 Field::Connection | Field::TransferEncoding | Field::HopByHop => false,
-                Field::ContentLength => !chunked,
+                Field::ContentLength => !no_length && one_length.is_none(),
                 Field::Other => {
                     listed.is_empty()
                         || !listed
@@ -354,6 +363,9 @@ pub(crate) fn parse_response_head(
             let value = HeaderValue::from_bytes(f.value).map_err(|_| ProtocolError::BadHead)?;
             headers.append(name, value);
         }
+    }
+    if let Some(n) = one_length {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
     }
     Ok(ResponseHead {
         status,

@@ -409,13 +409,20 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
     let connection = values("connection");
 
     // Forwarded fields: as received, in order; no connection-level field but for a
-    // protocol switch.
+    // protocol switch. Repeated equal lengths go on as one.
+    let one_length = lengths
+        .first()
+        .and_then(|l| parse_length(l))
+        .map(|n| n.to_string());
     for name in h.headers.keys() {
-        let want: Vec<&[u8]> = fields
+        let mut want: Vec<&[u8]> = fields
             .iter()
             .filter(|f| is(f, name.as_str()))
             .map(|f| f.value)
             .collect();
+        if name == http::header::CONTENT_LENGTH && !switching && lengths.len() > 1 {
+            want = one_length.iter().map(|n| n.as_bytes()).collect();
+        }
         let got: Vec<&[u8]> = h
             .headers
             .get_all(name)
@@ -443,6 +450,17 @@ pub(crate) fn check_response_head(input: &[u8], method: &Method) -> Result<(), F
                 "forwarded {name}, which Connection names"
             );
         }
+    }
+
+    // A length goes on unless chunked overrides it, or the status forbids one (1xx
+    // and 204, RFC 9110 8.6).
+    if !switching {
+        let forbidden = h.status.is_informational() || h.status == StatusCode::NO_CONTENT;
+        ensure_eq!(
+            h.headers.contains_key(http::header::CONTENT_LENGTH),
+            !lengths.is_empty() && codings.is_empty() && !forbidden,
+            "content-length forwarded"
+        );
     }
 
     // Transfer codings: one `chunked` in HTTP/1.1 or none (another coding would reach
