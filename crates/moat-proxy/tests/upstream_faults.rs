@@ -100,27 +100,19 @@ async fn hostile_upstream() -> Hostile {
                         }
                         // Sends its body a byte at a time, each within the read timeout.
                         "/trickle" => {
-                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n";
-                            let _ = s.write_all(head).await;
-                            for b in b"slowly" {
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                                if s.write_all(&[*b]).await.is_err() {
-                                    return;
-                                }
+                            let head = "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\n";
+                            if !trickle(&mut s, head, "slowly", "").await {
+                                return;
                             }
                         }
                         // A chunked body whose chunk-size line (an extension) comes a
                         // byte at a time: bytes arrive, none of them data yet.
                         "/trickle-chunk-line" => {
-                            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
-                            let _ = s.write_all(head).await;
-                            for b in b"6;wait=abcdefgh\r\n" {
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                                if s.write_all(&[*b]).await.is_err() {
-                                    return;
-                                }
+                            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+                            let (line, rest) = ("6;wait=abcdefgh\r\n", "slowly\r\n0\r\n\r\n");
+                            if !trickle(&mut s, head, line, rest).await {
+                                return;
                             }
-                            let _ = s.write_all(b"slowly\r\n0\r\n\r\n").await;
                         }
                         "/garbage" => {
                             let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").await;
@@ -267,6 +259,20 @@ async fn assert_no_leak(gw: &RunningGateway, up: &Hostile, baseline: usize) {
     }
 }
 
+/// Writes `head`, then `slow` a byte every 200 ms, then `rest`; false when the peer
+/// went away.
+async fn trickle(s: &mut TcpStream, head: &str, slow: &str, rest: &str) -> bool {
+    if s.write_all(head.as_bytes()).await.is_err() {
+        return false;
+    }
+    for b in slow.bytes() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if s.write_all(&[b]).await.is_err() {
+            return false;
+        }
+    }
+    s.write_all(rest.as_bytes()).await.is_ok()
+}
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_fault_gets_its_status_and_leaks_nothing() {
     let _serial = SERIAL.lock().await;
