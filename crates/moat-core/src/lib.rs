@@ -294,6 +294,24 @@ pub trait RequestBodyPhase: Send + Sync {
         req: &mut http::request::Parts,
         body: &mut Body,
     ) -> Verdict;
+    /// Whether this phase reads the trailer fields of this request's body. Trailers
+    /// come after the body; of a body moat streams, they arrive when the rest is
+    /// forwarded already, too late to be inspected, and moat drops them when a phase
+    /// says true here.
+    fn inspects_trailers(&self, _ctx: &RequestCtx) -> bool {
+        false
+    }
+    /// Called with the trailers of a body moat read whole (after
+    /// [`on_request_body`](Self::on_request_body) when the body was buffered), before
+    /// anything of the body is forwarded.
+    fn on_request_trailers(
+        &self,
+        _ctx: &mut RequestCtx,
+        _req: &mut http::request::Parts,
+        _trailers: &http::HeaderMap,
+    ) -> Verdict {
+        Verdict::Continue
+    }
 }
 
 /// Inspects (and may rewrite) a buffered response body.

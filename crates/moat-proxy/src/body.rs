@@ -191,6 +191,9 @@ pub enum ProxyBody {
     Prefixed(Option<Bytes>, Box<ProxyBody>),
     /// The trailers of a body whose data was gathered in memory.
     Trailers(Option<Box<http::HeaderMap>>),
+    /// A streamed request body whose trailers are dropped: they arrive after the rest
+    /// was forwarded, too late for the phases that inspect trailer fields.
+    Untrailed(Box<ProxyBody>),
     /// A stream that fails once more than `remaining` bytes pass (limit policy `reject`,
     /// length unknown in advance). `tripped` is set when it fails.
     Limited {
@@ -229,6 +232,12 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Stream(inc) => Pin::new(inc).poll_frame(cx),
             ProxyBody::Upstream(up) => Pin::new(up).poll_frame(cx),
             ProxyBody::Trailers(t) => Poll::Ready(t.take().map(|t| Ok(Frame::trailers(*t)))),
+            ProxyBody::Untrailed(inner) => loop {
+                match Pin::new(inner.as_mut()).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(f))) if f.is_trailers() => continue,
+                    other => break other,
+                }
+            },
             ProxyBody::Prefixed(prefix, rest) => match prefix.take() {
                 Some(p) if !p.is_empty() => Poll::Ready(Some(Ok(Frame::data(p)))),
                 _ => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -259,6 +268,7 @@ impl http_body::Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Trailers(t) => t.is_none(),
+            ProxyBody::Untrailed(i) => i.is_end_stream(),
             ProxyBody::Stream(i) => i.is_end_stream(),
             ProxyBody::Upstream(up) => up.is_end_stream(),
             ProxyBody::Prefixed(p, i) => p.is_none() && i.is_end_stream(),
@@ -273,6 +283,7 @@ impl http_body::Body for ProxyBody {
             // Unknown: keeps the response chunked so the trailers can follow.
             ProxyBody::Trailers(_) => SizeHint::default(),
             ProxyBody::Stream(i) => i.size_hint(),
+            ProxyBody::Untrailed(i) => i.size_hint(),
             ProxyBody::Upstream(up) => up.size_hint(),
             ProxyBody::Prefixed(p, i) => {
                 let extra = p.as_ref().map_or(0, |b| b.len() as u64);

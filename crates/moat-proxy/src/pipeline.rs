@@ -112,6 +112,12 @@ impl Pipeline {
         need
     }
 
+    /// Whether a phase reads the trailer fields of this request's body (the trailers of
+    /// a body moat streams are then dropped: they would be forwarded uninspected).
+    pub fn inspects_request_trailers(&self, ctx: &RequestCtx) -> bool {
+        self.request_body.iter().any(|p| p.inspects_trailers(ctx))
+    }
+
     /// Whether any engine inspects the request before it is forwarded (a phase on
     /// its head or its body).
     pub fn inspects_requests(&self) -> bool {

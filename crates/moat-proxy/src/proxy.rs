@@ -407,18 +407,26 @@ async fn request_body_phase(
         };
     }
     let mut body = body;
+    let untrailed = pipeline.inspects_request_trailers(ctx);
     let cap = match need {
         BodyNeed::None => {
             let forward = match content_length {
                 // A small body with a known length usually arrived with its head:
                 // take it so that head and body go upstream in one write.
                 Some(n) if n <= GATHER_MAX as u64 => {
-                    match gather_ready(&mut body, n as usize).await {
-                        Ok(g) => g.into_body(|| ProxyBody::Stream(body)),
+                    let g = match gather_ready(&mut body, n as usize).await {
+                        Ok(g) => g,
                         Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
+                    };
+                    if let Some(t) = &g.trailers {
+                        request_trailers_phase(st, ctx, parts, t)?;
                     }
+                    g.into_body(|| untrailed_if(untrailed, ProxyBody::Stream(body)))
                 }
-                _ => limited_stream(body, route, content_length, &mut tripped),
+                _ => untrailed_if(
+                    untrailed,
+                    limited_stream(body, route, content_length, &mut tripped),
+                ),
             };
             return Ok((forward, tripped));
         }
@@ -448,6 +456,9 @@ async fn request_body_phase(
         &pipeline.request_body,
         |p| p.on_request_body(ctx, parts, &mut b),
     )?;
+    if let Some(t) = &buffered.trailers {
+        request_trailers_phase(st, ctx, parts, t)?;
+    }
     let inspected = Inspected::new(b, &mut parts.headers);
     if keep_bodies != BodyNeed::None {
         st.request_body = Some(inspected.data.clone());
@@ -461,7 +472,7 @@ async fn request_body_phase(
         &mut parts.headers,
         true,
         |consumed| {
-            if route.on_limit == OnLimit::Reject && !over_limit {
+            let rest = if route.on_limit == OnLimit::Reject && !over_limit {
                 ProxyBody::Limited {
                     inner: Box::new(body),
                     remaining: limit.saturating_sub(consumed),
@@ -469,10 +480,38 @@ async fn request_body_phase(
                 }
             } else {
                 ProxyBody::Stream(body)
-            }
+            };
+            untrailed_if(untrailed, rest)
         },
     );
     Ok((forward, tripped))
+}
+
+/// The trailers of a request body moat read whole, shown to the phases that inspect
+/// trailer fields before anything of the body is forwarded.
+fn request_trailers_phase(
+    st: &mut ReqState<'_>,
+    ctx: &mut RequestCtx,
+    parts: &mut http::request::Parts,
+    trailers: &HeaderMap,
+) -> Result<(), (Reply, Decision)> {
+    run_phase(
+        &st.shared.metrics,
+        &mut st.trace,
+        Phase::RequestBody,
+        &st.snap.pipeline.request_body,
+        |p| p.on_request_trailers(ctx, parts, trailers),
+    )
+}
+
+/// `stream`, without its trailers when a phase inspects trailer fields: those of a
+/// streamed body arrive after it was forwarded, too late to be inspected.
+fn untrailed_if(untrailed: bool, stream: ProxyBody) -> ProxyBody {
+    if untrailed {
+        ProxyBody::Untrailed(Box::new(stream))
+    } else {
+        stream
+    }
 }
 
 /// The upstream phase: an endpoint of the route's cluster, the exchange, and the

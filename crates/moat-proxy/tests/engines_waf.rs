@@ -15,7 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{client, gateway, json, send};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -53,10 +54,18 @@ async fn echo_upstream() -> Up {
                     async move {
                         h.fetch_add(1, Ordering::SeqCst);
                         let uri = req.uri().to_string();
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let got = req.into_body().collect().await.unwrap();
+                        let trailers: serde_json::Map<String, serde_json::Value> = got
+                            .trailers()
+                            .into_iter()
+                            .flatten()
+                            .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("?").into()))
+                            .collect();
+                        let body = got.to_bytes();
                         let v = serde_json::json!({
                             "uri": uri,
                             "body": String::from_utf8_lossy(&body),
+                            "trailers": trailers,
                         });
                         Ok::<_, Infallible>(
                             Response::builder()
@@ -455,4 +464,191 @@ async fn global_monitor_mode_and_monitor_only_route_forward_attacks_with_monitor
         );
         gw.shutdown(Duration::from_secs(2)).await;
     }
+}
+
+/// A request body of frames given in advance, with no length known to the client.
+type FramesBody =
+    StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+
+/// An HTTP/2 client (prior knowledge, as a gRPC or service-mesh client connects).
+fn h2_client() -> hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    FramesBody,
+> {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+/// A POST over HTTP/2 whose body is `frames`: no length is known in advance, so none
+/// is sent, and trailers can follow the data.
+fn h2_post(
+    url: String,
+    rid: &str,
+    fields: &[(&str, &str)],
+    frames: Vec<Frame<Bytes>>,
+) -> Request<FramesBody> {
+    let mut req = Request::post(url)
+        .header("accept", "application/json")
+        .header("x-request-id", rid);
+    for (n, v) in fields {
+        req = req.header(*n, *v);
+    }
+    let frames: Vec<Result<Frame<Bytes>, Infallible>> = frames.into_iter().map(Ok).collect();
+    req.body(StreamBody::new(futures_util::stream::iter(frames)))
+        .unwrap()
+}
+
+const XSS_BODY: &str =
+    r#"{"post": 7, "comment": {"text": "<img src=x onerror=alert(document.cookie)>"}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_body_without_type_or_length_is_inspected() {
+    // HTTP/2 announces a body by its framing alone: no field says there is one. The
+    // WAF once inspected an untyped body only when `Content-Length` or
+    // `Transfer-Encoding` was present, so such a stream went through unread.
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = h2_client();
+    for (i, body) in [
+        XSS_BODY,
+        "id=1' UNION SELECT username, password FROM users--",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rid = format!("h2-untyped-{i}");
+        let frames = vec![Frame::data(Bytes::from(body))];
+        let resp = c
+            .request(h2_post(
+                format!("http://{addr}/comments"),
+                &rid,
+                &[],
+                frames,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{body}");
+        assert!(
+            sink.events_of(&rid)
+                .iter()
+                .any(|e| e.action == EventAction::Block),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        up.hits(),
+        0,
+        "an attack in an untyped body reached the upstream"
+    );
+    let frames = vec![Frame::data(Bytes::from(r#"{"comment": "fine"}"#))];
+    let resp = c
+        .request(h2_post(
+            format!("http://{addr}/comments"),
+            "h2-fine",
+            &[],
+            frames,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(up.hits(), 1);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Writes an HTTP/1.1 request and returns the status and body of the answer.
+async fn h1_raw(addr: SocketAddr, request: String) -> (u16, serde_json::Value) {
+    let answer = common::exchange(addr, request.as_bytes()).await;
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or_default())
+}
+
+/// A chunked HTTP/1.1 POST of `body` with one trailer field.
+fn chunked_with_trailer(rid: &str, content_type: &str, body: &str, trailer: &str) -> String {
+    format!(
+        "POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAccept: application/json\r\n\
+         X-Request-Id: {rid}\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n{body}\r\n0\r\n{trailer}\r\n\r\n",
+        body.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
+    // A backend that merges trailers into its header section reads a trailer field as
+    // a header. The WAF reads the trailers of a body moat reads whole before any of it
+    // goes on; those of a streamed body come after it went on and are dropped.
+    let (up, sink, gw, addr, _dir) = start().await;
+    let attack = "User-Agent: <script>alert(document.cookie)</script>";
+    let json = "application/json";
+
+    // Read whole (the WAF parses JSON): an attack in a trailer blocks the request...
+    let (status, v) = h1_raw(addr, chunked_with_trailer("tr-1", json, "{}", attack)).await;
+    assert_eq!(status, 403, "{v}");
+    let ev = sink
+        .events_of("tr-1")
+        .into_iter()
+        .find(|e| e.action == EventAction::Block)
+        .expect("block event");
+    assert_eq!(v["event_id"], ev.id.as_str());
+    assert_eq!(ev.location.as_deref(), Some("header:user-agent"));
+    assert_eq!(up.hits(), 0, "a blocked request reached the upstream");
+    // ... and a benign one reaches the upstream with its trailer.
+    let (status, v) = h1_raw(
+        addr,
+        chunked_with_trailer("tr-2", json, "{}", "X-Checksum: abc"),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["trailers"], serde_json::json!({"x-checksum": "abc"}));
+
+    // Streamed (the WAF does not parse octet-stream): the trailers go, the body arrives.
+    let octets = "application/octet-stream";
+    for (rid, trailer) in [("tr-3", "X-Checksum: abc"), ("tr-4", attack)] {
+        let (status, v) = h1_raw(addr, chunked_with_trailer(rid, octets, "abc", trailer)).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["body"], "abc");
+        assert_eq!(v["trailers"], serde_json::json!({}), "{trailer}");
+    }
+
+    // The same over HTTP/2, where a stream ends with a trailer section.
+    let c = h2_client();
+    let trailers = |name: &'static str, value: &'static str| {
+        let mut t = http::HeaderMap::new();
+        t.insert(name, http::HeaderValue::from_static(value));
+        Frame::trailers(t)
+    };
+    let send = |rid: &'static str, ct: &'static str, t: Frame<Bytes>| {
+        let frames = vec![Frame::data(Bytes::from_static(b"{}")), t];
+        c.request(h2_post(
+            format!("http://{addr}/upload"),
+            rid,
+            &[("content-type", ct)],
+            frames,
+        ))
+    };
+    let xss = "<script>alert(document.cookie)</script>";
+    let resp = send("tr-5", json, trailers("user-agent", xss))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = send("tr-6", json, trailers("x-checksum", "abc"))
+        .await
+        .unwrap();
+    let v = common::json(&resp.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["trailers"], serde_json::json!({"x-checksum": "abc"}));
+    let resp = send("tr-7", octets, trailers("user-agent", xss))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v = common::json(&resp.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["trailers"], serde_json::json!({}));
+    assert_eq!(up.hits(), 5, "tr-2, tr-3, tr-4, tr-6 and tr-7");
+    gw.shutdown(Duration::from_secs(2)).await;
 }

@@ -467,7 +467,17 @@ impl WafEngine {
         if let Some(q) = query {
             ins.urlencoded(q, false);
         }
-        for &(name, value) in &req.headers {
+        self.inspect_fields(ins, req.headers.iter().copied());
+    }
+
+    /// The header fields the WAF reads (cookies, the fields attacks arrive in, and
+    /// those the config adds), in any case.
+    fn inspect_fields<'a>(
+        &self,
+        ins: &mut Inspector<'_>,
+        fields: impl Iterator<Item = (&'a str, &'a [u8])>,
+    ) {
+        for (name, value) in fields {
             let lname_buf;
             let lname: &str = if name.bytes().any(|c| c.is_ascii_uppercase()) {
                 lname_buf = name.to_ascii_lowercase();
@@ -662,6 +672,23 @@ impl WafEngine {
         self.inspect(route, req, None)
     }
 
+    /// Inspects the trailer fields that ended a request's body as header fields: a
+    /// backend that merges trailers into its header section reads them as such.
+    pub fn inspect_trailers(
+        &self,
+        route: &str,
+        req: &RequestView<'_>,
+        trailers: &http::HeaderMap,
+    ) -> Findings {
+        let filter = self.filter(route, req);
+        let mut ins = Inspector::new(self.lim(), self.id, &filter, self.policy());
+        self.inspect_fields(
+            &mut ins,
+            trailers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+        );
+        self.finish(ins)
+    }
+
     /// Inspects only a body.
     pub fn inspect_body_only(
         &self,
@@ -791,13 +818,13 @@ impl WafEngine {
     }
 
     /// Content types whose body this engine parses.
+    /// Whether a body of this type is parsed. One without a type is: a backend may read
+    /// it as anything. (Whether there is a body at all is the proxy's to know: an
+    /// HTTP/2 request announces one by its framing, with no field saying so.)
     fn parses_body(req: &http::request::Parts) -> bool {
-        let Some(ct) = req.headers.get(http::header::CONTENT_TYPE) else {
-            // no type: inspect when there is a body at all
-            return req.headers.contains_key(http::header::CONTENT_LENGTH)
-                || req.headers.contains_key(http::header::TRANSFER_ENCODING);
-        };
-        !unparsed_type(ct.to_str().unwrap_or("").as_bytes())
+        req.headers
+            .get(http::header::CONTENT_TYPE)
+            .is_none_or(|ct| !unparsed_type(ct.to_str().unwrap_or("").as_bytes()))
     }
 }
 
@@ -934,6 +961,28 @@ impl RequestBodyPhase for WafEngine {
                 )],
             },
         };
+        if f.findings.is_empty() && f.limits.is_empty() {
+            return Verdict::Continue;
+        }
+        self.decide(ctx, req, f, mode)
+    }
+
+    fn inspects_trailers(&self, ctx: &RequestCtx) -> bool {
+        self.route_mode_of(ctx) != RouteMode::Off
+    }
+
+    fn on_request_trailers(
+        &self,
+        ctx: &mut RequestCtx,
+        req: &mut http::request::Parts,
+        trailers: &http::HeaderMap,
+    ) -> Verdict {
+        let mode = self.route_mode(ctx);
+        if mode == RouteMode::Off {
+            return Verdict::Continue;
+        }
+        let view = RequestView::from_parts(req);
+        let f = self.inspect_trailers(&ctx.route, &view, trailers);
         if f.findings.is_empty() && f.limits.is_empty() {
             return Verdict::Continue;
         }
