@@ -50,9 +50,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{answer_statuses, exchange, guarded_gateway, h2_exchange, h2_frame, hpack_literal};
+use common::{
+    answer_statuses, exchange, guarded_gateway, h2_exchange, h2_frame, h2_session, hpack_literal,
+};
 use generated::h2::{
-    h2_mutated_strategy, h2_session, h2_strategy, judge_h2, H2Request, H2Stream, Sent, UpstreamRead,
+    h2_mutated_strategy, h2_strategy, judge_h2, H2Request, H2Stream, Sent, UpstreamRead,
 };
 use generated::{
     mutated_response_strategy, mutated_strategy, request_strategy, run_property, MutatedResponse,

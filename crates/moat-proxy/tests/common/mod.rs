@@ -397,52 +397,176 @@ pub fn h2_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[
 
 /// Writes one HTTP/2 request on a new connection (prior knowledge, frames built by hand
 /// so that fields a client library would refuse to send can be sent): `block` is the
-/// HPACK-encoded field block of stream 1, `body` its DATA. Returns the frame types the
-/// server answered with on stream 1 (and GOAWAY), up to the end of the stream, a reset
-/// or a GOAWAY.
-pub async fn h2_exchange(addr: SocketAddr, block: &[u8], body: &[u8]) -> Vec<u8> {
+/// HPACK-encoded field block of stream 1, `body` its DATA. Returns what came back for
+/// stream 1 (see [`h2_session`]).
+pub async fn h2_exchange(addr: SocketAddr, block: &[u8], body: &[u8]) -> Session {
     let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     h2_frame(&mut w, 0x4, 0, 0, &[]);
-    let end_stream = if body.is_empty() { 0x1 } else { 0 };
-    h2_frame(&mut w, 0x1, 0x4 | end_stream, 1, block);
+    let end_stream = if body.is_empty() { END_STREAM } else { 0 };
+    h2_frame(&mut w, 0x1, END_HEADERS | end_stream, 1, block);
     if !body.is_empty() {
-        h2_frame(&mut w, 0x0, 0x1, 1, body);
+        h2_frame(&mut w, 0x0, END_STREAM, 1, body);
     }
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&w).await.unwrap();
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(3), async {
-        let mut buf = [0u8; 4096];
-        let mut acc = Vec::new();
+    h2_session(addr, &w, 1).await
+}
+
+/// HTTP/2 frame flags (RFC 9113 6).
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const PADDED: u8 = 0x8;
+
+/// A header field as HTTP/2 carries it: any bytes.
+pub type Field = (Vec<u8>, Vec<u8>);
+
+/// What the client read of one stream.
+#[derive(Debug, Default, Clone)]
+pub struct Answer {
+    /// The response's header fields, decoded.
+    pub head: Option<Vec<Field>>,
+    /// The stream ended (END_STREAM) or was reset.
+    pub done: bool,
+    /// END_STREAM came: the answer is whole.
+    pub ended: bool,
+    /// RST_STREAM's error code.
+    pub reset: Option<u32>,
+}
+
+impl Answer {
+    /// The upstream answered the stream: moat's own answers carry no `x-upstream`.
+    pub fn answered_by_upstream(&self) -> bool {
+        self.head
+            .iter()
+            .flatten()
+            .any(|(n, v)| n == b"x-upstream" && v == b"yes")
+    }
+
+    pub fn status(&self) -> Option<String> {
+        self.head
+            .iter()
+            .flatten()
+            .find_map(|(n, v)| (n == b":status").then(|| String::from_utf8_lossy(v).into_owned()))
+    }
+}
+
+/// What the client read of the connection.
+#[derive(Debug, Default)]
+pub struct Session {
+    pub streams: Vec<Answer>,
+    /// GOAWAY's error code, if one came.
+    pub goaway: Option<u32>,
+}
+
+/// Writes `frames` to `addr` and reads what comes back for `streams` streams (ids 1, 3,
+/// 5...) until each ended or was reset, the connection closed, or 5 s passed. SETTINGS
+/// are acknowledged; header blocks are decoded in order with one HPACK decoder.
+pub async fn h2_session(addr: SocketAddr, frames: &[u8], streams: usize) -> Session {
+    let mut session = Session {
+        streams: vec![Answer::default(); streams],
+        goaway: None,
+    };
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return session;
+    };
+    if s.write_all(frames).await.is_err() {
+        return session;
+    }
+    let mut decoder = loona_hpack::Decoder::new();
+    let mut acc = Vec::new();
+    let mut at = 0;
+    // A header block begun by HEADERS without END_HEADERS: its stream and bytes.
+    let mut open: Option<(u32, u8, Vec<u8>)> = None;
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 8192];
         loop {
             match s.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => acc.extend_from_slice(&buf[..n]),
             }
-            // Frames of stream 1 (and GOAWAY): the answer is complete at an end of
-            // stream, a reset or a GOAWAY.
-            let mut at = 0;
-            got.clear();
             while acc.len() >= at + 9 {
                 let len = u32::from_be_bytes([0, acc[at], acc[at + 1], acc[at + 2]]) as usize;
                 if acc.len() < at + 9 + len {
                     break;
                 }
                 let (kind, flags) = (acc[at + 3], acc[at + 4]);
-                let stream =
-                    u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]]);
-                if stream == 1 || kind == 0x7 {
-                    got.push(kind);
-                    if kind == 0x3 || kind == 0x7 || flags & 0x1 != 0 && kind <= 1 {
-                        return;
-                    }
-                }
+                let id = u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]])
+                    & 0x7fff_ffff;
+                let payload = acc[at + 9..at + 9 + len].to_vec();
                 at += 9 + len;
+                let answer = (id % 2 == 1)
+                    .then(|| session.streams.get_mut((id as usize - 1) / 2))
+                    .flatten();
+                match kind {
+                    // SETTINGS, not an acknowledgement.
+                    0x4 if flags & 0x1 == 0 => {
+                        let mut ack = Vec::new();
+                        h2_frame(&mut ack, 0x4, 0x1, 0, &[]);
+                        let _ = s.write_all(&ack).await;
+                    }
+                    0x1 => {
+                        let mut p = &payload[..];
+                        if flags & PADDED != 0 && !p.is_empty() {
+                            let pad = p[0] as usize;
+                            p = &p[1..p.len().saturating_sub(pad).max(1)];
+                        }
+                        if flags & 0x20 != 0 && p.len() >= 5 {
+                            p = &p[5..];
+                        }
+                        if flags & END_HEADERS != 0 {
+                            let head = decoder.decode(p).unwrap_or_default();
+                            if let Some(a) = answer {
+                                a.head.get_or_insert(head);
+                                a.ended |= flags & END_STREAM != 0;
+                                a.done |= a.ended;
+                            }
+                        } else {
+                            open = Some((id, flags, p.to_vec()));
+                        }
+                    }
+                    0x9 => {
+                        if let Some((sid, first, mut block)) = open.take() {
+                            block.extend_from_slice(&payload);
+                            if flags & END_HEADERS != 0 {
+                                let head = decoder.decode(&block).unwrap_or_default();
+                                let i = (sid as usize).saturating_sub(1) / 2;
+                                if let Some(a) = session.streams.get_mut(i) {
+                                    a.head.get_or_insert(head);
+                                    a.ended |= first & END_STREAM != 0;
+                                    a.done |= a.ended;
+                                }
+                            } else {
+                                open = Some((sid, first, block));
+                            }
+                        }
+                    }
+                    0x0 => {
+                        if let Some(a) = answer {
+                            a.ended |= flags & END_STREAM != 0;
+                            a.done |= a.ended;
+                        }
+                    }
+                    0x3 => {
+                        if let Some(a) = answer {
+                            a.done = true;
+                            a.reset = payload
+                                .get(..4)
+                                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                        }
+                    }
+                    0x7 => {
+                        session.goaway = payload
+                            .get(4..8)
+                            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                    }
+                    _ => {}
+                }
+            }
+            if session.streams.iter().all(|a| a.done) {
+                return;
             }
         }
     })
     .await;
-    got
+    session
 }
 
 /// The config of [`guarded_gateway`].

@@ -10,18 +10,13 @@
 //! is known even after a mutation: each stream reaches the upstream as exactly its
 //! method, `:path`, DATA and fields, once, or not at all.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use proptest::prelude::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{apply, body_strategy, edits_strategy, Edit, SMUGGLED};
-use crate::common::{h2_frame, hpack_literal};
+use crate::common::{h2_frame, hpack_literal, Session, END_HEADERS, END_STREAM, PADDED};
 
 /// A field as HPACK carries it: name and value bytes.
-pub type Field = (Vec<u8>, Vec<u8>);
+pub use crate::common::Field;
 
 fn field(name: &str, value: &str) -> Field {
     (name.as_bytes().to_vec(), value.as_bytes().to_vec())
@@ -410,10 +405,6 @@ impl H2Request {
     }
 }
 
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-
 impl H2Stream {
     /// The stream's frames, each whole, in order: HEADERS (and CONTINUATION), DATA,
     /// trailers. A header block and its CONTINUATION are one element: nothing may come
@@ -556,156 +547,6 @@ impl H2Mutated {
         }
         sent
     }
-}
-
-// ---------------------------------------------------------------------------------
-// The client.
-// ---------------------------------------------------------------------------------
-
-/// What the client read of one stream.
-#[derive(Debug, Default, Clone)]
-pub struct Answer {
-    /// The response's header fields, decoded.
-    pub head: Option<Vec<Field>>,
-    /// The stream ended (END_STREAM) or was reset.
-    pub done: bool,
-    /// RST_STREAM's error code.
-    pub reset: Option<u32>,
-}
-
-impl Answer {
-    /// The upstream answered the stream: moat's own answers carry no `x-upstream`.
-    pub fn answered_by_upstream(&self) -> bool {
-        self.head
-            .iter()
-            .flatten()
-            .any(|(n, v)| n == b"x-upstream" && v == b"yes")
-    }
-
-    pub fn status(&self) -> Option<String> {
-        self.head
-            .iter()
-            .flatten()
-            .find_map(|(n, v)| (n == b":status").then(|| String::from_utf8_lossy(v).into_owned()))
-    }
-}
-
-/// What the client read of the connection.
-#[derive(Debug, Default)]
-pub struct Session {
-    pub streams: Vec<Answer>,
-    /// GOAWAY's error code, if one came.
-    pub goaway: Option<u32>,
-}
-
-/// Writes `frames` to `addr` and reads what comes back for `streams` streams (ids 1, 3,
-/// 5...) until each ended or was reset, the connection closed, or 5 s passed. SETTINGS
-/// are acknowledged; header blocks are decoded in order with one HPACK decoder.
-pub async fn h2_session(addr: SocketAddr, frames: &[u8], streams: usize) -> Session {
-    let mut session = Session {
-        streams: vec![Answer::default(); streams],
-        goaway: None,
-    };
-    let Ok(mut s) = TcpStream::connect(addr).await else {
-        return session;
-    };
-    if s.write_all(frames).await.is_err() {
-        return session;
-    }
-    let mut decoder = loona_hpack::Decoder::new();
-    let mut acc = Vec::new();
-    let mut at = 0;
-    // A header block begun by HEADERS without END_HEADERS: its stream and bytes.
-    let mut open: Option<(u32, u8, Vec<u8>)> = None;
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut buf = [0u8; 8192];
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => acc.extend_from_slice(&buf[..n]),
-            }
-            while acc.len() >= at + 9 {
-                let len = u32::from_be_bytes([0, acc[at], acc[at + 1], acc[at + 2]]) as usize;
-                if acc.len() < at + 9 + len {
-                    break;
-                }
-                let (kind, flags) = (acc[at + 3], acc[at + 4]);
-                let id = u32::from_be_bytes([acc[at + 5], acc[at + 6], acc[at + 7], acc[at + 8]])
-                    & 0x7fff_ffff;
-                let payload = acc[at + 9..at + 9 + len].to_vec();
-                at += 9 + len;
-                let answer = (id % 2 == 1)
-                    .then(|| session.streams.get_mut((id as usize - 1) / 2))
-                    .flatten();
-                match kind {
-                    // SETTINGS, not an acknowledgement.
-                    0x4 if flags & 0x1 == 0 => {
-                        let mut ack = Vec::new();
-                        h2_frame(&mut ack, 0x4, 0x1, 0, &[]);
-                        let _ = s.write_all(&ack).await;
-                    }
-                    0x1 => {
-                        let mut p = &payload[..];
-                        if flags & PADDED != 0 && !p.is_empty() {
-                            let pad = p[0] as usize;
-                            p = &p[1..p.len().saturating_sub(pad).max(1)];
-                        }
-                        if flags & 0x20 != 0 && p.len() >= 5 {
-                            p = &p[5..];
-                        }
-                        if flags & END_HEADERS != 0 {
-                            let head = decoder.decode(p).unwrap_or_default();
-                            if let Some(a) = answer {
-                                a.head.get_or_insert(head);
-                                a.done |= flags & END_STREAM != 0;
-                            }
-                        } else {
-                            open = Some((id, flags, p.to_vec()));
-                        }
-                    }
-                    0x9 => {
-                        if let Some((sid, first, mut block)) = open.take() {
-                            block.extend_from_slice(&payload);
-                            if flags & END_HEADERS != 0 {
-                                let head = decoder.decode(&block).unwrap_or_default();
-                                let i = (sid as usize).saturating_sub(1) / 2;
-                                if let Some(a) = session.streams.get_mut(i) {
-                                    a.head.get_or_insert(head);
-                                    a.done |= first & END_STREAM != 0;
-                                }
-                            } else {
-                                open = Some((sid, first, block));
-                            }
-                        }
-                    }
-                    0x0 => {
-                        if let Some(a) = answer {
-                            a.done |= flags & END_STREAM != 0;
-                        }
-                    }
-                    0x3 => {
-                        if let Some(a) = answer {
-                            a.done = true;
-                            a.reset = payload
-                                .get(..4)
-                                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-                        }
-                    }
-                    0x7 => {
-                        session.goaway = payload
-                            .get(4..8)
-                            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-                    }
-                    _ => {}
-                }
-            }
-            if session.streams.iter().all(|a| a.done) {
-                return;
-            }
-        }
-    })
-    .await;
-    session
 }
 
 // ---------------------------------------------------------------------------------
