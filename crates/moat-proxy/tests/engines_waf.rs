@@ -652,3 +652,39 @@ async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
     assert_eq!(up.hits(), 5, "tr-2, tr-3, tr-4, tr-6 and tr-7");
     gw.shutdown(Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_uploads_pass_whatever_else_buffers_them() {
+    // The WAF streams the types it does not parse. Secret detection buffers every body
+    // (up to its own 1 MiB): the WAF must then leave a binary body alone as it does when
+    // it is the only engine, not read its first MiB as a truncated text body and block.
+    let up = echo_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = yaml(up.addr).replace(
+        "  - name: all\n    cluster: app\n",
+        "  - name: all\n    cluster: app\n    body: { max_bytes: 16MiB }\n",
+    ) + "secrets: { enabled: true }\n";
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let c = client();
+    let png: Vec<u8> = b"\x89PNG\r\n\x1a\n"
+        .iter()
+        .copied()
+        .chain((0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8))
+        .collect();
+    for ct in ["image/png", "application/octet-stream"] {
+        let req = Request::post(format!("http://{addr}/upload"))
+            .header("content-type", ct)
+            .body(Full::new(Bytes::from(png.clone())))
+            .unwrap();
+        let (s, _, body) = send(&c, req).await;
+        assert_eq!(
+            s,
+            StatusCode::OK,
+            "{ct}: {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        );
+    }
+    assert_eq!(up.hits(), 2);
+    gw.shutdown(Duration::from_secs(2)).await;
+}

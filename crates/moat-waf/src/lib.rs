@@ -926,7 +926,9 @@ impl RequestBodyPhase for WafEngine {
         body: &mut moat_core::Body,
     ) -> Verdict {
         let mode = self.route_mode(ctx);
-        if mode == RouteMode::Off {
+        // Another phase may have had a body buffered that the WAF does not parse (a
+        // binary upload, for secret detection): it is read no more than when streamed.
+        if mode == RouteMode::Off || !Self::parses_body(req) {
             return Verdict::Continue;
         }
         let view = RequestView::from_parts(req);
