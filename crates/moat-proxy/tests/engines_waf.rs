@@ -654,6 +654,27 @@ async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_type_with_a_structured_suffix_is_parsed() {
+    // `application/*+json` is JSON to Spring and to the WAF's body parsers; the body
+    // phase once skipped it for naming an octet stream or protobuf.
+    let (up, _sink, gw, addr, _dir) = start().await;
+    let c = client();
+    for ct in [
+        "application/octet-stream+json",
+        "application/vnd.google.protobuf+json",
+    ] {
+        let req = Request::post(format!("http://{addr}/comments"))
+            .header("content-type", ct)
+            .body(Full::new(Bytes::from(XSS_BODY)))
+            .unwrap();
+        let (s, _, _) = send(&c, req).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{ct}");
+    }
+    assert_eq!(up.hits(), 0);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_uploads_pass_whatever_else_buffers_them() {
     // The WAF streams the types it does not parse. Secret detection buffers every body
     // (up to its own 1 MiB): the WAF must then leave a binary body alone as it does when

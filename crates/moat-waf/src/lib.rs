@@ -853,6 +853,20 @@ fn target_path(target: &[u8]) -> &[u8] {
 /// header also cost 750 instructions a request, restarting the search at each
 /// `o` and `p` of `application/json`.)
 fn unparsed_type(ct: &[u8]) -> bool {
+    // A type the body parsers read as structured text is not binary, whatever else it
+    // names: Spring reads `application/octet-stream+json` as JSON (`application/*+json`),
+    // and `inspect_body_text` finds its parser by these names anywhere in the field.
+    if [
+        &b"json"[..],
+        b"xml",
+        b"multipart/",
+        b"x-www-form-urlencoded",
+    ]
+    .iter()
+    .any(|n| util::contains_ci(ct, n))
+    {
+        return false;
+    }
     let media = ct
         .split(|&c| c == b';')
         .next()
@@ -1017,6 +1031,11 @@ mod tests {
             "multipart/form-data; boundary=image/",
             "application/x-www-form-urlencoded",
             "imagex/png",
+            "application/octet-stream+json",
+            "application/vnd.google.protobuf+json",
+            "application/grpc+xml",
+            "image/svg+xml",
+            "application/octet-stream; format=json",
             "",
         ] {
             assert!(!unparsed_type(ct.as_bytes()), "{ct}");
