@@ -22,6 +22,7 @@
 pub mod body;
 pub mod clock;
 pub mod event;
+pub mod fields;
 pub mod reply;
 pub mod slots;
 

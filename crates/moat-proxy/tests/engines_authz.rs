@@ -628,14 +628,34 @@ async fn output_claim_header_cannot_be_spoofed_without_a_token() {
     let k1 = ec_key("k1");
     let s = setup(&[&k1]).await;
     // /api/* is allowed by the client certificate alone (no token needed).
-    let spoof = [("x-jwt-sub", "admin")];
+    // The underscore spelling too: a CGI, WSGI, PHP or Rack backend reads `x_jwt_sub`
+    // as `HTTP_X_JWT_SUB`, the variable `x-jwt-sub` becomes.
+    let spoof = [
+        ("x-jwt-sub", "admin"),
+        ("x_jwt_sub", "admin"),
+        ("x_jwt-sub", "admin"),
+    ];
     let r = https_with(&s.pki, s.addr, true, "/api/whoami", None, &spoof).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-    assert!(
-        json(&r.body)["headers"].get("x-jwt-sub").is_none(),
-        "spoofed claim header forwarded: {}",
-        r.text()
-    );
+    let headers = &json(&r.body)["headers"];
+    for name in ["x-jwt-sub", "x_jwt_sub", "x_jwt-sub"] {
+        assert!(
+            headers.get(name).is_none(),
+            "spoofed claim header {name} forwarded: {}",
+            r.text()
+        );
+    }
+    // Other fields with underscores are the client's own and go on.
+    let r = https_with(
+        &s.pki,
+        s.addr,
+        true,
+        "/api/whoami",
+        None,
+        &[("x_api_key", "k")],
+    )
+    .await;
+    assert_eq!(json(&r.body)["headers"]["x_api_key"], "k", "{}", r.text());
     s.gw.shutdown(Duration::from_secs(2)).await;
 }
 
