@@ -97,6 +97,10 @@ pub struct ListenerConfig {
     /// What the listener carries: HTTP (default) or raw TCP to a cluster.
     #[serde(default)]
     pub protocol: ListenerProtocol,
+    /// HTTP listeners: what becomes of request header fields whose names contain `_`
+    /// (Envoy's `headers_with_underscores_action`).
+    #[serde(default)]
+    pub headers_with_underscores: UnderscoreHeaders,
     /// `protocol: tcp`: the cluster receiving the connections; with `sni_routes`, the
     /// cluster for a ClientHello without SNI or with an SNI no entry matches.
     #[serde(default)]
@@ -169,6 +173,23 @@ pub enum ListenerProtocol {
     /// Decisions only: Envoy ext_authz (gRPC and HTTP) and forward-auth; see
     /// `docs/integrations.md`.
     Decision,
+}
+
+/// `listeners[].headers_with_underscores`. CGI, WSGI, PHP and Rack backends read `-` and
+/// `_` in a field name as one character (`X_User` is `X-User` to them), so a policy or
+/// detector that reads `x-user` does not see a client's `x_user` that the backend
+/// reads as it. moat always drops the underscore spellings of the fields it writes or
+/// vouches for; this setting covers every other field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnderscoreHeaders {
+    /// Forwarded as sent (Envoy's default).
+    #[default]
+    Allow,
+    /// Removed before any engine sees the request (nginx's default).
+    Drop,
+    /// The request is answered 400.
+    Reject,
 }
 
 /// Default `listeners[].idle_timeout` of a tcp listener (Envoy's `tcp_proxy` default).
@@ -766,6 +787,10 @@ fn check_listener_protocol(
                 (l.idle_timeout.is_some(), "idle_timeout"),
                 (l.max_duration.is_some(), "max_duration"),
                 (l.xff_trusted_hops != 0, "xff_trusted_hops"),
+                (
+                    l.headers_with_underscores != UnderscoreHeaders::Allow,
+                    "headers_with_underscores",
+                ),
             ] {
                 if set {
                     return refuse(key, format!("`{key}` is not for `protocol: decision` listeners (use `decision.trusted_proxies`)"));
@@ -800,11 +825,16 @@ fn check_listener_protocol(
             }
         }
         ListenerProtocol::Tcp => {
-            if l.xff_trusted_hops != 0 {
-                return refuse(
-                    "xff_trusted_hops",
-                    "`xff_trusted_hops` is only for HTTP listeners".into(),
-                );
+            for (set, key) in [
+                (l.xff_trusted_hops != 0, "xff_trusted_hops"),
+                (
+                    l.headers_with_underscores != UnderscoreHeaders::Allow,
+                    "headers_with_underscores",
+                ),
+            ] {
+                if set {
+                    return refuse(key, format!("`{key}` is only for HTTP listeners"));
+                }
             }
             if l.cluster.is_none() && l.sni_routes.is_empty() {
                 return refuse(

@@ -14,6 +14,8 @@ use tokio::sync::watch;
 pub(crate) struct ConnInfo {
     pub(crate) conn: Arc<Connection>,
     pub(crate) xff_hops: u32,
+    /// The listener's `headers_with_underscores`.
+    pub(crate) underscores: crate::config::UnderscoreHeaders,
     /// The peer IP formatted once, for `X-Forwarded-For`.
     pub(crate) xff: http::HeaderValue,
     /// Progress counters read by the connection's [`watchdog`].
@@ -232,7 +234,7 @@ pub(crate) fn conn_info(
     peer: SocketAddr,
     local: SocketAddr,
     tls: Option<TlsSession>,
-    xff_hops: u32,
+    (xff_hops, underscores): (u32, crate::config::UnderscoreHeaders),
     watch: Arc<ConnWatch>,
 ) -> Arc<ConnInfo> {
     let xff = http::HeaderValue::from_maybe_shared(bytes::Bytes::from(peer.ip().to_string()))
@@ -246,6 +248,7 @@ pub(crate) fn conn_info(
             tls,
         }),
         xff_hops,
+        underscores,
     })
 }
 

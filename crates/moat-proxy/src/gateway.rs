@@ -211,9 +211,9 @@ async fn accept_loop(
             ));
             continue;
         }
-        let (tls, xff_hops) = listener
-            .map(|l| (l.tls.clone(), l.xff_hops))
-            .unwrap_or((None, 0));
+        let (tls, http_opts) = listener
+            .map(|l| (l.tls.clone(), (l.xff_hops, l.underscores)))
+            .unwrap_or_default();
         drop(snap);
         let shared = shared.clone();
         let h2 = h2.clone();
@@ -225,12 +225,12 @@ async fn accept_loop(
             let watch = conn_watch;
             match tls {
                 None => {
-                    let ci = conn_info(peer, local, None, xff_hops, watch);
+                    let ci = conn_info(peer, local, None, http_opts, watch);
                     server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                 }
                 Some(t) => match t.accept(tcp).await {
                     Ok(moat_tls::Accepted::Plain(tcp)) => {
-                        let ci = conn_info(peer, local, None, xff_hops, watch);
+                        let ci = conn_info(peer, local, None, http_opts, watch);
                         server::serve(shared, h2, drain, ci, DownstreamIo::Plain(tcp)).await;
                     }
                     Ok(moat_tls::Accepted::Tls {
@@ -238,7 +238,7 @@ async fn accept_loop(
                         session,
                         handshake,
                     }) => {
-                        let ci = conn_info(peer, local, Some(session), xff_hops, watch);
+                        let ci = conn_info(peer, local, Some(session), http_opts, watch);
                         on_connection(&shared, &ci.conn, &handshake);
                         let io = DownstreamIo::Tls(Box::new(stream));
                         server::serve(shared, h2, drain, ci, io).await;

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{
     HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, EXPECT, UPGRADE, USER_AGENT,
 };
-use http::{HeaderMap, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderName, Response, StatusCode, Version};
 use moat_core::{
     AfterSent, Body, BodyNeed, DecodeLimits, EventAction, Finished, Reply, ReplyFormat, RequestCtx,
     SecurityEvent, Verdict,
@@ -17,7 +17,7 @@ use moat_core::{
 use crate::body::{
     gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, ProxyBody, RequestBody,
 };
-use crate::config::OnLimit;
+use crate::config::{OnLimit, UnderscoreHeaders};
 use crate::connection::ConnInfo;
 use crate::events::AccessInfo;
 use crate::ext_authz::CheckBody;
@@ -63,6 +63,9 @@ pub(crate) async fn handle(
     } else {
         None
     };
+    // Before any engine reads the head: what the engines see is what goes upstream.
+    let underscore_refused =
+        ci.underscores != UnderscoreHeaders::Allow && underscore_fields(parts, ci.underscores);
     let request_id = request_id(&parts.headers);
     // moat's own answer before any route is known, counted as the route-less one.
     let refuse = |status: StatusCode, decision: Decision, reason: &str| {
@@ -75,6 +78,13 @@ pub(crate) async fn handle(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Decision::Limit,
             "request header fields too large",
+        );
+    }
+    if underscore_refused {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            Decision::Error,
+            "header field name with an underscore",
         );
     }
 
@@ -885,6 +895,23 @@ fn source_is<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
             return true;
         }
         cur = err.source();
+    }
+    false
+}
+
+/// Applies a listener's `headers_with_underscores` other than `allow`: drops the fields
+/// whose names contain `_`, or returns true when the request must be refused for one.
+fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders) -> bool {
+    let has = |k: &HeaderName| k.as_str().contains('_');
+    if !parts.headers.keys().any(has) {
+        return false;
+    }
+    if action == UnderscoreHeaders::Reject {
+        return true;
+    }
+    let names: Vec<HeaderName> = parts.headers.keys().filter(|k| has(k)).cloned().collect();
+    for k in names {
+        parts.headers.remove(k);
     }
     false
 }

@@ -25,6 +25,7 @@ pub(crate) struct ListenerRt {
     pub(crate) name: String,
     pub(crate) tls: Option<moat_tls::TlsAcceptor>,
     pub(crate) xff_hops: u32,
+    pub(crate) underscores: config::UnderscoreHeaders,
     /// Set for a `protocol: tcp` listener.
     pub(crate) tcp: Option<Arc<TcpListenerRt>>,
     /// Set for a `protocol: decision` listener.
@@ -518,6 +519,7 @@ pub(crate) fn build_snapshot(
             name: l.name.value.clone(),
             tls,
             xff_hops: l.xff_trusted_hops,
+            underscores: l.headers_with_underscores,
             tcp,
             decision,
         });

@@ -570,3 +570,90 @@ async fn h2_prior_knowledge_on_a_plain_listener() {
     }
     assert!(gw.shutdown(Duration::from_secs(2)).await);
 }
+
+/// `listeners[].headers_with_underscores`: a CGI-style backend reads `x_internal` as
+/// `x-internal`, which a policy on `request.headers[x-internal]` never sees. `allow`
+/// forwards such a field (Envoy's default), `drop` removes it before the engines read
+/// the head, `reject` answers 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_fields_with_underscores_are_allowed_dropped_or_refused() {
+    let up = upstream("u").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("policies/deny.yaml"),
+        r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-internal, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - when: [{key: "request.headers[x-internal]", values: ["*"]}]
+"#,
+    )
+    .unwrap();
+    let yaml = format!(
+        r#"listeners:
+  - name: allow
+    address: 127.0.0.1:0
+  - name: drop
+    address: 127.0.0.1:0
+    headers_with_underscores: drop
+  - name: reject
+    address: 127.0.0.1:0
+    headers_with_underscores: reject
+admin: {{ address: 127.0.0.1:0 }}
+clusters:
+  - name: app
+    endpoints: ["{}"]
+routes:
+  - name: all
+    cluster: app
+authz:
+  enabled: true
+  policies: [policies]
+"#,
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let c = client();
+    let get_with = |listener: &str, name: &'static str| {
+        let addr = gw.listener_addr(listener).unwrap();
+        Request::get(format!("http://{addr}/x"))
+            .header(name, "1")
+            .header("x-plain", "1")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    // The policy reads the dash spelling on every listener.
+    for listener in ["allow", "drop", "reject"] {
+        let (s, _, _) = send(&c, get_with(listener, "x-internal")).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{listener}");
+    }
+    let (s, _, body) = send(&c, get_with("allow", "x_internal")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(json(&body)["headers"]["x_internal"], "1");
+    let (s, _, body) = send(&c, get_with("drop", "x_internal")).await;
+    assert_eq!(s, StatusCode::OK);
+    let seen = &json(&body)["headers"];
+    assert!(seen.get("x_internal").is_none(), "{seen}");
+    assert_eq!(seen["x-plain"], "1");
+    let (s, _, _) = send(&c, get_with("reject", "x_internal")).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _, _) = send(&c, get_with("reject", "x-plain-too")).await;
+    assert_eq!(s, StatusCode::OK);
+    gw.shutdown(Duration::from_secs(2)).await;
+
+    // Only HTTP listeners take it.
+    let tcp = "listeners:\n  - name: t\n    address: 127.0.0.1:0\n    protocol: tcp\n    cluster: app\n    headers_with_underscores: drop\nclusters:\n  - name: app\n    endpoints: [\"127.0.0.1:9\"]\n";
+    let file = dir.path().join("tcp.yaml");
+    std::fs::write(&file, tcp).unwrap();
+    let err = moat_proxy::config::load_file(&file)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tcp.yaml:2"), "{err}");
+    assert!(
+        err.contains("listeners[0].headers_with_underscores"),
+        "{err}"
+    );
+}
