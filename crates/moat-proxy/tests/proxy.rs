@@ -657,3 +657,65 @@ authz:
         "{err}"
     );
 }
+
+/// The path access control matched is the path that goes upstream (Envoy's
+/// `normalize_path` rewrites `:path` before its filters): a prefix router that does not
+/// resolve dot segments would take `/admin/../public/x`, allowed as `/public/x`, into
+/// its `/admin` handler if the raw path went on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_normalized_path_is_the_one_forwarded() {
+    let up = upstream("u").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("policies/allow.yaml"),
+        r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: public-only, namespace: istio-system}
+spec:
+  action: ALLOW
+  rules:
+  - to: [{operation: {paths: ["/public/*"]}}]
+"#,
+    )
+    .unwrap();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         clusters:\n  - name: app\n    endpoints: [\"{}\"]\nroutes:\n  - name: all\n    cluster: app\n\
+         authz:\n  enabled: true\n  policies: [policies]\n",
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    for (raw, forwarded) in [
+        ("/admin/../public/x?y=1", Some("/public/x?y=1")),
+        ("/public/./a/%7Euser", Some("/public/a/~user")),
+        ("/public\\x", Some("/public/x")),
+        (
+            "/public/plain?q=a%2Fb/../c",
+            Some("/public/plain?q=a%2Fb/../c"),
+        ),
+        ("/public/../admin", None),
+    ] {
+        let answer = raw_request(addr, raw).await;
+        match forwarded {
+            Some(path) => {
+                assert!(answer.starts_with("HTTP/1.1 200"), "{raw}: {answer:.300}");
+                let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+                let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                assert_eq!(v["uri"], path, "{raw}");
+            }
+            None => assert!(answer.starts_with("HTTP/1.1 403"), "{raw}: {answer:.300}"),
+        }
+    }
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A GET of `target` as written, on its own connection.
+async fn raw_request(addr: SocketAddr, target: &str) -> String {
+    raw(
+        addr,
+        format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+}
