@@ -1104,10 +1104,10 @@ impl RequestHeadersPhase for AuthzEngine {
             }
         };
         let pq = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        // The path the policies match is the path that goes upstream, as Envoy's
-        // `normalize_path` rewrites `:path` before its filters run: a backend that does not
-        // resolve dot segments itself (a prefix router) would otherwise take
-        // `/admin/../public/x`, allowed as `/public/x`, into `/admin`.
+        // The path the policies match is the path that goes upstream (`forward_path`), as
+        // Envoy's `normalize_path` rewrites `:path`: a backend that does not resolve dot
+        // segments itself (a prefix router) would otherwise take `/admin/../public/x`,
+        // allowed as `/public/x`, into `/admin`.
         let normalized = match normalize_path(pq, self.cfg.path_normalization) {
             Ok(std::borrow::Cow::Owned(path)) => Some(with_path(pq, &path)),
             _ => None,
@@ -1129,13 +1129,7 @@ impl RequestHeadersPhase for AuthzEngine {
         let d = self.with_pinned_view(&ctx.namespace, &ctx.labels, |view| {
             self.evaluate_in(view, &input, &mut req.headers)
         });
-        if let Some(pq) = normalized.and_then(|pq| http::uri::PathAndQuery::try_from(pq).ok()) {
-            let mut parts = req.uri.clone().into_parts();
-            parts.path_and_query = Some(pq);
-            if let Ok(uri) = http::Uri::from_parts(parts) {
-                req.uri = uri;
-            }
-        }
+        ctx.forward_path = normalized.and_then(|pq| http::uri::PathAndQuery::try_from(pq).ok());
         ctx.ext_authz = d.custom.clone();
         let monitor = self.cfg.monitor_only || ctx.monitor_only;
         if let Some(j) = &d.jwt {

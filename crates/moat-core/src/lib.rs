@@ -128,6 +128,12 @@ pub struct RequestCtx {
     /// The external authorizer an Istio `action: CUSTOM` policy sends this request to
     /// (its `provider.name`), set by access control; the proxy makes the call.
     pub ext_authz: Option<Arc<str>>,
+    /// The path (and query) access control matched, normalized, when it is not the
+    /// request's own: the proxy forwards it once the head phases ran, as Envoy forwards
+    /// the `:path` its `normalize_path` wrote. The head phases read the path as the
+    /// client sent it (the WAF finds `/static/../../etc/passwd` there, not in
+    /// `/etc/passwd`).
+    pub forward_path: Option<http::uri::PathAndQuery>,
     /// What each engine computed about this request in an earlier phase (see [`slots`]).
     pub slots: EngineSlots,
 }
@@ -151,6 +157,7 @@ impl RequestCtx {
             events: Vec::new(),
             monitor_only: false,
             ext_authz: None,
+            forward_path: None,
             slots: EngineSlots::default(),
         }
     }

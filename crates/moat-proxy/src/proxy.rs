@@ -130,6 +130,7 @@ pub(crate) async fn handle(
         events: Vec::new(),
         monitor_only: route.monitor_only,
         ext_authz: None,
+        forward_path: None,
         slots: Default::default(),
     };
     let trace = snap
@@ -273,6 +274,9 @@ pub(crate) async fn request_headers_phase(
         &pipeline.request_headers,
         |p| p.on_request_headers(ctx, parts),
     );
+    if let Some(pq) = ctx.forward_path.take() {
+        forward_path(parts, pq);
+    }
     if let (Some(provider), Some(ext)) = (ctx.ext_authz.take(), &pipeline.engines.ext_authz) {
         if ext.wants_body(&provider).is_some() {
             ctx.ext_authz = Some(provider);
@@ -283,6 +287,18 @@ pub(crate) async fn request_headers_phase(
         }
     }
     verdict
+}
+
+/// Replaces the path and query of the request's target by the one access control
+/// matched ([`RequestCtx::forward_path`]): the CUSTOM provider, the body phases and the
+/// upstream get the path the policies were evaluated on.
+fn forward_path(parts: &mut http::request::Parts, pq: http::uri::PathAndQuery) {
+    let mut uri = parts.uri.clone().into_parts();
+    uri.path_and_query = Some(pq);
+    // The target was a valid URI with another path; with this one it still is.
+    if let Ok(u) = http::Uri::from_parts(uri) {
+        parts.uri = u;
+    }
 }
 
 /// Calls the CUSTOM provider [`request_headers_phase`] left for the body: `data` is

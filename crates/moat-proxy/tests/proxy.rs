@@ -659,9 +659,9 @@ authz:
 }
 
 /// The path access control matched is the path that goes upstream (Envoy's
-/// `normalize_path` rewrites `:path` before its filters): a prefix router that does not
-/// resolve dot segments would take `/admin/../public/x`, allowed as `/public/x`, into
-/// its `/admin` handler if the raw path went on.
+/// `normalize_path` rewrites `:path`): a prefix router that does not resolve dot
+/// segments would take `/admin/../public/x`, allowed as `/public/x`, into its `/admin`
+/// handler if the raw path went on. The WAF reads the path as it was sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_normalized_path_is_the_one_forwarded() {
     let up = upstream("u").await;
@@ -682,30 +682,39 @@ spec:
     let yaml = format!(
         "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
          clusters:\n  - name: app\n    endpoints: [\"{}\"]\nroutes:\n  - name: all\n    cluster: app\n\
-         authz:\n  enabled: true\n  policies: [policies]\n",
+         authz:\n  enabled: true\n  policies: [policies]\nwaf: {{ enabled: true, mode: block }}\n",
         up.addr
     );
     let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
     let addr = gw.listener_addr("main").unwrap();
-    for (raw, forwarded) in [
-        ("/admin/../public/x?y=1", Some("/public/x?y=1")),
-        ("/public/./a/%7Euser", Some("/public/a/~user")),
-        ("/public\\x", Some("/public/x")),
+    // What comes of each target: forwarded as this path, or refused with this text.
+    for (raw, outcome) in [
+        ("/admin/../public/x?y=1", Ok("/public/x?y=1")),
+        ("/public/./a/%7Euser", Ok("/public/a/~user")),
+        ("/public\\x", Ok("/public/x")),
         (
             "/public/plain?q=a%2Fb/../c",
-            Some("/public/plain?q=a%2Fb/../c"),
+            Ok("/public/plain?q=a%2Fb/../c"),
         ),
-        ("/public/../admin", None),
+        ("/public/../admin", Err("RBAC: access denied")),
+        // Allowed as `/public/etc/passwd`, but the WAF reads the path as it was sent.
+        (
+            "/public/x/../../../public/etc/passwd",
+            Err("403 Request blocked"),
+        ),
     ] {
         let answer = raw_request(addr, raw).await;
-        match forwarded {
-            Some(path) => {
+        match outcome {
+            Ok(path) => {
                 assert!(answer.starts_with("HTTP/1.1 200"), "{raw}: {answer:.300}");
                 let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
                 let v: serde_json::Value = serde_json::from_str(body).unwrap();
                 assert_eq!(v["uri"], path, "{raw}");
             }
-            None => assert!(answer.starts_with("HTTP/1.1 403"), "{raw}: {answer:.300}"),
+            Err(text) => {
+                assert!(answer.starts_with("HTTP/1.1 403"), "{raw}: {answer:.300}");
+                assert!(answer.contains(text), "{raw}: {answer:.400}");
+            }
         }
     }
     gw.shutdown(Duration::from_secs(2)).await;

@@ -105,6 +105,7 @@ pub(crate) async fn decide(
         events: Vec::new(),
         monitor_only: rt.monitor_only,
         ext_authz: None,
+        forward_path: None,
         slots: Default::default(),
     };
     let original = parts.headers.clone();
