@@ -24,7 +24,9 @@ use crate::fetch::JwksFetcher;
 use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
-use crate::request::{normalize_path, remote_ip_from_xff, Attrs, PathNormalization, PeerView};
+use crate::request::{
+    normalize_path, remote_ip_from_xff, Attrs, BadPath, PathNormalization, PeerView,
+};
 use crate::AuthzError;
 
 /// Configuration of access control (the `authz:` section of moat's config).
@@ -236,6 +238,11 @@ pub struct Decision {
     /// external authorizer first (Istio's order: CUSTOM, DENY, ALLOW).
     #[serde(skip)]
     pub custom: Option<Arc<str>>,
+    /// The path (without the query) as the policies matched it, when path normalization
+    /// changed it: what goes upstream in place of the path the client sent. Set whatever
+    /// the decision, since monitor mode forwards refused requests too.
+    #[serde(skip)]
+    pub normalized_path: Option<String>,
 }
 
 /// Which check of access control decided a request.
@@ -284,6 +291,7 @@ impl Decision {
             jwt: None,
             decided_by,
             custom: None,
+            normalized_path: None,
         }
     }
 
@@ -749,18 +757,36 @@ impl AuthzEngine {
         self.evaluate_in(&self.view(req.namespace, req.labels), req, headers)
     }
 
-    /// [`Self::evaluate`] with the workload's view already found.
+    /// [`Self::evaluate`] with the workload's view already found. The path is normalized
+    /// once, here: the policies match it and [`Decision::normalized_path`] carries it out.
     fn evaluate_in(
         &self,
         view: &View,
         req: &RequestInput<'_>,
         headers: &mut HeaderMap,
     ) -> Decision {
+        let path = normalize_path(req.path_and_query, self.cfg.path_normalization);
+        let mut d = self.evaluate_path(view, req, &path, headers);
+        if let Ok(Cow::Owned(p)) = path {
+            d.normalized_path = Some(p);
+        }
+        d
+    }
+
+    /// [`Self::evaluate_in`] given the normalized path: STRICT first, then the path's
+    /// validity, then the token, then the policies.
+    fn evaluate_path(
+        &self,
+        view: &View,
+        req: &RequestInput<'_>,
+        path: &Result<Cow<'_, str>, BadPath>,
+        headers: &mut HeaderMap,
+    ) -> Decision {
         let (mode, pa_policy) = view.peer_mode(req.port.unwrap_or(0));
         if let Some(d) = strict_rejection(mode, pa_policy, req.peer.is_some()) {
             return d;
         }
-        let path = match normalize_path(req.path_and_query, self.cfg.path_normalization) {
+        let path: &str = match path {
             Ok(p) => p,
             Err(e) => {
                 let mut d =
@@ -807,7 +833,7 @@ impl AuthzEngine {
         let attrs = Attrs {
             host: req.host,
             method: req.method,
-            path: &path,
+            path,
             raw_path: req.path_and_query,
             headers,
             port: req.port,
@@ -1104,14 +1130,6 @@ impl RequestHeadersPhase for AuthzEngine {
             }
         };
         let pq = req.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        // The path the policies match is the path that goes upstream (`forward_path`), as
-        // Envoy's `normalize_path` rewrites `:path`: a backend that does not resolve dot
-        // segments itself (a prefix router) would otherwise take `/admin/../public/x`,
-        // allowed as `/public/x`, into `/admin`.
-        let normalized = match normalize_path(pq, self.cfg.path_normalization) {
-            Ok(std::borrow::Cow::Owned(path)) => Some(with_path(pq, &path)),
-            _ => None,
-        };
         let input = RequestInput {
             namespace: &ctx.namespace,
             labels: &ctx.labels,
@@ -1129,7 +1147,14 @@ impl RequestHeadersPhase for AuthzEngine {
         let d = self.with_pinned_view(&ctx.namespace, &ctx.labels, |view| {
             self.evaluate_in(view, &input, &mut req.headers)
         });
-        ctx.forward_path = normalized.and_then(|pq| http::uri::PathAndQuery::try_from(pq).ok());
+        // The path the policies matched is the path that goes upstream (`forward_path`),
+        // as Envoy's `normalize_path` rewrites `:path`: a backend that does not resolve dot
+        // segments itself (a prefix router) would otherwise take `/admin/../public/x`,
+        // allowed as `/public/x`, into `/admin`.
+        ctx.forward_path = d
+            .normalized_path
+            .as_deref()
+            .and_then(|path| http::uri::PathAndQuery::try_from(with_path(pq, path)).ok());
         ctx.ext_authz = d.custom.clone();
         let monitor = self.cfg.monitor_only || ctx.monitor_only;
         if let Some(j) = &d.jwt {

@@ -211,6 +211,24 @@ fn monitor_only_never_blocks() {
         e.on_request_headers(&mut c, &mut p),
         Verdict::Continue
     ));
+    // A request monitor mode lets through goes upstream with the path the policies
+    // matched, whichever check refused it: STRICT without a certificate, a bad token,
+    // or a policy.
+    for (app, bearer) in [("db", None), ("api", Some("not.a.token")), ("api", None)] {
+        let mut c = ctx(app, None);
+        c.monitor_only = true;
+        let mut p = parts("/orders/../admin/x?q=1", bearer);
+        assert!(matches!(
+            e.on_request_headers(&mut c, &mut p),
+            Verdict::Continue
+        ));
+        assert!(c.events.iter().any(|ev| ev.action == EventAction::Monitor));
+        assert_eq!(
+            c.forward_path.as_ref().map(|pq| pq.as_str()),
+            Some("/admin/x?q=1"),
+            "{app} {bearer:?}"
+        );
+    }
 }
 
 #[test]

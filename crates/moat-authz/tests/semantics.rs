@@ -271,6 +271,22 @@ fn path_normalization_modes() {
     );
     let d = req("/a%00").eval(&mk(Base));
     assert_eq!((d.status, d.allowed), (400, false));
+    assert!(d.normalized_path.is_none());
+    // The decision carries the path the policies matched when normalization changed it,
+    // allowed or refused, so that the proxy forwards that one; an unchanged path is None.
+    assert_eq!(
+        req("/a/../admin?x=1")
+            .eval(&mk(Base))
+            .normalized_path
+            .as_deref(),
+        Some("/admin")
+    );
+    assert_eq!(
+        req("/a/../b").eval(&mk(Base)).normalized_path.as_deref(),
+        Some("/b")
+    );
+    assert!(req("/a/../b").eval(&mk(None)).normalized_path.is_none());
+    assert!(req("/b?x=/../").eval(&mk(Base)).normalized_path.is_none());
 }
 
 #[test]
