@@ -195,6 +195,27 @@ impl Body {
     }
 }
 
+/// How many of a body's first bytes [`starts_binary`] reads: the WHATWG MIME Sniffing
+/// standard's resource header length.
+pub const SNIFF_BYTES: usize = 1445;
+
+/// Whether a body is binary by the WHATWG MIME Sniffing standard's rule for telling text
+/// from binary: it does not start with a UTF-16 or UTF-8 byte order mark, and one of its
+/// first [`SNIFF_BYTES`] bytes is a binary data byte (a C0 control other than tab, line
+/// feed, form feed, carriage return and escape). JSON, XML and form parsers refuse such
+/// bytes in UTF-8, so a body with one is not a document they read, whatever its type.
+pub fn starts_binary(data: &[u8]) -> bool {
+    if data.starts_with(&[0xFE, 0xFF])
+        || data.starts_with(&[0xFF, 0xFE])
+        || data.starts_with(&[0xEF, 0xBB, 0xBF])
+    {
+        return false;
+    }
+    data[..data.len().min(SNIFF_BYTES)]
+        .iter()
+        .any(|&b| matches!(b, 0x00..=0x08 | 0x0B | 0x0E..=0x1A | 0x1C..=0x1F))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +296,26 @@ mod tests {
         assert!(body.modified());
         assert_eq!(body.content_encoding(), None);
         assert_eq!(&body.decoded().unwrap()[..], b"plain");
+    }
+
+    #[test]
+    fn binary_bodies_by_their_first_bytes() {
+        use super::{starts_binary, SNIFF_BYTES};
+        assert!(!starts_binary(b""));
+        assert!(!starts_binary(b"{\"id\": \"1' or 1=1 --\"}\r\n\t\x0c\x1b"));
+        assert!(!starts_binary("caf\u{e9} \u{1F600}".as_bytes()));
+        assert!(starts_binary(b"\x89PNG\r\n\x1a\n"));
+        assert!(starts_binary(b"PK\x03\x04"));
+        assert!(starts_binary(b"\x1f\x8b\x08"));
+        assert!(starts_binary(&[0xAC, 0xED, 0x00, 0x05]));
+        // UTF-16 text with its byte order mark is text.
+        assert!(!starts_binary(&[0xFF, 0xFE, b'{', 0, b'}', 0]));
+        assert!(starts_binary(&[b'{', 0, b'}', 0]));
+        // Only the first SNIFF_BYTES count.
+        let mut late = vec![b'a'; SNIFF_BYTES];
+        late.push(0);
+        assert!(!starts_binary(&late));
+        late[SNIFF_BYTES - 1] = 0;
+        assert!(starts_binary(&late));
     }
 }

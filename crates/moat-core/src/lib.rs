@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use body::{Body, DecodeError, DecodeLimits};
+pub use body::{starts_binary, Body, DecodeError, DecodeLimits};
 pub use event::{new_event_id, EventAction, SecurityEvent};
 pub use reply::{Reply, ReplyFormat};
 pub use slots::{EngineSlots, RouteMode};
@@ -287,6 +287,22 @@ pub enum BodyNeed {
     None,
     /// Buffer up to this many bytes before calling the phase.
     Buffer(usize),
+    /// Buffer up to this many bytes when the body is text, stream it when its first
+    /// bytes say it is binary ([`body::starts_binary`]): what a phase that reads
+    /// documents needs of a body declared binary, without holding back real uploads.
+    BufferText(usize),
+}
+
+impl BodyNeed {
+    /// The two needs together: the larger buffer, unconditional if either is.
+    pub fn max(self, other: BodyNeed) -> BodyNeed {
+        use BodyNeed::*;
+        match (self, other) {
+            (None, x) | (x, None) => x,
+            (BufferText(a), BufferText(b)) => BufferText(a.max(b)),
+            (Buffer(a) | BufferText(a), Buffer(b) | BufferText(b)) => Buffer(a.max(b)),
+        }
+    }
 }
 
 /// Inspects (and may rewrite) a buffered request body.

@@ -312,14 +312,35 @@ pub struct Buffered {
     pub trailers: Option<Box<http::HeaderMap>>,
 }
 
-/// Reads a body into memory, stopping once more than `limit` bytes arrived.
-pub async fn read_prefix<B>(body: &mut B, limit: usize) -> Result<Buffered, BoxError>
+/// Reads a body into memory, stopping once more than `limit` bytes arrived. `start` is
+/// what was taken of it already ([`peek`]; `Gathered::default()` for nothing).
+pub async fn read_prefix<B>(
+    body: &mut B,
+    limit: usize,
+    start: Gathered,
+) -> Result<Buffered, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
     use http_body_util::BodyExt;
-    let mut buf = BytesMut::new();
+    if start.data.len() > limit {
+        return Ok(Buffered {
+            data: start.data.slice(..limit),
+            truncated: true,
+            overflow: start.data.slice(limit..),
+            trailers: None,
+        });
+    }
+    if start.complete {
+        return Ok(Buffered {
+            data: start.data,
+            truncated: false,
+            overflow: Bytes::new(),
+            trailers: start.trailers,
+        });
+    }
+    let mut buf = BytesMut::from(&start.data[..]);
     let mut trailers = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Into::into)?;
@@ -372,6 +393,27 @@ where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
+    gather(body, max, false).await
+}
+
+/// [`gather_ready`], but waiting for the body's first data (or its end): the first bytes
+/// of a body whose handling depends on them ([`BodyNeed::BufferText`]), without waiting
+/// for more than the peer sent. A peer that sends them one at a time shows one.
+///
+/// [`BodyNeed::BufferText`]: moat_core::BodyNeed::BufferText
+pub async fn peek<B>(body: &mut B, max: usize) -> Result<Gathered, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    gather(body, max, true).await
+}
+
+async fn gather<B>(body: &mut B, max: usize, wait_first: bool) -> Result<Gathered, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     let mut out = Gathered::default();
     let mut joined: Option<BytesMut> = None;
     loop {
@@ -383,8 +425,11 @@ where
         if len >= max {
             break;
         }
-        let polled =
-            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+        let polled = if wait_first && len == 0 {
+            Poll::Ready(std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await)
+        } else {
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await
+        };
         match polled {
             Poll::Ready(None) => {
                 out.complete = true;

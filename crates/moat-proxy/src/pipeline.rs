@@ -94,20 +94,12 @@ impl std::fmt::Debug for Pipeline {
     }
 }
 
-/// Combines two body needs: the larger buffer wins.
-pub fn max_need(a: BodyNeed, b: BodyNeed) -> BodyNeed {
-    match (a, b) {
-        (BodyNeed::None, x) | (x, BodyNeed::None) => x,
-        (BodyNeed::Buffer(x), BodyNeed::Buffer(y)) => BodyNeed::Buffer(x.max(y)),
-    }
-}
-
 impl Pipeline {
     /// What the request body phases (and after-response phases wanting bodies) need.
     pub fn request_body_need(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
         let mut need = BodyNeed::None;
         for p in &self.request_body {
-            need = max_need(need, p.body_need(ctx, req));
+            need = need.max(p.body_need(ctx, req));
         }
         need
     }

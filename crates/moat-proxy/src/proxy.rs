@@ -15,7 +15,8 @@ use moat_core::{
 };
 
 use crate::body::{
-    gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, ProxyBody, RequestBody,
+    gather_ready, peek, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, Gathered, ProxyBody,
+    RequestBody,
 };
 use crate::config::{OnLimit, UnderscoreHeaders};
 use crate::connection::ConnInfo;
@@ -23,7 +24,7 @@ use crate::events::AccessInfo;
 use crate::ext_authz::CheckBody;
 use crate::metrics::{Decision, Metrics, Phase};
 use crate::otel::{RequestTrace, TRACEPARENT};
-use crate::pipeline::{max_need, Pipeline};
+use crate::pipeline::Pipeline;
 use crate::routing::Route;
 use crate::state::{Shared, Snapshot};
 use crate::upstream::{
@@ -238,7 +239,7 @@ async fn proxy(
     // After-response phases that want the bodies get copies of what was inspected.
     let mut keep_bodies = BodyNeed::None;
     for p in &pipeline.after_response {
-        keep_bodies = max_need(keep_bodies, p.wants_bodies(ctx, parts));
+        keep_bodies = keep_bodies.max(p.wants_bodies(ctx, parts));
     }
     let body = body.paced(st.route.body_pace);
     let (forward, tripped) = request_body_phase(st, ctx, parts, body, keep_bodies, refused).await?;
@@ -416,10 +417,10 @@ async fn request_body_phase(
         .zip(pipeline.engines.ext_authz.as_ref())
         .and_then(|(name, ext)| ext.wants_body(name));
     if let Some(spec) = custom {
-        need = max_need(need, BodyNeed::Buffer(spec.max_request_bytes as usize));
+        need = need.max(BodyNeed::Buffer(spec.max_request_bytes as usize));
     }
     if !pipeline.request_body.is_empty() {
-        need = max_need(need, pipeline.request_body_need(ctx, parts));
+        need = need.max(pipeline.request_body_need(ctx, parts));
     }
     // Set when a streamed body exceeds the limit (allocated only for such bodies).
     let mut tripped: Option<Arc<AtomicBool>> = None;
@@ -434,6 +435,8 @@ async fn request_body_phase(
     }
     let mut body = body;
     let untrailed = pipeline.inspects_request_trailers(ctx);
+    // What was read of the body before deciding to buffer it ([`BodyNeed::BufferText`]).
+    let mut start = Gathered::default();
     let cap = match need {
         BodyNeed::None => {
             let forward = match content_length {
@@ -451,14 +454,40 @@ async fn request_body_phase(
                 }
                 _ => untrailed_if(
                     untrailed,
-                    limited_stream(body, route, content_length, &mut tripped),
+                    limited_stream(body, route, content_length, 0, &mut tripped),
                 ),
             };
             return Ok((forward, tripped));
         }
         BodyNeed::Buffer(n) => (n as u64).min(limit) as usize,
+        BodyNeed::BufferText(n) => {
+            let first = match peek(&mut body, moat_core::body::SNIFF_BYTES).await {
+                Ok(g) => g,
+                Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
+            };
+            if !moat_core::starts_binary(&first.data) {
+                start = first;
+                (n as u64).min(limit) as usize
+            } else {
+                // Binary: streamed as if no phase wanted it, its first bytes included.
+                let consumed = first.data.len() as u64;
+                if route.on_limit == OnLimit::Reject && consumed > limit {
+                    return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+                }
+                if let Some(t) = &first.trailers {
+                    request_trailers_phase(st, ctx, parts, t)?;
+                }
+                let forward = first.into_body(|| {
+                    untrailed_if(
+                        untrailed,
+                        limited_stream(body, route, content_length, consumed, &mut tripped),
+                    )
+                });
+                return Ok((forward, tripped));
+            }
+        }
     };
-    let buffered = match read_prefix(&mut body, cap).await {
+    let buffered = match read_prefix(&mut body, cap, start).await {
         Ok(b) => b,
         Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
     };
@@ -669,7 +698,7 @@ async fn response_phase(
     let (mut rparts, mut rbody) = resp.into_parts();
     let mut need = keep_bodies;
     for p in &pipeline.response_body {
-        need = max_need(need, p.body_need(ctx, parts, &rparts));
+        need = need.max(p.body_need(ctx, parts, &rparts));
     }
     // The upstream failed while sending the response body, before any of it left.
     let body_failed = |ctx: &RequestCtx| {
@@ -699,9 +728,11 @@ async fn response_phase(
             };
             return Ok((Response::from_parts(rparts, out), Decision::Allow));
         }
-        BodyNeed::Buffer(n) => (n as u64).min(st.route.response_max) as usize,
+        BodyNeed::Buffer(n) | BodyNeed::BufferText(n) => {
+            (n as u64).min(st.route.response_max) as usize
+        }
     };
-    let buffered = match read_prefix(&mut rbody, cap).await {
+    let buffered = match read_prefix(&mut rbody, cap, Gathered::default()).await {
         Ok(b) => b,
         Err(_) => return Err(body_failed(ctx)),
     };
@@ -891,12 +922,13 @@ fn limited_stream(
     body: RequestBody,
     route: &Route,
     content_length: Option<u64>,
+    consumed: u64,
     tripped: &mut Option<Arc<AtomicBool>>,
 ) -> ProxyBody {
     if route.on_limit == OnLimit::Reject && content_length.is_none() {
         ProxyBody::Limited {
             inner: Box::new(body),
-            remaining: route.body_max,
+            remaining: route.body_max.saturating_sub(consumed),
             tripped: tripped.get_or_insert_with(Default::default).clone(),
         }
     } else {

@@ -608,12 +608,25 @@ async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["trailers"], serde_json::json!({"x-checksum": "abc"}));
 
-    // Streamed (the WAF does not parse octet-stream): the trailers go, the body arrives.
+    // A binary body (the WAF does not read it) that came whole with its trailers, in
+    // the bytes moat reads to tell binary from text: they are inspected as those of any
+    // body read whole.
     let octets = "application/octet-stream";
-    for (rid, trailer) in [("tr-3", "X-Checksum: abc"), ("tr-4", attack)] {
-        let (status, v) = h1_raw(addr, chunked_with_trailer(rid, octets, "abc", trailer)).await;
+    let (status, _) = h1_raw(addr, chunked_with_trailer("tr-3", octets, "\0bc", attack)).await;
+    assert_eq!(status, 403);
+    let (status, v) = h1_raw(
+        addr,
+        chunked_with_trailer("tr-3b", octets, "\0bc", "X-Checksum: abc"),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["trailers"], serde_json::json!({"x-checksum": "abc"}));
+    // Streamed (a longer binary body): the trailers go, the body arrives.
+    let long = format!("\0{}", "b".repeat(4000));
+    for (rid, trailer) in [("tr-4", "X-Checksum: abc"), ("tr-4b", attack)] {
+        let (status, v) = h1_raw(addr, chunked_with_trailer(rid, octets, &long, trailer)).await;
         assert_eq!(status, 200, "{v}");
-        assert_eq!(v["body"], "abc");
+        assert_eq!(v["body"], long.as_str());
         assert_eq!(v["trailers"], serde_json::json!({}), "{trailer}");
     }
 
@@ -625,7 +638,12 @@ async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
         Frame::trailers(t)
     };
     let send = |rid: &'static str, ct: &'static str, t: Frame<Bytes>| {
-        let frames = vec![Frame::data(Bytes::from_static(b"{}")), t];
+        let body = if ct == json {
+            Bytes::from_static(b"{}")
+        } else {
+            Bytes::from(long.clone())
+        };
+        let frames = vec![Frame::data(body), t];
         c.request(h2_post(
             format!("http://{addr}/upload"),
             rid,
@@ -649,7 +667,7 @@ async fn trailer_fields_are_inspected_before_forwarding_or_dropped() {
     assert_eq!(resp.status(), StatusCode::OK);
     let v = common::json(&resp.into_body().collect().await.unwrap().to_bytes());
     assert_eq!(v["trailers"], serde_json::json!({}));
-    assert_eq!(up.hits(), 5, "tr-2, tr-3, tr-4, tr-6 and tr-7");
+    assert_eq!(up.hits(), 6, "tr-2, tr-3b, tr-4, tr-4b, tr-6 and tr-7");
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -707,5 +725,154 @@ async fn binary_uploads_pass_whatever_else_buffers_them() {
         );
     }
     assert_eq!(up.hits(), 2);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+const SQLI_JSON: &str = r#"{"id": "1' UNION SELECT username, password FROM users--"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_declared_binary_is_read_when_it_is_text() {
+    // Go's `json.NewDecoder(r.Body)` and Flask's `get_json(force=True)` parse a body
+    // whatever its declared type. Bodies declared binary were streamed unread, so an
+    // attack in JSON or a form labelled `application/octet-stream` reached such a
+    // backend. A body whose first bytes are text is now read as one with no type.
+    let (up, sink, gw, addr, _dir) = start().await;
+    let c = client();
+    let sqli_form = "id=1' UNION SELECT username, password FROM users--";
+    for ct in [
+        "application/octet-stream",
+        "image/png",
+        "video/mp4",
+        "audio/mpeg",
+    ] {
+        for body in [SQLI_JSON, sqli_form, XSS_BODY] {
+            let req = Request::post(format!("http://{addr}/api"))
+                .header("content-type", ct)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let (s, _, _) = send(&c, req).await;
+            assert_eq!(s, StatusCode::FORBIDDEN, "{ct}: {body}");
+        }
+    }
+    // Sent a byte at a time, the first byte is all moat has seen when it decides
+    // whether to buffer: it is text, so the body is read whole.
+    let h2 = h2_client();
+    let frames: Vec<Frame<Bytes>> = SQLI_JSON
+        .as_bytes()
+        .chunks(1)
+        .map(|b| Frame::data(Bytes::copy_from_slice(b)))
+        .collect();
+    let resp = h2
+        .request(h2_post(
+            format!("http://{addr}/api"),
+            "h2-octets",
+            &[("content-type", "application/octet-stream")],
+            frames,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    assert!(sink
+        .events_of("h2-octets")
+        .iter()
+        .any(|e| e.action == EventAction::Block));
+    let chunked = format!(
+        "POST /api HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAccept: application/json\r\n\
+         Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+         1\r\n{{\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+        SQLI_JSON.len() - 1,
+        &SQLI_JSON[1..]
+    );
+    let (status, _) = h1_raw(addr, chunked).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        up.hits(),
+        0,
+        "an attack in a body declared binary was forwarded"
+    );
+    // Text that is no attack goes through as it was sent, and so does a binary body
+    // carrying the same attack text after a binary byte (no JSON or form parser reads
+    // it): streamed unread, as uploads are.
+    let csv = "id,name\n1,O'Brien\n2,\"Smith, J\"\n";
+    let binary = [&b"\x00\x01"[..], SQLI_JSON.as_bytes()].concat();
+    for (body, expect) in [
+        (csv.as_bytes(), csv.to_string()),
+        (&binary[..], String::from_utf8_lossy(&binary).into_owned()),
+    ] {
+        let req = Request::post(format!("http://{addr}/api"))
+            .header("content-type", "application/octet-stream")
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .unwrap();
+        let (s, _, answer) = send(&c, req).await;
+        assert_eq!(s, StatusCode::OK);
+        let echoed: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(echoed["body"], expect);
+    }
+    assert_eq!(up.hits(), 2);
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_upload_is_streamed_not_held_back() {
+    // Reading text bodies declared binary must not hold back real uploads: the
+    // upstream gets the first bytes of a binary body before the client sends the rest.
+    // (A client that waits for them, as a streaming protocol does, would otherwise wait
+    // for its own body's end.)
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let (first_tx, mut first_rx) = tokio::sync::mpsc::unbounded_channel::<usize>();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let svc = service_fn(move |req: Request<Incoming>| {
+            let first_tx = first_tx.clone();
+            async move {
+                let mut body = req.into_body();
+                let mut total = 0;
+                while let Some(frame) = body.frame().await {
+                    if let Ok(d) = frame.unwrap().into_data() {
+                        if total == 0 {
+                            let _ = first_tx.send(d.len());
+                        }
+                        total += d.len();
+                    }
+                }
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(total.to_string()))))
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tcp), svc)
+            .await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), &yaml(up), GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let first: Vec<u8> = b"\x89PNG\r\n\x1a\n"
+        .iter()
+        .copied()
+        .chain(0..=255u8)
+        .collect();
+    let head = "POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                Content-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n";
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(format!("{:x}\r\n", first.len()).as_bytes())
+        .await
+        .unwrap();
+    s.write_all(&first).await.unwrap();
+    s.write_all(b"\r\n").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), first_rx.recv())
+        .await
+        .expect("the upload's first bytes did not reach the upstream before its end");
+    assert!(got.is_some_and(|n| n > 0));
+    s.write_all(b"5\r\nIEND!\r\n0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(&(first.len() + 5).to_string()), "{answer}");
     gw.shutdown(Duration::from_secs(2)).await;
 }

@@ -555,6 +555,21 @@ impl WafEngine {
 
     /// Inspects a body read as ASCII-compatible text, parsed by its `Content-Type` `ct`.
     fn inspect_body_text(&self, ins: &mut Inspector<'_>, ct: &[u8], data: &[u8]) {
+        // serialized Java objects posted raw (application/x-java-serialized-object), under
+        // any type
+        if data.starts_with(&[0xAC, 0xED, 0x00, 0x05]) {
+            ins.report_hit(
+                Loc::Body,
+                detect::Hit::new(Attack::Deserialization, 90, "\u{AC}\u{ED}\0\u{5}", 0, 4),
+            );
+            return;
+        }
+        let ct = match declared(ct) {
+            Declared::Document => ct,
+            // A body declared binary whose first bytes are text is read as one with no type.
+            Declared::Binary if !moat_core::starts_binary(data) => &b""[..],
+            Declared::Binary | Declared::Framed => return,
+        };
         // matched case-insensitively in place: no lowercased copy per request
         let has = |needle: &[u8]| util::contains_ci(ct, needle);
         let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
@@ -586,23 +601,6 @@ impl WafEngine {
         }
         if has(b"x-www-form-urlencoded") {
             ins.urlencoded(data, true);
-            return;
-        }
-        if unparsed_type(ct) {
-            // serialized Java objects posted raw (application/x-java-serialized-object)
-            if data.starts_with(&[0xAC, 0xED, 0x00, 0x05]) {
-                ins.report_hit(
-                    Loc::Body,
-                    detect::Hit::new(Attack::Deserialization, 90, "\u{AC}\u{ED}\0\u{5}", 0, 4),
-                );
-            }
-            return;
-        }
-        if data.starts_with(&[0xAC, 0xED, 0x00, 0x05]) {
-            ins.report_hit(
-                Loc::Body,
-                detect::Hit::new(Attack::Deserialization, 90, "\u{AC}\u{ED}\0\u{5}", 0, 4),
-            );
             return;
         }
         // JSON sent as text (navigator.sendBeacon posts text/plain): walked as JSON
@@ -817,14 +815,14 @@ impl WafEngine {
         }
     }
 
-    /// Content types whose body this engine parses.
-    /// Whether a body of this type is parsed. One without a type is: a backend may read
-    /// it as anything. (Whether there is a body at all is the proxy's to know: an
-    /// HTTP/2 request announces one by its framing, with no field saying so.)
-    fn parses_body(req: &http::request::Parts) -> bool {
+    /// How this request's body is read, by its declared type. One without a type is a
+    /// document: a backend may read it as anything. (Whether there is a body at all is
+    /// the proxy's to know: an HTTP/2 request announces one by its framing, with no
+    /// field saying so.)
+    fn declared_body(req: &http::request::Parts) -> Declared {
         req.headers
             .get(http::header::CONTENT_TYPE)
-            .is_none_or(|ct| !unparsed_type(ct.to_str().unwrap_or("").as_bytes()))
+            .map_or(Declared::Document, |ct| declared(ct.as_bytes()))
     }
 }
 
@@ -846,14 +844,27 @@ fn target_path(target: &[u8]) -> &[u8] {
     }
 }
 
-/// Binary media types the engine streams instead of parsing (case-insensitive):
-/// `image/*`, `video/*`, `audio/*`, and subtypes naming octet streams, protobuf or
-/// gRPC. Only the media type counts, not its parameters: a JSON body labelled
-/// `application/json; x=octet-stream` is still parsed. (Matching the whole
-/// header also cost 750 instructions a request, restarting the search at each
-/// `o` and `p` of `application/json`.)
-fn unparsed_type(ct: &[u8]) -> bool {
-    // A type the body parsers read as structured text is not binary, whatever else it
+/// How the WAF reads a request body, by its declared type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Declared {
+    /// A document (JSON, XML, a form, multipart, text) or no type at all: parsed.
+    Document,
+    /// `image/*`, `video/*`, `audio/*` or an octet stream: read as an untyped document
+    /// when its first bytes are text ([`moat_core::starts_binary`]), since a backend may
+    /// parse it whatever its type (Go's `json.NewDecoder(r.Body)`, Flask's
+    /// `get_json(force=True)`); streamed unread when they are binary, as uploads are.
+    Binary,
+    /// Protobuf or gRPC: framed binary messages, streamed unread (a gRPC stream is not
+    /// held back to wait for its end).
+    Framed,
+}
+
+/// The [`Declared`] kind of a `Content-Type` (case-insensitive). Only the media type
+/// counts, not its parameters: a JSON body labelled `application/json; x=octet-stream`
+/// is a document. (Matching the whole header also cost 750 instructions a request,
+/// restarting the search at each `o` and `p` of `application/json`.)
+fn declared(ct: &[u8]) -> Declared {
+    // A type the body parsers read as structured text is a document, whatever else it
     // names: Spring reads `application/octet-stream+json` as JSON (`application/*+json`),
     // and `inspect_body_text` finds its parser by these names anywhere in the field.
     if [
@@ -865,7 +876,7 @@ fn unparsed_type(ct: &[u8]) -> bool {
     .iter()
     .any(|n| util::contains_ci(ct, n))
     {
-        return false;
+        return Declared::Document;
     }
     let media = ct
         .split(|&c| c == b';')
@@ -876,12 +887,17 @@ fn unparsed_type(ct: &[u8]) -> bool {
         Some(p) => (&media[..p], &media[p + 1..]),
         None => (media, &b""[..]),
     };
-    [&b"image"[..], b"video", b"audio"]
+    if util::contains_ci(sub, b"protobuf") || util::contains_ci(sub, b"grpc") {
+        Declared::Framed
+    } else if [&b"image"[..], b"video", b"audio"]
         .iter()
         .any(|t| ty.eq_ignore_ascii_case(t))
         || util::contains_ci(sub, b"octet-stream")
-        || util::contains_ci(sub, b"protobuf")
-        || util::contains_ci(sub, b"grpc")
+    {
+        Declared::Binary
+    } else {
+        Declared::Document
+    }
 }
 
 /// The distinct `boundary` parameters of a multipart `Content-Type` (one, unless the
@@ -927,10 +943,19 @@ impl RequestBodyPhase for WafEngine {
     }
 
     fn body_need(&self, ctx: &RequestCtx, req: &http::request::Parts) -> BodyNeed {
-        if self.route_mode_of(ctx) == RouteMode::Off || !Self::parses_body(req) {
+        if self.route_mode_of(ctx) == RouteMode::Off {
             return BodyNeed::None;
         }
-        BodyNeed::Buffer(usize::try_from(self.cfg.limits.max_body_bytes).unwrap_or(usize::MAX))
+        let limit = usize::try_from(self.cfg.limits.max_body_bytes).unwrap_or(usize::MAX);
+        match Self::declared_body(req) {
+            Declared::Document => BodyNeed::Buffer(limit),
+            // Whether an encoded body is text shows once it is decoded.
+            Declared::Binary if req.headers.contains_key(http::header::CONTENT_ENCODING) => {
+                BodyNeed::Buffer(limit)
+            }
+            Declared::Binary => BodyNeed::BufferText(limit),
+            Declared::Framed => BodyNeed::None,
+        }
     }
 
     fn on_request_body(
@@ -940,13 +965,18 @@ impl RequestBodyPhase for WafEngine {
         body: &mut moat_core::Body,
     ) -> Verdict {
         let mode = self.route_mode(ctx);
-        // Another phase may have had a body buffered that the WAF does not parse (a
-        // binary upload, for secret detection): it is read no more than when streamed.
-        if mode == RouteMode::Off || !Self::parses_body(req) {
+        // Another phase may have had a body buffered that the WAF does not read (a
+        // binary upload, for secret detection): it is read no more than when streamed,
+        // and its truncation is no limit of the WAF's.
+        let declared = Self::declared_body(req);
+        if mode == RouteMode::Off || declared == Declared::Framed {
             return Verdict::Continue;
         }
         let view = RequestView::from_parts(req);
         let f = match body.decoded() {
+            Ok(data) if declared == Declared::Binary && moat_core::starts_binary(data) => {
+                return Verdict::Continue;
+            }
             Ok(data) => {
                 let over = data.len() as u64 > self.cfg.limits.max_decode_output;
                 let data = if over {
@@ -1011,18 +1041,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unparsed_media_types() {
-        for ct in [
-            "application/octet-stream",
-            "Image/PNG",
-            "video/mp4",
-            "audio/ogg; codecs=opus",
-            "application/x-protobuf",
-            "application/grpc+proto",
-            "application/vnd.google.protobuf; proto=x.Y",
-            " application/OCTET-STREAM ",
+    fn declared_body_kinds() {
+        for (ct, kind) in [
+            ("application/octet-stream", Declared::Binary),
+            ("Image/PNG", Declared::Binary),
+            ("video/mp4", Declared::Binary),
+            ("audio/ogg; codecs=opus", Declared::Binary),
+            (" application/OCTET-STREAM ", Declared::Binary),
+            ("application/x-protobuf", Declared::Framed),
+            ("application/grpc+proto", Declared::Framed),
+            (
+                "application/vnd.google.protobuf; proto=x.Y",
+                Declared::Framed,
+            ),
+            ("application/grpc-web", Declared::Framed),
         ] {
-            assert!(unparsed_type(ct.as_bytes()), "{ct}");
+            assert_eq!(declared(ct.as_bytes()), kind, "{ct}");
         }
         for ct in [
             "application/json",
@@ -1038,7 +1072,7 @@ mod tests {
             "application/octet-stream; format=json",
             "",
         ] {
-            assert!(!unparsed_type(ct.as_bytes()), "{ct}");
+            assert_eq!(declared(ct.as_bytes()), Declared::Document, "{ct}");
         }
     }
 

@@ -310,24 +310,78 @@ fn scanner_user_agent_is_monitored_not_blocked() {
 }
 
 #[test]
-fn body_phase_buffers_parsed_types_only() {
+fn body_phase_buffers_documents_and_text_declared_binary() {
     let e = engine(&WafConfig::default());
     let ctx = RequestCtx::for_test("r");
-    let p = parts(
+    let need = |fields: &[(&str, &str)]| e.body_need(&ctx, &parts("POST", "/", fields));
+    assert_eq!(
+        need(&[
+            ("content-type", "application/json"),
+            ("content-length", "10")
+        ]),
+        BodyNeed::Buffer(1 << 20)
+    );
+    // Declared binary: buffered only if its first bytes are text (the proxy looks)...
+    assert_eq!(
+        need(&[("content-type", "image/png"), ("content-length", "10")]),
+        BodyNeed::BufferText(1 << 20)
+    );
+    // ... which shows only once an encoded body is decoded.
+    assert_eq!(
+        need(&[
+            ("content-type", "application/octet-stream"),
+            ("content-encoding", "gzip")
+        ]),
+        BodyNeed::Buffer(1 << 20)
+    );
+    // gRPC and protobuf streams are never held back.
+    assert_eq!(
+        need(&[("content-type", "application/grpc")]),
+        BodyNeed::None
+    );
+}
+
+#[test]
+fn a_body_declared_binary_is_inspected_when_it_is_text() {
+    // Whichever engine had it buffered: a text body under a binary type is read as an
+    // untyped one, a binary one (even over the limit) is left alone.
+    let e = engine(&WafConfig::default());
+    let attack = br#"{"q": "1' UNION SELECT username, password FROM users--"}"#;
+    for ct in ["application/octet-stream", "image/jpeg"] {
+        let (v, ctx) = run_body(&e, ct, &mut body(attack.to_vec(), None, false));
+        assert!(matches!(v, Verdict::Respond(_)), "{ct}");
+        assert!(ctx.events.iter().any(|x| x.action == EventAction::Block));
+        let binary = [&b"\xff\xd8\xff\xe0\x00\x10JFIF"[..], attack].concat();
+        let (v, ctx) = run_body(&e, ct, &mut body(binary, None, true));
+        assert!(matches!(v, Verdict::Continue), "{ct}");
+        assert!(ctx.events.is_empty(), "{:?}", ctx.events);
+    }
+    let gzipped = {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(attack).unwrap();
+        z.finish().unwrap()
+    };
+    let mut ctx = RequestCtx::for_test("r");
+    let mut p = parts(
         "POST",
         "/",
         &[
-            ("content-type", "application/json"),
-            ("content-length", "10"),
+            ("content-type", "application/octet-stream"),
+            ("content-encoding", "gzip"),
         ],
     );
-    assert_eq!(e.body_need(&ctx, &p), BodyNeed::Buffer(1 << 20));
-    let p = parts(
-        "POST",
-        "/",
-        &[("content-type", "image/png"), ("content-length", "10")],
+    let mut b = body(gzipped, Some("gzip"), false);
+    assert!(matches!(
+        e.on_request_body(&mut ctx, &mut p, &mut b),
+        Verdict::Respond(_)
+    ));
+    // A gRPC message is not read, whatever it carries.
+    let (v, _) = run_body(
+        &e,
+        "application/grpc",
+        &mut body(attack.to_vec(), None, false),
     );
-    assert_eq!(e.body_need(&ctx, &p), BodyNeed::None);
+    assert!(matches!(v, Verdict::Continue));
 }
 
 fn limit_cfg(on_limit: OnLimit) -> WafConfig {

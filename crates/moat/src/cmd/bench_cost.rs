@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use moat_core::{BodyNeed, DecodeLimits, Finished, RequestCtx, Verdict};
 use moat_proxy::config::{self, ConfigSource};
-use moat_proxy::pipeline::{build_pipeline, max_need, Pipeline};
+use moat_proxy::pipeline::{build_pipeline, Pipeline};
 use thread_counters::ThreadCounter;
 
 /// Arguments of `moat bench cost`.
@@ -345,11 +345,16 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
     }
     let mut keep = BodyNeed::None;
     for ph in &p.after_response {
-        keep = max_need(keep, ph.wants_bodies(&mut ctx, &head));
+        keep = keep.max(ph.wants_bodies(&mut ctx, &head));
     }
-    let need = max_need(keep, p.request_body_need(&ctx, &head));
+    let need = keep.max(p.request_body_need(&ctx, &head));
     let mut kept_request = None;
-    if let (Some(data), BodyNeed::Buffer(_)) = (&ex.body, need) {
+    let buffered = match (&ex.body, need) {
+        (Some(data), BodyNeed::BufferText(_)) => !moat_core::starts_binary(data),
+        (Some(_), BodyNeed::Buffer(_)) => true,
+        _ => false,
+    };
+    if let (true, Some(data)) = (buffered, &ex.body) {
         let mut body = moat_core::Body::new(data.clone(), None, false, DecodeLimits::default());
         for ph in &p.request_body {
             if let Verdict::Respond(_) = ph.on_request_body(&mut ctx, &mut head, &mut body) {
@@ -363,7 +368,7 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
     let mut resp = ex.response.clone();
     let mut rneed = keep;
     for ph in &p.response_body {
-        rneed = max_need(rneed, ph.body_need(&ctx, &head, &resp));
+        rneed = rneed.max(ph.body_need(&ctx, &head, &resp));
     }
     let mut kept_response = None;
     if rneed != BodyNeed::None {
