@@ -958,7 +958,10 @@ pub fn strip_outputs(providers: &[std::sync::Arc<Provider>], headers: &mut Heade
         headers.remove(h);
     }
     // Rare: looked for only when some field name has an underscore.
-    if headers.keys().any(|k| k.as_str().contains('_')) {
+    if headers
+        .keys()
+        .any(|k| k.as_str().as_bytes().contains(&b'_'))
+    {
         let spelled: Vec<HeaderName> = headers
             .keys()
             .filter(|k| outputs().any(|h| moat_core::fields::same_cgi_name(k.as_str(), h.as_str())))

@@ -393,27 +393,6 @@ where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
-    gather(body, max, false).await
-}
-
-/// [`gather_ready`], but waiting for the body's first data (or its end): the first bytes
-/// of a body whose handling depends on them ([`BodyNeed::BufferText`]), without waiting
-/// for more than the peer sent. A peer that sends them one at a time shows one.
-///
-/// [`BodyNeed::BufferText`]: moat_core::BodyNeed::BufferText
-pub async fn peek<B>(body: &mut B, max: usize) -> Result<Gathered, BoxError>
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    gather(body, max, true).await
-}
-
-async fn gather<B>(body: &mut B, max: usize, wait_first: bool) -> Result<Gathered, BoxError>
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
     let mut out = Gathered::default();
     let mut joined: Option<BytesMut> = None;
     loop {
@@ -425,11 +404,8 @@ where
         if len >= max {
             break;
         }
-        let polled = if wait_first && len == 0 {
-            Poll::Ready(std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await)
-        } else {
-            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await
-        };
+        let polled =
+            std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
         match polled {
             Poll::Ready(None) => {
                 out.complete = true;
@@ -462,6 +438,60 @@ where
         out.data = j.freeze();
     }
     Ok(out)
+}
+
+/// [`gather_ready`], but waiting for the body's first data (or its end): the first bytes
+/// of a body whose handling depends on them ([`BodyNeed::BufferText`]), without waiting
+/// for more than the peer sent. A peer that sends them one at a time shows one.
+///
+/// [`BodyNeed::BufferText`]: moat_core::BodyNeed::BufferText
+pub async fn peek<B>(body: &mut B, max: usize) -> Result<Gathered, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    use http_body_util::BodyExt;
+    let first = loop {
+        let Some(frame) = body.frame().await else {
+            return Ok(Gathered {
+                complete: true,
+                ..Gathered::default()
+            });
+        };
+        match frame.map_err(Into::into)?.into_data() {
+            Ok(d) if d.is_empty() => continue,
+            Ok(d) => break d,
+            // Trailers end the body.
+            Err(frame) => {
+                return Ok(Gathered {
+                    data: Bytes::new(),
+                    complete: true,
+                    trailers: frame.into_trailers().ok().map(Box::new),
+                })
+            }
+        }
+    };
+    if first.len() >= max {
+        return Ok(Gathered {
+            complete: body.is_end_stream(),
+            data: first,
+            trailers: None,
+        });
+    }
+    let rest = gather_ready(body, max - first.len()).await?;
+    let data = if rest.data.is_empty() {
+        first
+    } else {
+        let mut joined = BytesMut::with_capacity(first.len() + rest.data.len());
+        joined.extend_from_slice(&first);
+        joined.extend_from_slice(&rest.data);
+        joined.freeze()
+    };
+    Ok(Gathered {
+        data,
+        complete: rest.complete,
+        trailers: rest.trailers,
+    })
 }
 
 impl Gathered {

@@ -102,7 +102,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// instead of moat's (`moat_core::fields::same_cgi_name`).
 fn is_forwarding_spelling(name: &HeaderName) -> bool {
     let name = name.as_str();
-    name.contains('_')
+    name.as_bytes().contains(&b'_')
         && [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_REQUEST_ID]
             .iter()
             .any(|f| moat_core::fields::same_cgi_name(name, f.as_str()))
