@@ -461,7 +461,7 @@ async fn request_body_phase(
         }
         BodyNeed::Buffer(n) => (n as u64).min(limit) as usize,
         BodyNeed::BufferText(n) => {
-            let first = match peek(&mut body, moat_core::body::SNIFF_BYTES).await {
+            let first = match peek(&mut body).await {
                 Ok(g) => g,
                 Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
             };
