@@ -310,42 +310,43 @@ pub struct Buffered {
     pub overflow: Bytes,
     /// The trailers that ended a body read whole.
     pub trailers: Option<Box<http::HeaderMap>>,
+    /// True when the body was to be read only if text and its first frame, `data`, is
+    /// binary ([`moat_core::starts_binary`]): reading stopped there.
+    pub binary: bool,
 }
 
-/// Reads a body into memory, stopping once more than `limit` bytes arrived. `start` is
-/// what was taken of it already ([`peek`]; `Gathered::default()` for nothing).
+/// Reads a body into memory, stopping once more than `limit` bytes arrived. With
+/// `text_only` ([`BodyNeed::BufferText`]), it stops at the first data frame when that
+/// frame is binary ([`Buffered::binary`]): an upload goes on streamed from there,
+/// without waiting for more than the peer sent. A peer that sends a text body a byte
+/// at a time has it read whole.
+///
+/// [`BodyNeed::BufferText`]: moat_core::BodyNeed::BufferText
 pub async fn read_prefix<B>(
     body: &mut B,
     limit: usize,
-    start: Gathered,
+    text_only: bool,
 ) -> Result<Buffered, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
     use http_body_util::BodyExt;
-    if start.data.len() > limit {
-        return Ok(Buffered {
-            data: start.data.slice(..limit),
-            truncated: true,
-            overflow: start.data.slice(limit..),
-            trailers: None,
-        });
-    }
-    if start.complete {
-        return Ok(Buffered {
-            data: start.data,
-            truncated: false,
-            overflow: Bytes::new(),
-            trailers: start.trailers,
-        });
-    }
-    let mut buf = BytesMut::from(&start.data[..]);
+    let mut buf = BytesMut::new();
     let mut trailers = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(Into::into)?;
         match frame.into_data() {
             Ok(data) => {
+                if text_only && buf.is_empty() && moat_core::starts_binary(&data) {
+                    return Ok(Buffered {
+                        data,
+                        truncated: true,
+                        overflow: Bytes::new(),
+                        trailers: None,
+                        binary: true,
+                    });
+                }
                 if buf.len() + data.len() > limit {
                     let take = limit - buf.len();
                     buf.extend_from_slice(&data[..take]);
@@ -354,6 +355,7 @@ where
                         truncated: true,
                         overflow: data.slice(take..),
                         trailers: None,
+                        binary: false,
                     });
                 }
                 buf.extend_from_slice(&data);
@@ -367,6 +369,7 @@ where
         truncated: false,
         overflow: Bytes::new(),
         trailers,
+        binary: false,
     })
 }
 
@@ -438,47 +441,6 @@ where
         out.data = j.freeze();
     }
     Ok(out)
-}
-
-/// Waits for a body's first data (or its end) and takes that frame alone: the first
-/// bytes of a body whose handling depends on them ([`BodyNeed::BufferText`]), without
-/// waiting for more than the peer sent. (Not [`gather_ready`] after it: a second caller
-/// of that future kept the compiler from inlining it into the request path, +200
-/// instructions on every proxied POST.) A peer that sends a byte at a time shows one.
-///
-/// [`BodyNeed::BufferText`]: moat_core::BodyNeed::BufferText
-pub async fn peek<B>(body: &mut B) -> Result<Gathered, BoxError>
-where
-    B: http_body::Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    use http_body_util::BodyExt;
-    loop {
-        let Some(frame) = body.frame().await else {
-            return Ok(Gathered {
-                complete: true,
-                ..Gathered::default()
-            });
-        };
-        match frame.map_err(Into::into)?.into_data() {
-            Ok(d) if d.is_empty() => continue,
-            Ok(data) => {
-                return Ok(Gathered {
-                    complete: body.is_end_stream(),
-                    data,
-                    trailers: None,
-                })
-            }
-            // Trailers end the body.
-            Err(frame) => {
-                return Ok(Gathered {
-                    data: Bytes::new(),
-                    complete: true,
-                    trailers: frame.into_trailers().ok().map(Box::new),
-                })
-            }
-        }
-    }
 }
 
 impl Gathered {

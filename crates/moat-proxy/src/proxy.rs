@@ -15,8 +15,7 @@ use moat_core::{
 };
 
 use crate::body::{
-    gather_ready, peek, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, Gathered, ProxyBody,
-    RequestBody,
+    gather_ready, read_prefix, BodyTimedOut, BodyTooLarge, Buffered, ProxyBody, RequestBody,
 };
 use crate::config::{OnLimit, UnderscoreHeaders};
 use crate::connection::ConnInfo;
@@ -435,9 +434,7 @@ async fn request_body_phase(
     }
     let mut body = body;
     let untrailed = pipeline.inspects_request_trailers(ctx);
-    // What was read of the body before deciding to buffer it ([`BodyNeed::BufferText`]).
-    let mut start = Gathered::default();
-    let cap = match need {
+    let (cap, text_only) = match need {
         BodyNeed::None => {
             let forward = match content_length {
                 // A small body with a known length usually arrived with its head:
@@ -459,38 +456,24 @@ async fn request_body_phase(
             };
             return Ok((forward, tripped));
         }
-        BodyNeed::Buffer(n) => (n as u64).min(limit) as usize,
-        BodyNeed::BufferText(n) => {
-            let first = match peek(&mut body).await {
-                Ok(g) => g,
-                Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
-            };
-            if !moat_core::starts_binary(&first.data) {
-                start = first;
-                (n as u64).min(limit) as usize
-            } else {
-                // Binary: streamed as if no phase wanted it, its first bytes included.
-                let consumed = first.data.len() as u64;
-                if route.on_limit == OnLimit::Reject && consumed > limit {
-                    return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
-                }
-                if let Some(t) = &first.trailers {
-                    request_trailers_phase(st, ctx, parts, t)?;
-                }
-                let forward = first.into_body(|| {
-                    untrailed_if(
-                        untrailed,
-                        limited_stream(body, route, content_length, consumed, &mut tripped),
-                    )
-                });
-                return Ok((forward, tripped));
-            }
-        }
+        BodyNeed::Buffer(n) => ((n as u64).min(limit) as usize, false),
+        BodyNeed::BufferText(n) => ((n as u64).min(limit) as usize, true),
     };
-    let buffered = match read_prefix(&mut body, cap, start).await {
+    let buffered = match read_prefix(&mut body, cap, text_only).await {
         Ok(b) => b,
         Err(e) => return Err(refuse_body(BodyRefusal::from(&*e), parts, ctx)),
     };
+    if buffered.binary {
+        // Binary: streamed as if no phase wanted it, its first frame included.
+        let consumed = buffered.data.len() as u64;
+        if route.on_limit == OnLimit::Reject && consumed > limit {
+            return Err(refuse_body(BodyRefusal::TooLarge, parts, ctx));
+        }
+        let rest = limited_stream(body, route, content_length, consumed, &mut tripped);
+        let forward =
+            ProxyBody::Prefixed(Some(buffered.data), Box::new(untrailed_if(untrailed, rest)));
+        return Ok((forward, tripped));
+    }
     let over_limit = buffered.truncated && cap as u64 == limit;
     if over_limit {
         if route.on_limit == OnLimit::Reject {
@@ -732,7 +715,7 @@ async fn response_phase(
             (n as u64).min(st.route.response_max) as usize
         }
     };
-    let buffered = match read_prefix(&mut rbody, cap, Gathered::default()).await {
+    let buffered = match read_prefix(&mut rbody, cap, false).await {
         Ok(b) => b,
         Err(_) => return Err(body_failed(ctx)),
     };
