@@ -361,20 +361,12 @@ fn a_body_declared_binary_is_inspected_when_it_is_text() {
         z.write_all(attack).unwrap();
         z.finish().unwrap()
     };
-    let mut ctx = RequestCtx::for_test("r");
-    let mut p = parts(
-        "POST",
-        "/",
-        &[
-            ("content-type", "application/octet-stream"),
-            ("content-encoding", "gzip"),
-        ],
+    let (v, _) = run_body(
+        &e,
+        "application/octet-stream",
+        &mut body(gzipped, Some("gzip"), false),
     );
-    let mut b = body(gzipped, Some("gzip"), false);
-    assert!(matches!(
-        e.on_request_body(&mut ctx, &mut p, &mut b),
-        Verdict::Respond(_)
-    ));
+    assert!(matches!(v, Verdict::Respond(_)));
     // A gRPC message is not read, whatever it carries.
     let (v, _) = run_body(
         &e,

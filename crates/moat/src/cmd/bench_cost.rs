@@ -349,12 +349,12 @@ fn one(p: &Pipeline, ex: &Exchange) -> bool {
     }
     let need = keep.max(p.request_body_need(&ctx, &head));
     let mut kept_request = None;
-    let buffered = match (&ex.body, need) {
-        (Some(data), BodyNeed::BufferText(_)) => !moat_core::starts_binary(data),
-        (Some(_), BodyNeed::Buffer(_)) => true,
-        _ => false,
-    };
-    if let (true, Some(data)) = (buffered, &ex.body) {
+    let buffered = ex.body.as_ref().filter(|data| match need {
+        BodyNeed::Buffer(_) => true,
+        BodyNeed::BufferText(_) => !moat_core::starts_binary(data),
+        BodyNeed::None => false,
+    });
+    if let Some(data) = buffered {
         let mut body = moat_core::Body::new(data.clone(), None, false, DecodeLimits::default());
         for ph in &p.request_body {
             if let Verdict::Respond(_) = ph.on_request_body(&mut ctx, &mut head, &mut body) {
