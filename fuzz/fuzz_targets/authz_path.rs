@@ -8,10 +8,14 @@
 //! * without `%` in the path (no decoding), normalising twice changes nothing: what the
 //!   policy matched is what a second normaliser behind moat would see;
 //! * RFC 3986 dot-segment removal agrees with the `url` crate's (WHATWG) on paths of
-//!   unreserved characters, `/` and `\`.
+//!   unreserved characters, `/` and `\`;
+//! * the second reading without `;` parameters (`without_path_parameters`) of a
+//!   normalised path has no `;`, no dot segment, no `//` when merging, and does not grow.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use moat_authz::request::{normalize_path, PathNormalization, MAX_PATH_LEN};
+use moat_authz::request::{
+    merges_slashes, normalize_path, without_path_parameters, PathNormalization, MAX_PATH_LEN,
+};
 
 const MODES: [PathNormalization; 4] = [
     PathNormalization::None,
@@ -51,6 +55,14 @@ fuzz_target!(|data: &[u8]| {
         assert!(!has_dot_segment(&out), "{mode:?}: {raw:?} -> {out:?}");
         if mode != PathNormalization::Base {
             assert!(!out.contains("//"), "{mode:?}: {raw:?} -> {out:?}");
+        }
+        if let Some(servlet) = without_path_parameters(&out, merges_slashes(mode)) {
+            assert!(servlet.len() <= out.len(), "{mode:?}: {out:?} -> {servlet:?}");
+            assert!(!servlet.contains(';'), "{mode:?}: {out:?} -> {servlet:?}");
+            assert!(!has_dot_segment(&servlet), "{mode:?}: {out:?} -> {servlet:?}");
+            if merges_slashes(mode) {
+                assert!(!servlet.contains("//"), "{mode:?}: {out:?} -> {servlet:?}");
+            }
         }
         if !path.contains('%') {
             let again = normalize_path(&out, mode).expect("a normalised path is accepted");

@@ -10,7 +10,7 @@ use moat_core::PeerIdentity;
 
 use crate::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 use crate::fetch::JwksFetcher;
-use crate::request::{canonical_ip, remote_ip_from_xff, PathNormalization};
+use crate::request::{canonical_ip, remote_ip_from_xff, PathNormalization, PathParameters};
 
 /// Inputs of `moat policy check`.
 #[derive(Debug, Clone)]
@@ -48,6 +48,8 @@ pub struct CheckArgs {
     pub trusted_proxies: u32,
     /// Path normalization (default `base`).
     pub path_normalization: PathNormalization,
+    /// How `;` path parameters are read (default `both`).
+    pub path_parameters: PathParameters,
 }
 
 impl Default for CheckArgs {
@@ -69,6 +71,7 @@ impl Default for CheckArgs {
             root_namespace: "istio-system".into(),
             trusted_proxies: 0,
             path_normalization: PathNormalization::Base,
+            path_parameters: PathParameters::Both,
         }
     }
 }
@@ -213,6 +216,7 @@ pub fn build_engine(
         root_namespace: args.root_namespace.clone(),
         trusted_proxies: Some(args.trusted_proxies),
         path_normalization: args.path_normalization,
+        path_parameters: args.path_parameters,
         ..AuthzConfig::default()
     };
     let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;

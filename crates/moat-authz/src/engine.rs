@@ -25,7 +25,8 @@ use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{
-    normalize_path, remote_ip_from_xff, Attrs, BadPath, PathNormalization, PeerView,
+    merges_slashes, normalize_path, remote_ip_from_xff, without_path_parameters, Attrs, BadPath,
+    PathNormalization, PathParameters, PeerView,
 };
 use crate::AuthzError;
 
@@ -44,6 +45,9 @@ pub struct AuthzConfig {
     pub trusted_proxies: Option<u32>,
     /// Path normalization before matching `paths` (Istio mesh `pathNormalization`).
     pub path_normalization: PathNormalization,
+    /// How `;` path parameters are read when `paths` are matched (default `both`: the
+    /// path must be allowed with and without them, see [`PathParameters`]).
+    pub path_parameters: PathParameters,
     /// Maximum number of verified tokens cached (0 disables the cache).
     pub jwt_cache_size: usize,
     /// Clock skew allowed on `exp`/`nbf` (Envoy default 60s).
@@ -72,6 +76,7 @@ impl Default for AuthzConfig {
             root_namespace: "istio-system".into(),
             trusted_proxies: None,
             path_normalization: PathNormalization::Base,
+            path_parameters: PathParameters::Both,
             jwt_cache_size: 10_000,
             jwt_clock_skew: Duration::from_secs(60),
             jwks_refresh_interval: Duration::from_secs(300),
@@ -746,6 +751,7 @@ impl AuthzEngine {
             &tcp.dry_deny,
             &tcp.dry_allow,
             &attrs,
+            None,
         );
         d
     }
@@ -768,7 +774,15 @@ impl AuthzEngine {
         let path = normalize_path(req.path_and_query, self.cfg.path_normalization);
         let mut d = self.evaluate_path(view, req, &path, headers);
         if let Ok(Cow::Owned(p)) = path {
-            d.normalized_path = Some(p);
+            // A path with a dot that is no dot segment (`/..;/`) is walked and kept.
+            let sent = req
+                .path_and_query
+                .split(['?', '#'])
+                .next()
+                .unwrap_or_default();
+            if p != sent {
+                d.normalized_path = Some(p);
+            }
         }
         d
     }
@@ -844,11 +858,27 @@ impl AuthzEngine {
             peer: peer_view,
             jwt: verified.as_deref(),
         };
-        let mut d = decide(&view.audit, &view.deny, &view.allow, &attrs);
-        d.custom = view
+        // The path as a servlet container reads it must pass too (PathParameters::Both).
+        // It is a second reading, not a second path: what goes upstream is unchanged.
+        let servlet_path = match self.cfg.path_parameters {
+            PathParameters::Both => {
+                without_path_parameters(path, merges_slashes(self.cfg.path_normalization))
+            }
+            PathParameters::AsReceived => None,
+        };
+        let servlet = servlet_path.as_deref().map(|path| Attrs { path, ..attrs });
+        let mut d = decide_both(
+            &view.audit,
+            &view.deny,
+            &view.allow,
+            &attrs,
+            servlet.as_ref(),
+        );
+        let custom = view
             .custom
             .first(&attrs)
-            .and_then(|(p, _)| view.custom_providers.get(&p).cloned());
+            .or_else(|| servlet.and_then(|read| view.custom.first(&read)));
+        d.custom = custom.and_then(|(p, _)| view.custom_providers.get(&p).cloned());
         d.mtls_mode = mode;
         dry_run(
             &mut d,
@@ -856,6 +886,7 @@ impl AuthzEngine {
             &view.dry_deny,
             &view.dry_allow,
             &attrs,
+            servlet.as_ref(),
         );
         d.request_principal = verified.as_ref().map(|j| j.principal());
         d.jwt = verified;
@@ -937,11 +968,18 @@ fn peer_view<'a>(
 
 /// Evaluates the dry-run (`istio.io/dry-run`) groups and reports them in `d`: their AUDIT
 /// matches, and what they would have denied.
-fn dry_run(d: &mut Decision, audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) {
+fn dry_run(
+    d: &mut Decision,
+    audit: &Group,
+    deny: &Group,
+    allow: &Group,
+    a: &Attrs<'_>,
+    servlet: Option<&Attrs<'_>>,
+) {
     if deny.policies + allow.policies + audit.policies == 0 {
         return;
     }
-    let shadow = decide(audit, deny, allow, a);
+    let shadow = decide_both(audit, deny, allow, a, servlet);
     d.audit
         .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
     if deny.policies + allow.policies > 0 && !shadow.allowed {
@@ -949,6 +987,35 @@ fn dry_run(d: &mut Decision, audit: &Group, deny: &Group, allow: &Group, a: &Att
             "dry-run policies would deny: {}",
             shadow.reason_with_rule()
         ));
+    }
+}
+
+/// [`decide`] for `a`, and when it allows and the path has a second reading (`servlet`:
+/// the path without its `;` parameters), the refusal of that reading if it is refused.
+/// AUDIT marks come from `a`.
+fn decide_both(
+    audit: &Group,
+    deny: &Group,
+    allow: &Group,
+    a: &Attrs<'_>,
+    servlet: Option<&Attrs<'_>>,
+) -> Decision {
+    let d = decide(audit, deny, allow, a);
+    let Some(servlet) = servlet.filter(|_| d.allowed) else {
+        return d;
+    };
+    let without = decide(audit, deny, allow, servlet);
+    if without.allowed {
+        return d;
+    }
+    Decision {
+        reason: format!(
+            "{} for the path without its `;` parameters ({})",
+            without.reason, servlet.path
+        )
+        .into(),
+        audit: d.audit,
+        ..without
     }
 }
 

@@ -106,6 +106,45 @@ pub enum PathNormalization {
     DecodeAndMergeSlashes,
 }
 
+/// How policies read a path whose segments carry `;` parameters (`/a;jsessionid=1/b`).
+///
+/// RFC 3986 leaves parameters to the scheme; Envoy and Istio match them as part of the
+/// segment, while servlet containers (Tomcat, Jetty) and Spring remove them before
+/// routing, so `/admin;x` reaches the `/admin` handler and `/public/..;/admin` resolves
+/// to `/admin` (istio/istio#27409: a DENY on `/admin` or an ALLOW on `/public/*` is
+/// passed that way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathParameters {
+    /// A request is allowed only when the policies allow its path both ways: as
+    /// normalized, and with every segment's parameters removed and the dot segments that
+    /// leaves resolved (the default). Paths without `;` are matched once.
+    #[default]
+    Both,
+    /// Parameters are part of the segment, as Envoy and Istio match them.
+    AsReceived,
+}
+
+/// `path` (normalized, without the query) as servlet containers read it: every
+/// segment's `;` parameters removed, then dot segments resolved and, when `merge` is set,
+/// `//` merged. `None` when the path has no `;`.
+pub fn without_path_parameters(path: &str, merge: bool) -> Option<String> {
+    if !path.as_bytes().contains(&b';') {
+        return None;
+    }
+    let stripped = path
+        .split('/')
+        .map(|segment| segment.split_once(';').map_or(segment, |(name, _)| name))
+        .collect::<Vec<_>>()
+        .join("/");
+    let resolved = remove_dot_segments(&stripped);
+    Some(if merge {
+        merge_slashes(&resolved)
+    } else {
+        resolved
+    })
+}
+
 /// Why a path was refused (the gateway answers 400).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadPath(pub &'static str);
@@ -147,10 +186,7 @@ pub fn normalize_path(raw: &str, mode: PathNormalization) -> Result<Cow<'_, str>
     if mode == PathNormalization::None {
         return Ok(Cow::Borrowed(path));
     }
-    let merge = matches!(
-        mode,
-        PathNormalization::MergeSlashes | PathNormalization::DecodeAndMergeSlashes
-    );
+    let merge = merges_slashes(mode);
     let needs =
         percent || backslash || slash_dot || path == "." || path == ".." || (merge && slashes);
     if !needs {
@@ -165,18 +201,30 @@ pub fn normalize_path(raw: &str, mode: PathNormalization) -> Result<Cow<'_, str>
     s = decode_unreserved(&s);
     s = remove_dot_segments(&s);
     if merge {
-        let mut out = String::with_capacity(s.len());
-        let mut prev_slash = false;
-        for c in s.chars() {
-            if c == '/' && prev_slash {
-                continue;
-            }
-            prev_slash = c == '/';
-            out.push(c);
-        }
-        s = out;
+        s = merge_slashes(&s);
     }
     Ok(Cow::Owned(s))
+}
+
+/// Whether `mode` merges `//` into `/`.
+pub fn merges_slashes(mode: PathNormalization) -> bool {
+    matches!(
+        mode,
+        PathNormalization::MergeSlashes | PathNormalization::DecodeAndMergeSlashes
+    )
+}
+
+fn merge_slashes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_slash = false;
+    for c in s.chars() {
+        if c == '/' && prev_slash {
+            continue;
+        }
+        prev_slash = c == '/';
+        out.push(c);
+    }
+    out
 }
 
 fn decode_slashes(s: &str) -> String {
@@ -305,6 +353,23 @@ mod tests {
         assert!(normalize_path("/a%00b", None).is_err());
         let long = "/".repeat(MAX_PATH_LEN + 1);
         assert!(normalize_path(&long, Base).is_err());
+    }
+
+    #[test]
+    fn path_parameters_removed_as_servlet_containers_do() {
+        let w = |p: &str, merge: bool| without_path_parameters(p, merge);
+        assert_eq!(w("/admin", false), None);
+        assert_eq!(w("/admin;x", false).as_deref(), Some("/admin"));
+        assert_eq!(w("/a;jsessionid=1/b;v=2", false).as_deref(), Some("/a/b"));
+        assert_eq!(w("/public/..;/admin", false).as_deref(), Some("/admin"));
+        assert_eq!(
+            w("/public/.;x/admin", false).as_deref(),
+            Some("/public/admin")
+        );
+        assert_eq!(w("/a/;x/admin", false).as_deref(), Some("/a//admin"));
+        assert_eq!(w("/a/;x/admin", true).as_deref(), Some("/a/admin"));
+        assert_eq!(w("/;", false).as_deref(), Some("/"));
+        assert_eq!(w("/é;x/ü", false).as_deref(), Some("/é/ü"));
     }
 
     #[test]

@@ -76,6 +76,10 @@ fn custom_names_its_provider() {
     let d = req("/ext/denied").eval(&e);
     assert_eq!((d.custom.as_deref(), d.allowed), (Some("opa"), false));
     assert_eq!(req("/other").eval(&e).custom, None);
+    // The path without its `;` parameters is sent to the provider it names too.
+    assert_eq!(req("/x/..;/ext/y").eval(&e).custom.as_deref(), Some("opa"));
+    let d = req("/ext/denied;v=1").eval(&e);
+    assert_eq!((d.custom.as_deref(), d.allowed), (Some("opa"), false));
 }
 
 #[test]
@@ -287,6 +291,98 @@ fn path_normalization_modes() {
     );
     assert!(req("/a/../b").eval(&mk(None)).normalized_path.is_none());
     assert!(req("/b?x=/../").eval(&mk(Base)).normalized_path.is_none());
+}
+
+/// istio/istio#27409: Tomcat, Jetty and Spring route `/admin;x` to `/admin` and
+/// `/public/..;/admin` to `/admin`. By default a path must be allowed read both ways;
+/// `as_received` is Envoy's reading alone.
+#[test]
+fn path_parameters_are_read_as_servlet_containers_read_them() {
+    use moat_authz::PathNormalization::{Base, MergeSlashes};
+    use moat_authz::PathParameters::{AsReceived, Both};
+    let y = format!(
+        "{}{}",
+        ap(
+            "foo",
+            "deny",
+            "DENY",
+            r#"[{to: [{operation: {paths: ["/admin"]}}]}]"#
+        ),
+        ap(
+            "foo",
+            "allow",
+            "ALLOW",
+            r#"[{to: [{operation: {paths: ["/public/*", "/admin"]}}]}]"#
+        )
+    );
+    let mk = |path_parameters, path_normalization| {
+        engine_cfg(
+            &y,
+            moat_authz::AuthzConfig {
+                path_parameters,
+                path_normalization,
+                ..Default::default()
+            },
+        )
+    };
+    let (both, istio) = (mk(Both, Base), mk(AsReceived, Base));
+    for (path, by_default, as_received) in [
+        ("/public/a", 200, 200),
+        ("/public/a;jsessionid=1F2E", 200, 200),
+        ("/public/a?x=;y", 200, 200),
+        ("/public;v=2/a", 403, 403), // not under `/public/` as sent: refused either way
+        ("/admin", 403, 403),
+        ("/admin;x", 403, 403), // ALLOW has no `/admin;x`: refused either way
+        ("/public/..;/admin", 403, 200),
+        ("/public/..;x=1/admin;y", 403, 200),
+        ("/public/.;/a", 200, 200),
+        ("/public/a/..;/..;/b", 403, 200), // `/b`: no ALLOW
+        ("/public/;x/admin", 200, 200),    // `/public//admin` keeps its `//` under base
+    ] {
+        assert_eq!(req(path).status(&both), by_default, "{path}");
+        assert_eq!(
+            req(path).status(&istio),
+            as_received,
+            "{path} (as_received)"
+        );
+    }
+    // Merged slashes apply to the second reading as to the first.
+    assert_eq!(req("/;x/admin").status(&mk(Both, MergeSlashes)), 403);
+    let d = req("/public/..;/admin").eval(&both);
+    assert_eq!(d.policy.as_deref(), Some("foo/deny"));
+    assert_eq!(
+        d.reason,
+        "matched a DENY policy for the path without its `;` parameters (/admin)"
+    );
+    // The second reading decides; the path that goes upstream is the one sent.
+    assert_eq!(d.normalized_path, None);
+    let d = req("/public/..;/x").eval(&both);
+    assert_eq!((d.status, d.policy.as_deref()), (403, None));
+    assert_eq!(
+        d.reason,
+        "no ALLOW policy matched for the path without its `;` parameters (/x)"
+    );
+    // A DENY written with `notPaths` is passed the same way.
+    let e = engine_cfg(
+        &ap(
+            "foo",
+            "d",
+            "DENY",
+            r#"[{to: [{operation: {notPaths: ["/public/*"]}}]}]"#,
+        ),
+        Default::default(),
+    );
+    assert_eq!(req("/public/x").status(&e), 200);
+    assert_eq!(req("/public/..;/admin").status(&e), 403);
+    // Dry-run policies report what enforcing them would do, both readings included.
+    let y = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: d\n  namespace: foo\n  annotations:\n    istio.io/dry-run: \"true\"\nspec:\n  action: DENY\n  rules: [{to: [{operation: {paths: [\"/admin\"]}}]}]\n";
+    let d = req("/admin;x").eval(&engine(y));
+    assert_eq!(d.status, 200);
+    assert!(
+        d.dry_run.as_deref().unwrap_or("").contains("foo/d"),
+        "{:?}",
+        d.dry_run
+    );
 }
 
 #[test]

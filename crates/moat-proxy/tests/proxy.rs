@@ -697,6 +697,13 @@ spec:
             Ok("/public/plain?q=a%2Fb/../c"),
         ),
         ("/public/../admin", Err("RBAC: access denied")),
+        // `;` parameters stay on the path that goes upstream; the policies also read the
+        // path without them, as Tomcat routes `/public/..;/admin` to `/admin`.
+        (
+            "/public/x;jsessionid=1F;v=2?y=1",
+            Ok("/public/x;jsessionid=1F;v=2?y=1"),
+        ),
+        ("/public/..;/admin", Err("RBAC: access denied")),
         // Allowed as `/public/etc/passwd`, but the WAF reads the path as it was sent.
         (
             "/public/x/../../../public/etc/passwd",

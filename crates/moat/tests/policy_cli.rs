@@ -162,6 +162,22 @@ fn allow_and_deny_with_policy_and_rule() {
     assert_eq!(v["status"], 403);
 }
 
+/// `/public/..;/admin` is `/admin` to Tomcat: refused by default, allowed as Istio reads it.
+#[test]
+fn path_parameters_flag() {
+    let d = setup();
+    let url = "http://web.shop/public/..;/admin";
+    let (code, v) = json(d.path(), &with(&["--url", url]));
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["policy"], "istio-system/deny-admin");
+    let (code, v) = json(
+        d.path(),
+        &with(&["--url", url, "--path-parameters", "as_received"]),
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["policy"], "shop/web");
+}
+
 #[test]
 fn text_output_and_exit_codes() {
     let d = setup();
@@ -435,6 +451,14 @@ fn input_errors_exit_2() {
             "http://x/",
             "--path-normalization",
             "weird",
+        ],
+        vec![
+            "--policies",
+            "policies.yaml",
+            "--url",
+            "http://x/",
+            "--path-parameters",
+            "strip",
         ],
         vec!["--url", "http://x/"],
     ] {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use moat_authz::check::{self, CheckArgs};
 use moat_authz::explain;
-use moat_authz::PathNormalization;
+use moat_authz::{PathNormalization, PathParameters};
 use moat_proxy::jwks_fetch::HttpJwksFetcher;
 
 /// Arguments of `moat policy`.
@@ -93,6 +93,10 @@ struct Check {
     /// Path normalization: none, base, merge_slashes, decode_and_merge_slashes.
     #[arg(long, default_value = "base")]
     path_normalization: String,
+    /// `;` path parameters: both (the path must be allowed with and without them, as
+    /// servlet containers read it) or as_received (Istio's reading).
+    #[arg(long, default_value = "both")]
+    path_parameters: String,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -169,6 +173,16 @@ fn run_check(c: Check) -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    let path_parameters = match c.path_parameters.to_ascii_lowercase().as_str() {
+        "both" => PathParameters::Both,
+        "as_received" => PathParameters::AsReceived,
+        other => {
+            eprintln!(
+                "moat policy check: --path-parameters: expected both or as_received, got `{other}`"
+            );
+            return ExitCode::from(2);
+        }
+    };
     let args = CheckArgs {
         policies: c.policies,
         url: c.url.unwrap_or_default(),
@@ -186,6 +200,7 @@ fn run_check(c: Check) -> ExitCode {
         root_namespace: c.root_namespace,
         trusted_proxies: c.trusted_proxies,
         path_normalization: norm,
+        path_parameters,
     };
     let result = if c.tcp {
         check::build_engine(&args, HttpJwksFetcher::shared())
