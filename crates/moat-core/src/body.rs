@@ -204,6 +204,12 @@ pub const SNIFF_BYTES: usize = 1445;
 /// first [`SNIFF_BYTES`] bytes is a binary data byte (a C0 control other than tab, line
 /// feed, form feed, carriage return and escape). JSON, XML and form parsers refuse such
 /// bytes in UTF-8, so a body with one is not a document they read, whatever its type.
+///
+/// One exception to the standard: UTF-16 and UTF-32 text without a byte order mark has a
+/// NUL in every character it shares with ASCII, and JSON parsers read it (Python's
+/// `json.loads` and Jackson apply RFC 4627 section 3's rule, [`shown_by_nuls`]). Such a
+/// body is text when its first bytes show the encoding and its first [`SNIFF_BYTES`]
+/// decode in it to characters none of which is binary data.
 pub fn starts_binary(data: &[u8]) -> bool {
     if data.starts_with(&[0xFE, 0xFF])
         || data.starts_with(&[0xFF, 0xFE])
@@ -211,9 +217,75 @@ pub fn starts_binary(data: &[u8]) -> bool {
     {
         return false;
     }
-    data[..data.len().min(SNIFF_BYTES)]
-        .iter()
-        .any(|&b| matches!(b, 0x00..=0x08 | 0x0B | 0x0E..=0x1A | 0x1C..=0x1F))
+    let head = &data[..data.len().min(SNIFF_BYTES)];
+    if !head.iter().any(|&b| is_binary_data(u32::from(b))) {
+        return false;
+    }
+    !shown_by_nuls(head).is_some_and(|wide| decodes_to_text(head, wide))
+}
+
+/// A Unicode encoding whose code units are wider than a byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideText {
+    /// UTF-16, little-endian.
+    Utf16Le,
+    /// UTF-16, big-endian.
+    Utf16Be,
+    /// UTF-32, little-endian.
+    Utf32Le,
+    /// UTF-32, big-endian.
+    Utf32Be,
+}
+
+/// The encoding of a text whose first two characters are ASCII, from the NULs of its
+/// first four bytes: RFC 4627 section 3's rule for JSON (Jackson and Python's `json`
+/// apply it), which holds as well for a form (`q=`) or an XML document (`<?`, XML 1.0
+/// appendix F). `None` when the bytes show no NUL there.
+pub fn shown_by_nuls(data: &[u8]) -> Option<WideText> {
+    match data {
+        [0, 0, 0, a, ..] if *a != 0 => Some(WideText::Utf32Be),
+        [a, 0, 0, 0, ..] if *a != 0 => Some(WideText::Utf32Le),
+        [0, a, ..] if *a != 0 => Some(WideText::Utf16Be),
+        [a, 0, ..] if *a != 0 => Some(WideText::Utf16Le),
+        _ => None,
+    }
+}
+
+/// A C0 control other than tab, line feed, form feed, carriage return and escape.
+fn is_binary_data(c: u32) -> bool {
+    matches!(c, 0x00..=0x08 | 0x0B | 0x0E..=0x1A | 0x1C..=0x1F)
+}
+
+/// Whether `head`, the first bytes of a body, decodes in `wide` to valid characters none
+/// of which is binary data. A unit (or a UTF-16 high surrogate) at its very end may be
+/// cut by the end of `head` and is not read.
+fn decodes_to_text(head: &[u8], wide: WideText) -> bool {
+    match wide {
+        WideText::Utf16Le | WideText::Utf16Be => {
+            let unit = |b: &[u8]| match wide {
+                WideText::Utf16Le => u16::from_le_bytes([b[0], b[1]]),
+                _ => u16::from_be_bytes([b[0], b[1]]),
+            };
+            let mut units = head.chunks_exact(2).map(unit);
+            let mut n = head.len() / 2;
+            if units
+                .next_back()
+                .is_some_and(|last| (0xD800..=0xDBFF).contains(&last))
+            {
+                n -= 1;
+            }
+            char::decode_utf16(head.chunks_exact(2).take(n).map(unit))
+                .all(|c| c.is_ok_and(|c| !is_binary_data(u32::from(c))))
+        }
+        WideText::Utf32Le | WideText::Utf32Be => head.chunks_exact(4).all(|b| {
+            let b = [b[0], b[1], b[2], b[3]];
+            let unit = match wide {
+                WideText::Utf32Le => u32::from_le_bytes(b),
+                _ => u32::from_be_bytes(b),
+            };
+            char::from_u32(unit).is_some_and(|c| !is_binary_data(u32::from(c)))
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -310,8 +382,47 @@ mod tests {
         assert!(starts_binary(&[0xAC, 0xED, 0x00, 0x05]));
         // UTF-16 text with its byte order mark is text.
         assert!(!starts_binary(&[0xFF, 0xFE, b'{', 0, b'}', 0]));
-        assert!(starts_binary(&[b'{', 0, b'}', 0]));
-        // Only the first SNIFF_BYTES count.
+        // Without it, it is text when its characters are (Python's `json.loads` and
+        // Jackson read it), and binary when they are not.
+        let utf16 = |s: &str, le: bool| -> Vec<u8> {
+            s.encode_utf16()
+                .flat_map(|u| if le { u.to_le_bytes() } else { u.to_be_bytes() })
+                .collect()
+        };
+        let utf32 = |s: &str, le: bool| -> Vec<u8> {
+            s.chars()
+                .flat_map(|c| {
+                    let c = u32::from(c);
+                    if le {
+                        c.to_le_bytes()
+                    } else {
+                        c.to_be_bytes()
+                    }
+                })
+                .collect()
+        };
+        let json = "{\"q\": \"1' or 1=1 -- \u{1F600} caf\u{e9}\"}\r\n";
+        for le in [true, false] {
+            assert!(!starts_binary(&utf16(json, le)), "{le}");
+            assert!(!starts_binary(&utf32(json, le)), "{le}");
+            assert!(starts_binary(&utf16("{\u{1}}", le)), "{le}");
+            assert!(starts_binary(&utf32("{\u{1}}", le)), "{le}");
+        }
+        assert!(!starts_binary(&[b'{', 0, b'}', 0]));
+        // A body cut in the middle of a unit or a surrogate pair is read up to the cut.
+        let long = utf16(&format!("[\"{}\u{1F600}\"]", "a".repeat(SNIFF_BYTES)), true);
+        assert!(!starts_binary(&long[..SNIFF_BYTES]));
+        let pair = utf16("[\u{1F600}", true);
+        assert!(!starts_binary(&pair[..pair.len() - 2]));
+        assert!(!starts_binary(&pair[..pair.len() - 1]));
+        // An unpaired surrogate or a value above U+10FFFF is no text.
+        assert!(starts_binary(&[b'[', 0, 0x00, 0xDC, b']', 0]));
+        assert!(starts_binary(&[b'[', 0, 0, 0, 0, 0, 0x11, 0]));
+        // Binary formats whose first bytes look like wide text are still binary.
+        assert!(starts_binary(&[b'M', b'Z', 0x90, 0, 3, 0, 0, 0])); // a Windows executable
+        assert!(starts_binary(&[b'M', 0, 0x90, 0, 3, 0, 0, 0])); // U+0003
+        assert!(starts_binary(&[0, 0, 1, 0, 1, 0, 16, 16, 0, 0])); // ICO
+                                                                   // Only the first SNIFF_BYTES count.
         let mut late = vec![b'a'; SNIFF_BYTES];
         late.push(0);
         assert!(!starts_binary(&late));

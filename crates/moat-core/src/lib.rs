@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use body::{starts_binary, Body, DecodeError, DecodeLimits};
+pub use body::{shown_by_nuls, starts_binary, Body, DecodeError, DecodeLimits, WideText};
 pub use event::{new_event_id, EventAction, SecurityEvent};
 pub use reply::{Reply, ReplyFormat};
 pub use slots::{EngineSlots, RouteMode};

@@ -747,6 +747,24 @@ async fn a_body_declared_binary_is_read_when_it_is_text() {
             assert_eq!(s, StatusCode::FORBIDDEN, "{ct}: {body}");
         }
     }
+    // JSON in UTF-16 or UTF-32 without a byte order mark has a NUL beside every ASCII
+    // character; Python's `json.loads` (so Flask) reads it by RFC 4627's rule all the same.
+    let utf16: Vec<u8> = SQLI_JSON
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let utf32: Vec<u8> = SQLI_JSON
+        .chars()
+        .flat_map(|c| u32::from(c).to_be_bytes())
+        .collect();
+    for wide in [utf16, utf32] {
+        let req = Request::post(format!("http://{addr}/api"))
+            .header("content-type", "application/octet-stream")
+            .body(Full::new(Bytes::from(wide)))
+            .unwrap();
+        let (s, _, _) = send(&c, req).await;
+        assert_eq!(s, StatusCode::FORBIDDEN);
+    }
     // Sent a byte at a time, the first byte is all moat has seen when it decides
     // whether to buffer: it is text, so the body is read whole.
     let h2 = h2_client();

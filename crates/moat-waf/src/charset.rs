@@ -217,16 +217,14 @@ pub fn of_bom(data: &[u8]) -> Option<(BodyText, usize)> {
 }
 
 /// The encoding of a text whose first two characters are ASCII, from the NULs of its
-/// first four bytes: RFC 4627 section 3's rule for JSON (Jackson applies it), which holds
-/// as well for a form (`q=`) or an XML document (`<?`, XML 1.0 appendix F).
+/// first four bytes ([`moat_core::shown_by_nuls`]: RFC 4627 section 3's rule for JSON).
 pub fn of_nuls(data: &[u8]) -> Option<BodyText> {
-    match data {
-        [0, 0, 0, a, ..] if *a != 0 => Some(BodyText::Utf32Be),
-        [a, 0, 0, 0, ..] if *a != 0 => Some(BodyText::Utf32Le),
-        [0, a, ..] if *a != 0 => Some(BodyText::Utf16Be),
-        [a, 0, ..] if *a != 0 => Some(BodyText::Utf16Le),
-        _ => None,
-    }
+    moat_core::shown_by_nuls(data).map(|wide| match wide {
+        moat_core::WideText::Utf16Le => BodyText::Utf16Le,
+        moat_core::WideText::Utf16Be => BodyText::Utf16Be,
+        moat_core::WideText::Utf32Le => BodyText::Utf32Le,
+        moat_core::WideText::Utf32Be => BodyText::Utf32Be,
+    })
 }
 
 /// An ASCII-looking XML document's encoding (XML 1.0 appendix F): `<?xm` in EBCDIC is

@@ -351,6 +351,17 @@ fn a_body_declared_binary_is_inspected_when_it_is_text() {
         let (v, ctx) = run_body(&e, ct, &mut body(attack.to_vec(), None, false));
         assert!(matches!(v, Verdict::Respond(_)), "{ct}");
         assert!(ctx.events.iter().any(|x| x.action == EventAction::Block));
+        // UTF-16 and UTF-32 without a byte order mark, which Python's `json.loads` reads.
+        let text = std::str::from_utf8(attack).unwrap();
+        let utf16: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let utf32: Vec<u8> = text
+            .chars()
+            .flat_map(|c| u32::from(c).to_be_bytes())
+            .collect();
+        for wide in [utf16, utf32] {
+            let (v, _) = run_body(&e, ct, &mut body(wide, None, false));
+            assert!(matches!(v, Verdict::Respond(_)), "{ct}");
+        }
         let binary = [&b"\xff\xd8\xff\xe0\x00\x10JFIF"[..], attack].concat();
         let (v, ctx) = run_body(&e, ct, &mut body(binary, None, true));
         assert!(matches!(v, Verdict::Continue), "{ct}");
