@@ -10,11 +10,15 @@
 //! * RFC 3986 dot-segment removal agrees with the `url` crate's (WHATWG) on paths of
 //!   unreserved characters, `/` and `\`;
 //! * the second reading without `;` parameters (`without_path_parameters`) of a
-//!   normalised path has no `;`, no dot segment, no `//` when merging, and does not grow.
+//!   normalised path has no `;`, no dot segment, no `//` when merging, and does not grow;
+//! * the methods a request names as overrides (`method_overrides`, the input read as a
+//!   query and as an override field) are at most `MAX_METHOD_OVERRIDES` distinct
+//!   upper-case tokens, none the request's own method.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use moat_authz::request::{
-    merges_slashes, normalize_path, without_path_parameters, PathNormalization, MAX_PATH_LEN,
+    merges_slashes, method_overrides, normalize_path, without_path_parameters,
+    PathNormalization, MAX_METHOD_OVERRIDES, MAX_PATH_LEN,
 };
 
 const MODES: [PathNormalization; 4] = [
@@ -78,6 +82,22 @@ fuzz_target!(|data: &[u8]| {
         let ours = normalize_path(path, PathNormalization::Base).expect("plain path");
         let url = url::Url::parse(&format!("http://h.example{path}")).expect("url parses");
         assert_eq!(ours, url.path(), "{path:?}");
+    }
+    let mut fields = http::HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_bytes(data) {
+        fields.append("x-http-method-override", value);
+    }
+    for (headers, query) in [(&http::HeaderMap::new(), Some(raw)), (&fields, None)] {
+        if let Ok(methods) = method_overrides("POST", headers, query) {
+            assert!(methods.len() <= MAX_METHOD_OVERRIDES, "{methods:?}");
+            for (i, m) in methods.iter().enumerate() {
+                assert!(m != "POST" && !methods[..i].contains(m), "{methods:?}");
+                assert!(
+                    !m.is_empty() && !m.bytes().any(|b| b.is_ascii_lowercase()),
+                    "{methods:?}"
+                );
+            }
+        }
     }
     // The length limit, at its edge (once: only for the input `/`).
     if raw == "/" {

@@ -10,7 +10,9 @@ use moat_core::PeerIdentity;
 
 use crate::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 use crate::fetch::JwksFetcher;
-use crate::request::{canonical_ip, remote_ip_from_xff, PathNormalization, PathParameters};
+use crate::request::{
+    canonical_ip, remote_ip_from_xff, MethodOverrides, PathNormalization, PathParameters,
+};
 
 /// Inputs of `moat policy check`.
 #[derive(Debug, Clone)]
@@ -50,6 +52,8 @@ pub struct CheckArgs {
     pub path_normalization: PathNormalization,
     /// How `;` path parameters are read (default `both`).
     pub path_parameters: PathParameters,
+    /// How method overrides are read (default `both`).
+    pub method_overrides: MethodOverrides,
 }
 
 impl Default for CheckArgs {
@@ -72,6 +76,7 @@ impl Default for CheckArgs {
             trusted_proxies: 0,
             path_normalization: PathNormalization::Base,
             path_parameters: PathParameters::Both,
+            method_overrides: MethodOverrides::Both,
         }
     }
 }
@@ -217,6 +222,7 @@ pub fn build_engine(
         trusted_proxies: Some(args.trusted_proxies),
         path_normalization: args.path_normalization,
         path_parameters: args.path_parameters,
+        method_overrides: args.method_overrides,
         ..AuthzConfig::default()
     };
     let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;

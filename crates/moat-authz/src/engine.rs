@@ -25,8 +25,9 @@ use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{
-    merges_slashes, normalize_path, remote_ip_from_xff, without_path_parameters, Attrs, BadPath,
-    PathNormalization, PathParameters, PeerView,
+    merges_slashes, method_overrides, normalize_path, remote_ip_from_xff, without_path_parameters,
+    Attrs, BadPath, MethodOverrides, PathNormalization, PathParameters, PeerView, TooManyOverrides,
+    MAX_METHOD_OVERRIDES,
 };
 use crate::AuthzError;
 
@@ -48,6 +49,9 @@ pub struct AuthzConfig {
     /// How `;` path parameters are read when `paths` are matched (default `both`: the
     /// path must be allowed with and without them, see [`PathParameters`]).
     pub path_parameters: PathParameters,
+    /// How methods named in method-override fields and `_method` are read (default
+    /// `both`: the request must be allowed as each, see [`MethodOverrides`]).
+    pub method_overrides: MethodOverrides,
     /// Maximum number of verified tokens cached (0 disables the cache).
     pub jwt_cache_size: usize,
     /// Clock skew allowed on `exp`/`nbf` (Envoy default 60s).
@@ -77,6 +81,7 @@ impl Default for AuthzConfig {
             trusted_proxies: None,
             path_normalization: PathNormalization::Base,
             path_parameters: PathParameters::Both,
+            method_overrides: MethodOverrides::Both,
             jwt_cache_size: 10_000,
             jwt_clock_skew: Duration::from_secs(60),
             jwks_refresh_interval: Duration::from_secs(300),
@@ -261,16 +266,20 @@ pub enum DecidedBy {
     Peer,
     /// The path could not be normalized.
     Path,
+    /// The request names more methods as overrides than are read
+    /// ([`crate::request::MAX_METHOD_OVERRIDES`]).
+    Method,
 }
 
 impl DecidedBy {
-    /// The name events and records use (`authz`, `authn`, `peer`, `path`).
+    /// The name events and records use (`authz`, `authn`, `peer`, `path`, `method`).
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Authz => "authz",
             DecidedBy::Authn => "authn",
             DecidedBy::Peer => "peer",
             DecidedBy::Path => "path",
+            DecidedBy::Method => "method",
         }
     }
 }
@@ -751,7 +760,7 @@ impl AuthzEngine {
             &tcp.dry_deny,
             &tcp.dry_allow,
             &attrs,
-            None,
+            &[],
         );
         d
     }
@@ -810,6 +819,24 @@ impl AuthzEngine {
             }
         };
         let query = req.path_and_query.split_once('?').map(|(_, q)| q);
+        let overrides = match self.cfg.method_overrides {
+            MethodOverrides::Both => match method_overrides(req.method, headers, query) {
+                Ok(methods) => methods,
+                Err(TooManyOverrides) => {
+                    let mut d = Decision::new(
+                        400,
+                        false,
+                        format!(
+                            "more than {MAX_METHOD_OVERRIDES} methods named as method overrides"
+                        ),
+                        DecidedBy::Method,
+                    );
+                    d.mtls_mode = mode;
+                    return d;
+                }
+            },
+            MethodOverrides::AsReceived => Vec::new(),
+        };
         let skew = self.cfg.jwt_clock_skew.as_secs() as i64;
         // Istio configures Envoy with `bypass_cors_preflight`: a CORS preflight skips JWT.
         let preflight = req.method == "OPTIONS"
@@ -858,26 +885,32 @@ impl AuthzEngine {
             peer: peer_view,
             jwt: verified.as_deref(),
         };
-        // The path as a servlet container reads it must pass too (PathParameters::Both).
-        // It is a second reading, not a second path: what goes upstream is unchanged.
+        // What else a backend may read the request as (PathParameters, MethodOverrides):
+        // each reading must pass too. They are readings, not rewrites: what goes upstream
+        // is unchanged.
         let servlet_path = match self.cfg.path_parameters {
             PathParameters::Both => {
                 without_path_parameters(path, merges_slashes(self.cfg.path_normalization))
             }
             PathParameters::AsReceived => None,
         };
-        let servlet = servlet_path.as_deref().map(|path| Attrs { path, ..attrs });
-        let mut d = decide_both(
-            &view.audit,
-            &view.deny,
-            &view.allow,
-            &attrs,
-            servlet.as_ref(),
-        );
+        let paths = [Some(path), servlet_path.as_deref()];
+        let readings: Vec<Attrs<'_>> = std::iter::once(req.method)
+            .chain(overrides.iter().map(String::as_str))
+            .flat_map(|method| {
+                paths.iter().flatten().map(move |path| Attrs {
+                    method,
+                    path,
+                    ..attrs
+                })
+            })
+            .skip(1)
+            .collect();
+        let mut d = decide_readings(&view.audit, &view.deny, &view.allow, &attrs, &readings);
         let custom = view
             .custom
             .first(&attrs)
-            .or_else(|| servlet.and_then(|read| view.custom.first(&read)));
+            .or_else(|| readings.iter().find_map(|read| view.custom.first(read)));
         d.custom = custom.and_then(|(p, _)| view.custom_providers.get(&p).cloned());
         d.mtls_mode = mode;
         dry_run(
@@ -886,7 +919,7 @@ impl AuthzEngine {
             &view.dry_deny,
             &view.dry_allow,
             &attrs,
-            servlet.as_ref(),
+            &readings,
         );
         d.request_principal = verified.as_ref().map(|j| j.principal());
         d.jwt = verified;
@@ -974,12 +1007,12 @@ fn dry_run(
     deny: &Group,
     allow: &Group,
     a: &Attrs<'_>,
-    servlet: Option<&Attrs<'_>>,
+    readings: &[Attrs<'_>],
 ) {
     if deny.policies + allow.policies + audit.policies == 0 {
         return;
     }
-    let shadow = decide_both(audit, deny, allow, a, servlet);
+    let shadow = decide_readings(audit, deny, allow, a, readings);
     d.audit
         .extend(shadow.audit.iter().map(|a| format!("{a} (dry-run)")));
     if deny.policies + allow.policies > 0 && !shadow.allowed {
@@ -990,33 +1023,41 @@ fn dry_run(
     }
 }
 
-/// [`decide`] for `a`, and when it allows and the path has a second reading (`servlet`:
-/// the path without its `;` parameters), the refusal of that reading if it is refused.
-/// AUDIT marks come from `a`.
-fn decide_both(
+/// [`decide`] for `a`, and when it allows, the refusal of the first of `readings` (what
+/// else a backend may read the request as) that is refused. AUDIT marks come from `a`.
+fn decide_readings(
     audit: &Group,
     deny: &Group,
     allow: &Group,
     a: &Attrs<'_>,
-    servlet: Option<&Attrs<'_>>,
+    readings: &[Attrs<'_>],
 ) -> Decision {
     let d = decide(audit, deny, allow, a);
-    let Some(servlet) = servlet.filter(|_| d.allowed) else {
-        return d;
-    };
-    let without = decide(audit, deny, allow, servlet);
-    if without.allowed {
+    if !d.allowed {
         return d;
     }
-    Decision {
-        reason: format!(
-            "{} for the path without its `;` parameters ({})",
-            without.reason, servlet.path
-        )
-        .into(),
-        audit: d.audit,
-        ..without
+    for read in readings {
+        let other = decide(audit, deny, allow, read);
+        if other.allowed {
+            continue;
+        }
+        let mut reason = other.reason.into_owned();
+        if read.method != a.method {
+            reason.push_str(&format!(" as {} (a method override)", read.method));
+        }
+        if read.path != a.path {
+            reason.push_str(&format!(
+                " for the path without its `;` parameters ({})",
+                read.path
+            ));
+        }
+        return Decision {
+            reason: reason.into(),
+            audit: d.audit,
+            ..other
+        };
     }
+    d
 }
 
 /// Istio's algorithm: AUDIT marks, any DENY match denies, no ALLOW policy allows,

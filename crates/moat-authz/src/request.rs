@@ -125,6 +125,94 @@ pub enum PathParameters {
     AsReceived,
 }
 
+/// How policies read a request that names another method in a method-override field
+/// (`X-HTTP-Method-Override: DELETE` on a POST) or a `_method` query parameter.
+///
+/// Envoy and Istio match the method on the request line only, while Symfony and Laravel,
+/// Express's `method-override`, ASP.NET and others route such a request as the method
+/// it names: a DENY on `DELETE` or an ALLOW of `GET` only is passed that way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MethodOverrides {
+    /// A request is allowed only when the policies allow it with its own method and
+    /// with each method it names as an override (the default). Requests that name none
+    /// are matched once.
+    #[default]
+    Both,
+    /// The method on the request line only, as Envoy and Istio match it.
+    AsReceived,
+}
+
+/// The header fields frameworks take a method override from.
+pub const METHOD_OVERRIDE_FIELDS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Most distinct methods a request may name as overrides: each is a second decision,
+/// so a request naming more is refused (400) instead of costing one decision each.
+pub const MAX_METHOD_OVERRIDES: usize = 4;
+
+/// Why the method overrides of a request were refused (the gateway answers 400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooManyOverrides;
+
+/// The methods other than `method` that a request names as overrides, upper-cased (as
+/// the frameworks read them), each once: every comma-separated item of every
+/// [`METHOD_OVERRIDE_FIELDS`] field and every `_method` query parameter (however its name
+/// is encoded). Items that are no method token are left out, as the frameworks refuse
+/// them.
+pub fn method_overrides(
+    method: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Vec<String>, TooManyOverrides> {
+    let mut named = Vec::new();
+    let mut add = |item: &str| {
+        let item = item.trim();
+        let token = !item.is_empty()
+            && item.len() <= 32
+            && item
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_');
+        if !token || item.eq_ignore_ascii_case(method) {
+            return Ok(());
+        }
+        let upper = item.to_ascii_uppercase();
+        if !named.contains(&upper) {
+            if named.len() == MAX_METHOD_OVERRIDES {
+                return Err(TooManyOverrides);
+            }
+            named.push(upper);
+        }
+        Ok(())
+    };
+    // One pass over the fields: cheaper than a hashed lookup of each name on every
+    // request, nearly all of which have none.
+    for (name, value) in headers {
+        if METHOD_OVERRIDE_FIELDS.contains(&name.as_str()) {
+            for item in String::from_utf8_lossy(value.as_bytes()).split(',') {
+                add(item)?;
+            }
+        }
+    }
+    // The query is parsed only when it may hold the name, spelled or percent-encoded.
+    if let Some(query) = query.filter(|q| q.contains("method") || q.contains('%')) {
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            // Form decoding (`+` is a space), then PHP's (Symfony, Laravel): a `.`, ` `
+            // or `[` in a name is read as `_`.
+            let key = crate::percent::decode_all(&key.replace('+', " "));
+            let key = key.replace(['.', ' ', '['], "_");
+            if key == "_method" {
+                add(&crate::percent::decode_all(&value.replace('+', " ")))?;
+            }
+        }
+    }
+    Ok(named)
+}
+
 /// `path` (normalized, without the query) as servlet containers read it: every
 /// segment's `;` parameters removed, then dot segments resolved and, when `merge` is set,
 /// `//` merged. `None` when the path has no `;`.
@@ -370,6 +458,53 @@ mod tests {
         assert_eq!(w("/a/;x/admin", true).as_deref(), Some("/a/admin"));
         assert_eq!(w("/;", false).as_deref(), Some("/"));
         assert_eq!(w("/é;x/ü", false).as_deref(), Some("/é/ü"));
+    }
+
+    #[test]
+    fn method_overrides_from_fields_and_query() {
+        let mut h = HeaderMap::new();
+        let m = |h: &HeaderMap, q: Option<&str>| method_overrides("POST", h, q);
+        assert_eq!(m(&h, None), Ok(vec![]));
+        assert_eq!(m(&h, Some("a=1&b=_method")), Ok(vec![]));
+        h.append("x-http-method-override", "delete".parse().unwrap());
+        h.append("x-http-method", "PUT, post,,GET".parse().unwrap());
+        h.append("X-Method-Override", "Delete".parse().unwrap());
+        h.append("x-http-method-override", "not a method; x".parse().unwrap());
+        assert_eq!(
+            m(&h, None),
+            Ok(vec!["DELETE".into(), "PUT".into(), "GET".into()])
+        );
+        let h = HeaderMap::new();
+        for q in [
+            "_method=PATCH",
+            "a=1&_method=patch&b=2",
+            "%5Fmethod=PATCH",
+            "_%6Dethod=PATCH",
+            ".method=PATCH",
+            "+method=PATCH",
+            "[method=PATCH",
+            "_method=%50ATCH",
+        ] {
+            assert_eq!(m(&h, Some(q)), Ok(vec!["PATCH".into()]), "{q}");
+        }
+        assert_eq!(m(&h, Some("_method=POST&x_method=PUT")), Ok(vec![]));
+        // Hostile: each distinct method is one more decision, so past the limit the
+        // request is refused; repeating one method costs nothing.
+        let many: Vec<String> = (0..MAX_METHOD_OVERRIDES)
+            .map(|i| format!("_method=M{}", char::from(b'A' + i as u8)))
+            .collect();
+        assert_eq!(
+            m(&h, Some(&many.join("&"))).unwrap().len(),
+            MAX_METHOD_OVERRIDES
+        );
+        let over = format!("{}&_method=ZZ", many.join("&"));
+        assert_eq!(m(&h, Some(&over)), Err(TooManyOverrides));
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-http-method-override",
+            vec!["DELETE"; 10_000].join(",").parse().unwrap(),
+        );
+        assert_eq!(m(&h, None), Ok(vec!["DELETE".into()]));
     }
 
     #[test]

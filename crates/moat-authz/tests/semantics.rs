@@ -385,6 +385,114 @@ fn path_parameters_are_read_as_servlet_containers_read_them() {
     );
 }
 
+/// Symfony, Laravel, Express's `method-override` and ASP.NET route a POST carrying
+/// `X-HTTP-Method-Override: DELETE` (or `_method=DELETE`) as a DELETE. By default the
+/// request must be allowed as each method it names; `as_received` is Envoy's reading.
+#[test]
+fn method_overrides_are_read_as_frameworks_read_them() {
+    use moat_authz::MethodOverrides::{AsReceived, Both};
+    let y = format!(
+        "{}{}",
+        ap(
+            "foo",
+            "deny",
+            "DENY",
+            r#"[{to: [{operation: {methods: ["DELETE"]}}]}]"#
+        ),
+        ap(
+            "foo",
+            "allow",
+            "ALLOW",
+            r#"[{to: [{operation: {methods: ["GET", "POST"], paths: ["/api/*"]}}]}]"#
+        )
+    );
+    let mk = |method_overrides| {
+        engine_cfg(
+            &y,
+            moat_authz::AuthzConfig {
+                method_overrides,
+                ..Default::default()
+            },
+        )
+    };
+    let (both, istio) = (mk(Both), mk(AsReceived));
+    let post = |path: &str| req(path).method("POST");
+    for (r, by_default, as_received) in [
+        (post("/api/x"), 200, 200),
+        (
+            post("/api/x").header("x-http-method-override", "GET"),
+            200,
+            200,
+        ),
+        (
+            post("/api/x").header("x-http-method-override", "POST"),
+            200,
+            200,
+        ),
+        (
+            post("/api/x").header("x-http-method-override", "DELETE"),
+            403,
+            200,
+        ),
+        (post("/api/x").header("x-http-method", "delete"), 403, 200),
+        (
+            post("/api/x").header("x-method-override", "GET, DELETE"),
+            403,
+            200,
+        ),
+        (post("/api/x?_method=DELETE"), 403, 200),
+        (post("/api/x?%5Fmethod=delete"), 403, 200),
+        // PUT is in no ALLOW rule.
+        (post("/api/x?_method=PUT"), 403, 200),
+        (req("/api/x").method("DELETE"), 403, 403),
+    ] {
+        assert_eq!(r.status(&both), by_default, "{r:?}");
+        assert_eq!(r.status(&istio), as_received, "{r:?} (as_received)");
+    }
+    let d = post("/api/x")
+        .header("x-http-method-override", "DELETE")
+        .eval(&both);
+    assert_eq!(d.policy.as_deref(), Some("foo/deny"));
+    assert_eq!(
+        d.reason,
+        "matched a DENY policy as DELETE (a method override)"
+    );
+    // Both second readings at once: the override and the path without its parameters.
+    let e = engine(&ap(
+        "foo",
+        "deny",
+        "DENY",
+        r#"[{to: [{operation: {methods: ["DELETE"], paths: ["/admin"]}}]}]"#,
+    ));
+    let d = post("/admin;x")
+        .header("x-http-method-override", "DELETE")
+        .eval(&e);
+    assert_eq!(
+        d.reason,
+        "matched a DENY policy as DELETE (a method override) for the path without its `;` parameters (/admin)"
+    );
+    assert_eq!(post("/admin;x").status(&e), 200);
+    assert_eq!(
+        post("/admin")
+            .header("x-http-method-override", "GET")
+            .status(&e),
+        200
+    );
+    // A request naming more methods than are read is refused, not evaluated per method.
+    let many = "A,B,C,D,E";
+    let d = post("/api/x")
+        .header("x-http-method-override", many)
+        .eval(&both);
+    assert_eq!((d.status, d.allowed), (400, false));
+    assert_eq!(d.decided_by, moat_authz::DecidedBy::Method);
+    assert_eq!(
+        post("/api/x")
+            .header("x-http-method-override", many)
+            .status(&istio),
+        200
+    );
+}
+
 #[test]
 fn methods_hosts_ports() {
     let e = allow(r#"{to: [{operation: {methods: ["GET", "P*"]}}]}"#);

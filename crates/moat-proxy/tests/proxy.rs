@@ -727,6 +727,61 @@ spec:
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
+/// A POST naming another method in `X-HTTP-Method-Override` or `_method` is routed as
+/// that method by Symfony, Laravel, Express's `method-override` and ASP.NET: access
+/// control reads it both ways, and the request goes upstream as it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_overrides_are_read_as_the_backend_reads_them() {
+    let up = upstream("u").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("policies/deny.yaml"),
+        r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-delete, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {methods: ["DELETE"]}}]
+"#,
+    )
+    .unwrap();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         clusters:\n  - name: app\n    endpoints: [\"{}\"]\nroutes:\n  - name: all\n    cluster: app\n\
+         authz:\n  enabled: true\n  policies: [policies]\n",
+        up.addr
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    let post = |target: &str, field: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\nhost: x\r\n{field}content-length: 0\r\nconnection: close\r\n\r\n"
+        )
+    };
+    for (target, field, status) in [
+        ("/items/1", "", "200"),
+        ("/items/1", "x-http-method-override: PATCH\r\n", "200"),
+        ("/items/1", "x-http-method-override: DELETE\r\n", "403"),
+        ("/items/1", "X-HTTP-Method: delete\r\n", "403"),
+        ("/items/1?_method=DELETE", "", "403"),
+        ("/items/1", "x-http-method-override: A,B,C,D,E\r\n", "400"),
+    ] {
+        let answer = raw(addr, post(target, field).as_bytes()).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{target} {field}: {answer:.300}"
+        );
+        if status == "200" {
+            let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_slice(body.as_bytes()).unwrap();
+            assert_eq!((&v["method"], &v["uri"]), (&"POST".into(), &target.into()));
+        }
+    }
+    gw.shutdown(Duration::from_secs(2)).await;
+}
+
 /// A GET of `target` as written, on its own connection.
 async fn raw_request(addr: SocketAddr, target: &str) -> String {
     raw(

@@ -178,6 +178,28 @@ fn path_parameters_flag() {
     assert_eq!(v["policy"], "shop/web");
 }
 
+/// A POST naming DELETE in `X-HTTP-Method-Override` is a DELETE to Symfony or Express:
+/// refused by default (no ALLOW rule has DELETE), allowed as Istio reads it.
+#[test]
+fn method_overrides_flag() {
+    let d = setup();
+    let base = [
+        "--url",
+        "http://web.shop/public/x",
+        "--method",
+        "GET",
+        "--header",
+        "X-HTTP-Method-Override: DELETE",
+    ];
+    let (code, v) = json(d.path(), &with(&base));
+    assert_eq!(code, 1, "{v}");
+    assert!(v["reason"].as_str().unwrap_or("").contains("DELETE"), "{v}");
+    let mut flag = base.to_vec();
+    flag.extend(["--method-overrides", "as_received"]);
+    let (code, v) = json(d.path(), &with(&flag));
+    assert_eq!(code, 0, "{v}");
+}
+
 #[test]
 fn text_output_and_exit_codes() {
     let d = setup();
@@ -459,6 +481,14 @@ fn input_errors_exit_2() {
             "http://x/",
             "--path-parameters",
             "strip",
+        ],
+        vec![
+            "--policies",
+            "policies.yaml",
+            "--url",
+            "http://x/",
+            "--method-overrides",
+            "ignore",
         ],
         vec!["--url", "http://x/"],
     ] {

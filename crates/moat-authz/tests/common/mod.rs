@@ -114,7 +114,7 @@ pub fn engine_cfg(yaml: &str, mut cfg: AuthzConfig) -> Arc<AuthzEngine> {
 }
 
 /// A request for tests; builder style.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Req {
     pub ns: String,
     pub labels: BTreeMap<String, String>,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use moat_authz::check::{self, CheckArgs};
 use moat_authz::explain;
-use moat_authz::{PathNormalization, PathParameters};
+use moat_authz::{MethodOverrides, PathNormalization, PathParameters};
 use moat_proxy::jwks_fetch::HttpJwksFetcher;
 
 /// Arguments of `moat policy`.
@@ -97,6 +97,10 @@ struct Check {
     /// servlet containers read it) or as_received (Istio's reading).
     #[arg(long, default_value = "both")]
     path_parameters: String,
+    /// Methods named in X-HTTP-Method-Override (and the like) or `_method`: both (the
+    /// request must be allowed as each) or as_received (Istio's reading).
+    #[arg(long, default_value = "both")]
+    method_overrides: String,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -183,6 +187,16 @@ fn run_check(c: Check) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let method_overrides = match c.method_overrides.to_ascii_lowercase().as_str() {
+        "both" => MethodOverrides::Both,
+        "as_received" => MethodOverrides::AsReceived,
+        other => {
+            eprintln!(
+                "moat policy check: --method-overrides: expected both or as_received, got `{other}`"
+            );
+            return ExitCode::from(2);
+        }
+    };
     let args = CheckArgs {
         policies: c.policies,
         url: c.url.unwrap_or_default(),
@@ -201,6 +215,7 @@ fn run_check(c: Check) -> ExitCode {
         trusted_proxies: c.trusted_proxies,
         path_normalization: norm,
         path_parameters,
+        method_overrides,
     };
     let result = if c.tcp {
         check::build_engine(&args, HttpJwksFetcher::shared())
