@@ -1,6 +1,8 @@
 //! Every decoder on arbitrary bytes: no panic, output never longer than input
 //! (the bound the engine relies on; UTF-16 transcoding at most 1.5 times it),
-//! repeated URL decoding terminates.
+//! repeated URL decoding terminates; what the body sniff (`moat_core::starts_binary`)
+//! calls wide text without a byte order mark, the WAF's transcoder reads with no binary
+//! data control.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use moat_waf::charset::{self, BodyText};
@@ -33,5 +35,15 @@ fuzz_target!(|data: &[u8]| {
     for text in [BodyText::Utf32Le, BodyText::Utf32Be] {
         let t = charset::to_utf8(data, text).unwrap_or_default();
         assert!(t.len() <= data.len());
+    }
+    let head = &data[..data.len().min(moat_core::body::SNIFF_BYTES)];
+    let control = |c: char| matches!(u32::from(c), 0x00..=0x08 | 0x0B | 0x0E..=0x1A | 0x1C..=0x1F);
+    if !moat_core::starts_binary(data)
+        && charset::of_bom(data).is_none()
+        && head.iter().any(|&b| control(char::from(b)))
+    {
+        let text = charset::of_nuls(head).expect("text with a control byte is wide text");
+        let utf8 = charset::to_utf8(head, text).expect("wide text transcodes");
+        assert!(!utf8.chars().any(control), "{text:?}: {utf8:?}");
     }
 });

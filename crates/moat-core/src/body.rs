@@ -200,12 +200,13 @@ impl Body {
 pub const SNIFF_BYTES: usize = 1445;
 
 /// Whether a body is binary by the WHATWG MIME Sniffing standard's rule for telling text
-/// from binary: it does not start with a UTF-16 or UTF-8 byte order mark, and one of its
+/// from binary: it does not start with a byte order mark (UTF-8, UTF-16 or, beyond the
+/// standard, UTF-32 big-endian, whose little-endian mark starts as UTF-16's), and one of its
 /// first [`SNIFF_BYTES`] bytes is a binary data byte (a C0 control other than tab, line
 /// feed, form feed, carriage return and escape). JSON, XML and form parsers refuse such
 /// bytes in UTF-8, so a body with one is not a document they read, whatever its type.
 ///
-/// One exception to the standard: UTF-16 and UTF-32 text without a byte order mark has a
+/// Also beyond the standard: UTF-16 and UTF-32 text without a byte order mark has a
 /// NUL in every character it shares with ASCII, and JSON parsers read it (Python's
 /// `json.loads` and Jackson apply RFC 4627 section 3's rule, [`shown_by_nuls`]). Such a
 /// body is text when its first bytes show the encoding and its first [`SNIFF_BYTES`]
@@ -214,6 +215,7 @@ pub fn starts_binary(data: &[u8]) -> bool {
     if data.starts_with(&[0xFE, 0xFF])
         || data.starts_with(&[0xFF, 0xFE])
         || data.starts_with(&[0xEF, 0xBB, 0xBF])
+        || data.starts_with(&[0, 0, 0xFE, 0xFF])
     {
         return false;
     }
@@ -382,6 +384,7 @@ mod tests {
         assert!(starts_binary(&[0xAC, 0xED, 0x00, 0x05]));
         // UTF-16 text with its byte order mark is text.
         assert!(!starts_binary(&[0xFF, 0xFE, b'{', 0, b'}', 0]));
+        assert!(!starts_binary(&[0, 0, 0xFE, 0xFF, 0, 0, 0, b'{']));
         // Without it, it is text when its characters are (Python's `json.loads` and
         // Jackson read it), and binary when they are not.
         let utf16 = |s: &str, le: bool| -> Vec<u8> {
