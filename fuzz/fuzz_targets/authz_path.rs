@@ -13,11 +13,12 @@
 //!   normalised path has no `;`, no dot segment, no `//` when merging, and does not grow;
 //! * the methods a request names as overrides (`method_overrides`, the input read as a
 //!   query and as an override field) are at most `MAX_METHOD_OVERRIDES` distinct
-//!   upper-case tokens, none the request's own method.
+//!   upper-case tokens, none the request's own method;
+//! * the bare host (`bare_host`, the input read as a `Host`) is a shorter prefix of it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use moat_authz::request::{
-    merges_slashes, method_overrides, normalize_path, without_path_parameters,
+    bare_host, merges_slashes, method_overrides, normalize_path, without_path_parameters,
     PathNormalization, MAX_METHOD_OVERRIDES, MAX_PATH_LEN,
 };
 
@@ -98,6 +99,9 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
         }
+    }
+    if let Some(bare) = bare_host(raw) {
+        assert!(bare.len() < raw.len() && raw.starts_with(bare), "{raw:?} -> {bare:?}");
     }
     // The length limit, at its edge (once: only for the input `/`).
     if raw == "/" {

@@ -11,7 +11,7 @@ use moat_core::PeerIdentity;
 use crate::engine::{AuthzConfig, AuthzEngine, ConnectionInput, Decision, RequestInput};
 use crate::fetch::JwksFetcher;
 use crate::request::{
-    canonical_ip, remote_ip_from_xff, MethodOverrides, PathNormalization, PathParameters,
+    canonical_ip, remote_ip_from_xff, HostPort, MethodOverrides, PathNormalization, PathParameters,
 };
 
 /// Inputs of `moat policy check`.
@@ -54,6 +54,8 @@ pub struct CheckArgs {
     pub path_parameters: PathParameters,
     /// How method overrides are read (default `both`).
     pub method_overrides: MethodOverrides,
+    /// Whether DENY policies read the host without its port (default `both`).
+    pub host_port: HostPort,
 }
 
 impl Default for CheckArgs {
@@ -77,6 +79,7 @@ impl Default for CheckArgs {
             path_normalization: PathNormalization::Base,
             path_parameters: PathParameters::Both,
             method_overrides: MethodOverrides::Both,
+            host_port: HostPort::Both,
         }
     }
 }
@@ -223,6 +226,7 @@ pub fn build_engine(
         path_normalization: args.path_normalization,
         path_parameters: args.path_parameters,
         method_overrides: args.method_overrides,
+        host_port: args.host_port,
         ..AuthzConfig::default()
     };
     let base = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;

@@ -25,9 +25,9 @@ use crate::ir::{Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{
-    merges_slashes, method_overrides, normalize_path, remote_ip_from_xff, without_path_parameters,
-    Attrs, BadPath, MethodOverrides, PathNormalization, PathParameters, PeerView, TooManyOverrides,
-    MAX_METHOD_OVERRIDES,
+    bare_host, merges_slashes, method_overrides, normalize_path, remote_ip_from_xff,
+    without_path_parameters, Attrs, BadPath, HostPort, MethodOverrides, PathNormalization,
+    PathParameters, PeerView, TooManyOverrides, MAX_METHOD_OVERRIDES,
 };
 use crate::AuthzError;
 
@@ -52,6 +52,9 @@ pub struct AuthzConfig {
     /// How methods named in method-override fields and `_method` are read (default
     /// `both`: the request must be allowed as each, see [`MethodOverrides`]).
     pub method_overrides: MethodOverrides,
+    /// Whether DENY policies also read the host without its port and trailing dot
+    /// (default `both`, see [`HostPort`]).
+    pub host_port: HostPort,
     /// Maximum number of verified tokens cached (0 disables the cache).
     pub jwt_cache_size: usize,
     /// Clock skew allowed on `exp`/`nbf` (Envoy default 60s).
@@ -82,6 +85,7 @@ impl Default for AuthzConfig {
             path_normalization: PathNormalization::Base,
             path_parameters: PathParameters::Both,
             method_overrides: MethodOverrides::Both,
+            host_port: HostPort::Both,
             jwt_cache_size: 10_000,
             jwt_clock_skew: Duration::from_secs(60),
             jwks_refresh_interval: Duration::from_secs(300),
@@ -885,9 +889,9 @@ impl AuthzEngine {
             peer: peer_view,
             jwt: verified.as_deref(),
         };
-        // What else a backend may read the request as (PathParameters, MethodOverrides):
-        // each reading must pass too. They are readings, not rewrites: what goes upstream
-        // is unchanged.
+        // What else a backend may read the request as (PathParameters, MethodOverrides,
+        // HostPort): each reading must pass too. They are readings, not rewrites: what
+        // goes upstream is unchanged.
         let servlet_path = match self.cfg.path_parameters {
             PathParameters::Both => {
                 without_path_parameters(path, merges_slashes(self.cfg.path_normalization))
@@ -895,22 +899,37 @@ impl AuthzEngine {
             PathParameters::AsReceived => None,
         };
         let paths = [Some(path), servlet_path.as_deref()];
-        let readings: Vec<Attrs<'_>> = std::iter::once(req.method)
+        let bare = match self.cfg.host_port {
+            HostPort::Both => bare_host(req.host),
+            HostPort::AsReceived => None,
+        };
+        // The host as sent, read by every policy, then the bare one, by DENY policies only.
+        let hosts = [(req.host, false)];
+        let bare = bare.map(|host| (host, true));
+        let hosts = || hosts.iter().copied().chain(bare);
+        let readings: Vec<Reading<'_>> = std::iter::once(req.method)
             .chain(overrides.iter().map(String::as_str))
             .flat_map(|method| {
-                paths.iter().flatten().map(move |path| Attrs {
-                    method,
-                    path,
-                    ..attrs
+                paths.iter().flatten().flat_map(move |path| {
+                    hosts().map(move |(host, deny_only)| Reading {
+                        attrs: Attrs {
+                            method,
+                            path,
+                            host,
+                            ..attrs
+                        },
+                        deny_only,
+                    })
                 })
             })
             .skip(1)
             .collect();
         let mut d = decide_readings(&view.audit, &view.deny, &view.allow, &attrs, &readings);
-        let custom = view
-            .custom
-            .first(&attrs)
-            .or_else(|| readings.iter().find_map(|read| view.custom.first(read)));
+        let custom = view.custom.first(&attrs).or_else(|| {
+            readings
+                .iter()
+                .find_map(|read| view.custom.first(&read.attrs))
+        });
         d.custom = custom.and_then(|(p, _)| view.custom_providers.get(&p).cloned());
         d.mtls_mode = mode;
         dry_run(
@@ -1007,7 +1026,7 @@ fn dry_run(
     deny: &Group,
     allow: &Group,
     a: &Attrs<'_>,
-    readings: &[Attrs<'_>],
+    readings: &[Reading<'_>],
 ) {
     if deny.policies + allow.policies + audit.policies == 0 {
         return;
@@ -1023,6 +1042,14 @@ fn dry_run(
     }
 }
 
+/// One more way a backend may read a request: checked after the request as Envoy reads
+/// it, by every policy or, with `deny_only`, by DENY policies alone.
+#[derive(Debug, Clone, Copy)]
+struct Reading<'a> {
+    attrs: Attrs<'a>,
+    deny_only: bool,
+}
+
 /// [`decide`] for `a`, and when it allows, the refusal of the first of `readings` (what
 /// else a backend may read the request as) that is refused. AUDIT marks come from `a`.
 fn decide_readings(
@@ -1030,17 +1057,25 @@ fn decide_readings(
     deny: &Group,
     allow: &Group,
     a: &Attrs<'_>,
-    readings: &[Attrs<'_>],
+    readings: &[Reading<'_>],
 ) -> Decision {
     let d = decide(audit, deny, allow, a);
     if !d.allowed {
         return d;
     }
     for read in readings {
-        let other = decide(audit, deny, allow, read);
+        let other = if read.deny_only {
+            match deny.first(&read.attrs) {
+                Some((p, r)) => denied(&p, r),
+                None => continue,
+            }
+        } else {
+            decide(audit, deny, allow, &read.attrs)
+        };
         if other.allowed {
             continue;
         }
+        let read = &read.attrs;
         let mut reason = other.reason.into_owned();
         if read.method != a.method {
             reason.push_str(&format!(" as {} (a method override)", read.method));
@@ -1051,12 +1086,23 @@ fn decide_readings(
                 read.path
             ));
         }
+        if read.host != a.host {
+            reason.push_str(&format!(" for the host without its port ({})", read.host));
+        }
         return Decision {
             reason: reason.into(),
             audit: d.audit,
             ..other
         };
     }
+    d
+}
+
+/// The refusal by rule `rule` of DENY policy `policy`.
+fn denied(policy: &str, rule: u32) -> Decision {
+    let mut d = Decision::new(403, false, "matched a DENY policy", DecidedBy::Authz);
+    d.policy = Some(policy.to_string());
+    d.rule = Some(rule);
     d
 }
 
@@ -1068,10 +1114,7 @@ fn decide(audit: &Group, deny: &Group, allow: &Group, a: &Attrs<'_>) -> Decision
         .map(|(p, r)| vec![format!("{p}[rule {r}]")])
         .unwrap_or_default();
     let mut d = if let Some((p, r)) = deny.first(a) {
-        let mut d = Decision::new(403, false, "matched a DENY policy", DecidedBy::Authz);
-        d.policy = Some(p.to_string());
-        d.rule = Some(r);
-        d
+        denied(&p, r)
     } else if allow.policies == 0 {
         Decision::new(
             200,

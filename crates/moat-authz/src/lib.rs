@@ -33,7 +33,7 @@ pub use engine::{AuthzConfig, AuthzEngine, ConnectionInput, DecidedBy, Decision,
 pub use fetch::{JwksFetcher, NoFetch, MAX_DOCUMENT_BYTES};
 pub use loader::{Action, MtlsMode, PolicySet};
 pub use providers::ExtensionProvider;
-pub use request::{MethodOverrides, PathNormalization, PathParameters};
+pub use request::{HostPort, MethodOverrides, PathNormalization, PathParameters};
 
 /// Errors building the engine.
 #[derive(Debug, thiserror::Error)]

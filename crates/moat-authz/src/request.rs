@@ -143,6 +143,32 @@ pub enum MethodOverrides {
     AsReceived,
 }
 
+/// Whether DENY policies read the host without its port and trailing dot too.
+///
+/// `hosts` match the authority as sent, port included (Istio's semantics), while
+/// virtual-host routing ignores the port (moat's routes, Istio's gateways since 1.15,
+/// nginx's `server_name`) and the trailing dot of a fully qualified name: a DENY on
+/// `admin.example.com` is passed by `Host: admin.example.com:443`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostPort {
+    /// A DENY policy that matches the host without its port (or trailing dot) denies
+    /// (the default). ALLOW policies match the host as sent, so a port an ALLOW
+    /// policy does not list still fails closed, as in Istio.
+    #[default]
+    Both,
+    /// The host as sent only, as Envoy and Istio match it.
+    AsReceived,
+}
+
+/// `host` as virtual-host routing reads it: without its port and its trailing dot.
+/// `None` when that changes nothing.
+pub fn bare_host(host: &str) -> Option<&str> {
+    let bare = moat_core::strip_port(host);
+    let bare = bare.strip_suffix('.').unwrap_or(bare);
+    (bare.len() != host.len()).then_some(bare)
+}
+
 /// The header fields frameworks take a method override from.
 pub const METHOD_OVERRIDE_FIELDS: [&str; 3] = [
     "x-http-method-override",
@@ -458,6 +484,26 @@ mod tests {
         assert_eq!(w("/a/;x/admin", true).as_deref(), Some("/a/admin"));
         assert_eq!(w("/;", false).as_deref(), Some("/"));
         assert_eq!(w("/é;x/ü", false).as_deref(), Some("/é/ü"));
+    }
+
+    #[test]
+    fn hosts_as_routing_reads_them() {
+        assert_eq!(bare_host("admin.example.com"), None);
+        assert_eq!(
+            bare_host("admin.example.com:443"),
+            Some("admin.example.com")
+        );
+        assert_eq!(bare_host("admin.example.com."), Some("admin.example.com"));
+        assert_eq!(
+            bare_host("admin.example.com.:80"),
+            Some("admin.example.com")
+        );
+        assert_eq!(bare_host("admin.example.com:"), Some("admin.example.com"));
+        assert_eq!(bare_host("[::1]:8080"), Some("[::1]"));
+        assert_eq!(bare_host("[::1]"), None);
+        assert_eq!(bare_host("10.0.0.1:80"), Some("10.0.0.1"));
+        assert_eq!(bare_host("a:b"), None);
+        assert_eq!(bare_host(""), None);
     }
 
     #[test]

@@ -493,6 +493,85 @@ fn method_overrides_are_read_as_frameworks_read_them() {
     );
 }
 
+/// Virtual-host routing ignores the port and the trailing dot (moat's routes, Istio's
+/// gateways, nginx), while `hosts` match the authority as sent: by default DENY policies
+/// read the bare host too; ALLOW policies still match the host as sent.
+#[test]
+fn deny_policies_read_the_host_without_its_port() {
+    use moat_authz::HostPort::{AsReceived, Both};
+    let y = format!(
+        "{}{}",
+        ap(
+            "foo",
+            "deny",
+            "DENY",
+            r#"[{to: [{operation: {hosts: ["admin.example.com"]}}]}]"#
+        ),
+        ap(
+            "foo",
+            "allow",
+            "ALLOW",
+            r#"[{to: [{operation: {hosts: ["*.example.com", "a.dev.example.com:*"]}}]}]"#
+        )
+    );
+    let mk = |host_port| {
+        engine_cfg(
+            &y,
+            moat_authz::AuthzConfig {
+                host_port,
+                ..Default::default()
+            },
+        )
+    };
+    let (both, istio) = (mk(Both), mk(AsReceived));
+    for (host, by_default, as_received) in [
+        ("www.example.com", 200, 200),
+        ("admin.example.com", 403, 403),
+        ("ADMIN.example.com:443", 403, 403), // no ALLOW for a port: fails closed
+        ("a.dev.example.com:8443", 200, 200), // an ALLOW that names ports keeps them
+        ("www.example.com:443", 403, 403),
+    ] {
+        assert_eq!(req("/").host(host).status(&both), by_default, "{host}");
+        assert_eq!(req("/").host(host).status(&istio), as_received, "{host}");
+    }
+    // A DENY on the bare host: only the ALLOW on ports lets these through as sent.
+    let e = |host_port| {
+        engine_cfg(
+            &format!(
+                "{}{}",
+                ap(
+                    "foo",
+                    "deny",
+                    "DENY",
+                    r#"[{to: [{operation: {hosts: ["admin.dev.example.com"]}}]}]"#
+                ),
+                ap(
+                    "foo",
+                    "allow",
+                    "ALLOW",
+                    r#"[{to: [{operation: {hosts: ["admin.dev.example.com:*", "www.dev.example.com:*", "*.example.com."]}}]}]"#
+                )
+            ),
+            moat_authz::AuthzConfig {
+                host_port,
+                ..Default::default()
+            },
+        )
+    };
+    let (both, istio) = (e(Both), e(AsReceived));
+    for host in ["admin.dev.example.com:443", "admin.dev.example.com."] {
+        assert_eq!(req("/").host(host).status(&both), 403, "{host}");
+        assert_eq!(req("/").host(host).status(&istio), 200, "{host}");
+    }
+    assert_eq!(req("/").host("www.dev.example.com:443").status(&both), 200);
+    let d = req("/").host("admin.dev.example.com:443").eval(&both);
+    assert_eq!(d.policy.as_deref(), Some("foo/deny"));
+    assert_eq!(
+        d.reason,
+        "matched a DENY policy for the host without its port (admin.dev.example.com)"
+    );
+}
+
 #[test]
 fn methods_hosts_ports() {
     let e = allow(r#"{to: [{operation: {methods: ["GET", "P*"]}}]}"#);

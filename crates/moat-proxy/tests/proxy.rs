@@ -728,10 +728,11 @@ spec:
 }
 
 /// A POST naming another method in `X-HTTP-Method-Override` or `_method` is routed as
-/// that method by Symfony, Laravel, Express's `method-override` and ASP.NET: access
-/// control reads it both ways, and the request goes upstream as it was sent.
+/// that method by Symfony, Laravel, Express's `method-override` and ASP.NET, and a host
+/// is routed without its port: access control reads such requests both ways, and they
+/// go upstream as they were sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn method_overrides_are_read_as_the_backend_reads_them() {
+async fn method_overrides_and_host_ports_are_read_as_the_backend_reads_them() {
     let up = upstream("u").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("policies")).unwrap();
@@ -744,6 +745,7 @@ spec:
   action: DENY
   rules:
   - to: [{operation: {methods: ["DELETE"]}}]
+  - to: [{operation: {hosts: ["admin.example.com"]}}]
 "#,
     )
     .unwrap();
@@ -760,6 +762,23 @@ spec:
             "POST {target} HTTP/1.1\r\nhost: x\r\n{field}content-length: 0\r\nconnection: close\r\n\r\n"
         )
     };
+    // DENY policies read the host without its port and trailing dot, as the routes do.
+    for (host, status) in [
+        ("admin.example.com", "403"),
+        ("admin.example.com:8080", "403"),
+        ("admin.example.com.", "403"),
+        ("www.example.com:8080", "200"),
+    ] {
+        let answer = raw(
+            addr,
+            format!("GET / HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{host}: {answer:.300}"
+        );
+    }
     for (target, field, status) in [
         ("/items/1", "", "200"),
         ("/items/1", "x-http-method-override: PATCH\r\n", "200"),

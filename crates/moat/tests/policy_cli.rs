@@ -176,6 +176,16 @@ fn path_parameters_flag() {
     );
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["policy"], "shop/web");
+    let (code, v) = json(
+        d.path(),
+        &with(&[
+            "--url",
+            "http://web.shop/public/x",
+            "--host-port",
+            "as_received",
+        ]),
+    );
+    assert_eq!(code, 0, "{v}");
 }
 
 /// A POST naming DELETE in `X-HTTP-Method-Override` is a DELETE to Symfony or Express:
@@ -489,6 +499,14 @@ fn input_errors_exit_2() {
             "http://x/",
             "--method-overrides",
             "ignore",
+        ],
+        vec![
+            "--policies",
+            "policies.yaml",
+            "--url",
+            "http://x/",
+            "--host-port",
+            "strip",
         ],
         vec!["--url", "http://x/"],
     ] {

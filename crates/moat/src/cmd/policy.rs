@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use moat_authz::check::{self, CheckArgs};
 use moat_authz::explain;
-use moat_authz::{MethodOverrides, PathNormalization, PathParameters};
+use moat_authz::{HostPort, MethodOverrides, PathNormalization, PathParameters};
 use moat_proxy::jwks_fetch::HttpJwksFetcher;
 
 /// Arguments of `moat policy`.
@@ -101,6 +101,10 @@ struct Check {
     /// request must be allowed as each) or as_received (Istio's reading).
     #[arg(long, default_value = "both")]
     method_overrides: String,
+    /// The host without its port and trailing dot: both (DENY policies read it too) or
+    /// as_received (Istio's reading).
+    #[arg(long, default_value = "both")]
+    host_port: String,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -197,6 +201,16 @@ fn run_check(c: Check) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let host_port = match c.host_port.to_ascii_lowercase().as_str() {
+        "both" => HostPort::Both,
+        "as_received" => HostPort::AsReceived,
+        other => {
+            eprintln!(
+                "moat policy check: --host-port: expected both or as_received, got `{other}`"
+            );
+            return ExitCode::from(2);
+        }
+    };
     let args = CheckArgs {
         policies: c.policies,
         url: c.url.unwrap_or_default(),
@@ -216,6 +230,7 @@ fn run_check(c: Check) -> ExitCode {
         path_normalization: norm,
         path_parameters,
         method_overrides,
+        host_port,
     };
     let result = if c.tcp {
         check::build_engine(&args, HttpJwksFetcher::shared())
