@@ -904,22 +904,23 @@ impl AuthzEngine {
             HostPort::AsReceived => None,
         };
         // The host as sent, read by every policy, then the bare one, by DENY policies only.
-        let hosts = [(req.host, false)];
-        let bare = bare.map(|host| (host, true));
-        let hosts = || hosts.iter().copied().chain(bare);
+        let hosts = &[Some((req.host, false)), bare.map(|host| (host, true))];
         let readings: Vec<Reading<'_>> = std::iter::once(req.method)
             .chain(overrides.iter().map(String::as_str))
             .flat_map(|method| {
                 paths.iter().flatten().flat_map(move |path| {
-                    hosts().map(move |(host, deny_only)| Reading {
-                        attrs: Attrs {
-                            method,
-                            path,
-                            host,
-                            ..attrs
-                        },
-                        deny_only,
-                    })
+                    hosts
+                        .iter()
+                        .flatten()
+                        .map(move |&(host, deny_only)| Reading {
+                            attrs: Attrs {
+                                method,
+                                path,
+                                host,
+                                ..attrs
+                            },
+                            deny_only,
+                        })
                 })
             })
             .skip(1)
