@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compiled::CompiledSet;
 use crate::fetch::JwksFetcher;
-use crate::ir::{Rule, RuleMatcher, TcpRule};
+use crate::ir::{Reads, Rule, RuleMatcher, TcpRule};
 use crate::jwt::{self, Authn, JwksOrigin, KeySet, KeySource, Provider, TokenCache, VerifiedJwt};
 use crate::loader::{self, Action, MtlsMode, PeerAuthn, PolicySet};
 use crate::request::{
@@ -107,6 +107,8 @@ struct Group {
     policies: usize,
     /// TCP groups: ALLOW rules skipped because they use HTTP-only fields.
     skipped: usize,
+    /// The attributes with more than one reading that some rule looks at.
+    reads: Reads,
 }
 
 impl Group {
@@ -119,6 +121,7 @@ impl Group {
         for p in policies {
             let id: Arc<str> = p.meta.id().into();
             for (i, r) in p.rules.iter().enumerate() {
+                g.reads = g.reads | r.reads();
                 rules.push(r.clone());
                 g.meta.push((id.clone(), i as u32));
             }
@@ -206,6 +209,10 @@ struct View {
     dry_allow: Group,
     providers: Vec<Arc<Provider>>,
     peer: PeerPolicy,
+    /// What the rules of every group but AUDIT look at, for the second readings.
+    reads: Reads,
+    /// The same for the groups a host reading is checked against (DENY, CUSTOM).
+    deny_reads: Reads,
 }
 
 /// A workload's view held with the very `Arc`s a route shares with every request it
@@ -648,17 +655,25 @@ impl AuthzEngine {
             .iter()
             .filter_map(|p| Some((p.meta.id().into(), p.provider.as_deref()?.into())))
             .collect();
+        let custom = Group::build(&custom);
+        let deny = Group::build(&pick(Action::Deny, false));
+        let allow = Group::build(&pick(Action::Allow, false));
+        let dry_deny = Group::build(&pick(Action::Deny, true));
+        let dry_allow = Group::build(&pick(Action::Allow, true));
+        let deny_reads = custom.reads | deny.reads | dry_deny.reads;
         View {
             namespace: ns.to_string(),
             labels: labels.clone(),
-            custom: Group::build(&custom),
+            reads: deny_reads | allow.reads | dry_allow.reads,
+            deny_reads,
+            custom,
             custom_providers,
             audit: Group::build(&pick(Action::Audit, false)),
-            deny: Group::build(&pick(Action::Deny, false)),
-            allow: Group::build(&pick(Action::Allow, false)),
+            deny,
+            allow,
             dry_audit: Group::build(&pick(Action::Audit, true)),
-            dry_deny: Group::build(&pick(Action::Deny, true)),
-            dry_allow: Group::build(&pick(Action::Allow, true)),
+            dry_deny,
+            dry_allow,
             applicable,
             tcp: OnceLock::new(),
             providers,
@@ -891,40 +906,50 @@ impl AuthzEngine {
         };
         // What else a backend may read the request as (PathParameters, MethodOverrides,
         // HostPort): each reading must pass too. They are readings, not rewrites: what
-        // goes upstream is unchanged.
+        // goes upstream is unchanged. A reading that changes only what no rule looks at
+        // cannot change the decision and is not made.
         let servlet_path = match self.cfg.path_parameters {
-            PathParameters::Both => {
+            PathParameters::Both if view.reads.path => {
                 without_path_parameters(path, merges_slashes(self.cfg.path_normalization))
             }
-            PathParameters::AsReceived => None,
+            _ => None,
         };
-        let paths = [Some(path), servlet_path.as_deref()];
+        let overrides: &[String] = if view.reads.method { &overrides } else { &[] };
+        // The bare host is read by DENY (and CUSTOM) policies only.
         let bare = match self.cfg.host_port {
-            HostPort::Both => bare_host(req.host),
-            HostPort::AsReceived => None,
+            HostPort::Both if view.deny_reads.host => bare_host(req.host),
+            _ => None,
         };
-        // The host as sent, read by every policy, then the bare one, by DENY policies only.
-        let hosts = &[Some((req.host, false)), bare.map(|host| (host, true))];
-        let readings: Vec<Reading<'_>> = std::iter::once(req.method)
-            .chain(overrides.iter().map(String::as_str))
-            .flat_map(|method| {
-                paths.iter().flatten().flat_map(move |path| {
-                    hosts
-                        .iter()
-                        .flatten()
-                        .map(move |&(host, deny_only)| Reading {
-                            attrs: Attrs {
-                                method,
-                                path,
-                                host,
-                                ..attrs
-                            },
-                            deny_only,
-                        })
-                })
-            })
-            .skip(1)
-            .collect();
+        let mut readings = Vec::new();
+        if servlet_path.is_some() || !overrides.is_empty() || bare.is_some() {
+            let methods = std::iter::once(req.method).chain(overrides.iter().map(String::as_str));
+            for (i, method) in methods.enumerate() {
+                for (j, path) in [Some(path), servlet_path.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    let attrs = Attrs {
+                        method,
+                        path,
+                        ..attrs
+                    };
+                    // The first is the request as Envoy reads it, decided below.
+                    if i + j > 0 {
+                        readings.push(Reading {
+                            attrs,
+                            deny_only: false,
+                        });
+                    }
+                    if let Some(host) = bare {
+                        readings.push(Reading {
+                            attrs: Attrs { host, ..attrs },
+                            deny_only: true,
+                        });
+                    }
+                }
+            }
+        }
         let mut d = decide_readings(&view.audit, &view.deny, &view.allow, &attrs, &readings);
         let custom = view.custom.first(&attrs).or_else(|| {
             readings

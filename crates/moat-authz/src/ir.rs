@@ -608,7 +608,50 @@ pub enum TcpRule {
     Skipped,
 }
 
+/// Which of the attributes access control reads a request more than one way (the
+/// method, the path, the host) a rule looks at: a second reading that changes only
+/// attributes no rule looks at cannot change a decision, so it is skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// `methods`, or a condition on `request.headers[:method]`.
+    pub method: bool,
+    /// `paths` (a condition on `request.headers[:path]` reads the path as sent).
+    pub path: bool,
+    /// `hosts`, or a condition on `request.headers[:authority]` or `[host]`.
+    pub host: bool,
+}
+
+impl std::ops::BitOr for Reads {
+    type Output = Reads;
+    fn bitor(self, other: Reads) -> Reads {
+        Reads {
+            method: self.method || other.method,
+            path: self.path || other.path,
+            host: self.host || other.host,
+        }
+    }
+}
+
 impl Rule {
+    /// The attributes with more than one reading that the rule looks at.
+    pub fn reads(&self) -> Reads {
+        let mut reads = Reads::default();
+        for clause in self.from.iter().chain(&self.to).flatten().chain(&self.when) {
+            match &clause.pred {
+                Pred::Method(_) => reads.method = true,
+                Pred::Path(_) => reads.path = true,
+                Pred::Host(_) => reads.host = true,
+                Pred::Header(name, _) => match name.as_str() {
+                    ":method" => reads.method = true,
+                    ":authority" | "host" => reads.host = true,
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        reads
+    }
+
     /// Whether any `from`, `to` or `when` condition is HTTP-only.
     pub fn uses_http_only(&self) -> bool {
         self.from

@@ -478,6 +478,15 @@ fn method_overrides_are_read_as_frameworks_read_them() {
             .status(&e),
         200
     );
+    // A condition on the `:method` header reads the override too.
+    let e = engine(&ap(
+        "foo",
+        "deny",
+        "DENY",
+        r#"[{when: [{key: "request.headers[:method]", values: ["DELETE"]}]}]"#,
+    ));
+    let r = post("/x").header("x-http-method-override", "DELETE");
+    assert_eq!(r.status(&e), 403);
     // A request naming more methods than are read is refused, not evaluated per method.
     let many = "A,B,C,D,E";
     let d = post("/api/x")
@@ -564,6 +573,15 @@ fn deny_policies_read_the_host_without_its_port() {
         assert_eq!(req("/").host(host).status(&istio), 200, "{host}");
     }
     assert_eq!(req("/").host("www.dev.example.com:443").status(&both), 200);
+    // So does a condition on the `host` header.
+    let e = engine(&ap(
+        "foo",
+        "deny",
+        "DENY",
+        r#"[{when: [{key: "request.headers[host]", values: ["admin.example.com"]}]}]"#,
+    ));
+    assert_eq!(req("/").host("admin.example.com:8443").status(&e), 403);
+    assert_eq!(req("/").host("www.example.com:8443").status(&e), 200);
     let d = req("/").host("admin.dev.example.com:443").eval(&both);
     assert_eq!(d.policy.as_deref(), Some("foo/deny"));
     assert_eq!(
