@@ -62,9 +62,15 @@ fuzz_target!(|data: &[u8]| {
             assert!(!out.contains("//"), "{mode:?}: {raw:?} -> {out:?}");
         }
         if let Some(servlet) = without_path_parameters(&out, merges_slashes(mode)) {
-            assert!(servlet.len() <= out.len(), "{mode:?}: {out:?} -> {servlet:?}");
+            assert!(
+                servlet.len() <= out.len(),
+                "{mode:?}: {out:?} -> {servlet:?}"
+            );
             assert!(!servlet.contains(';'), "{mode:?}: {out:?} -> {servlet:?}");
-            assert!(!has_dot_segment(&servlet), "{mode:?}: {out:?} -> {servlet:?}");
+            assert!(
+                !has_dot_segment(&servlet),
+                "{mode:?}: {out:?} -> {servlet:?}"
+            );
             if merges_slashes(mode) {
                 assert!(!servlet.contains("//"), "{mode:?}: {out:?} -> {servlet:?}");
             }
@@ -101,7 +107,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Some(bare) = bare_host(raw) {
-        assert!(bare.len() < raw.len() && raw.starts_with(bare), "{raw:?} -> {bare:?}");
+        assert!(
+            bare.len() < raw.len() && raw.starts_with(bare),
+            "{raw:?} -> {bare:?}"
+        );
     }
     // The length limit, at its edge (once: only for the input `/`).
     if raw == "/" {

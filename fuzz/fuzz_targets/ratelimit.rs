@@ -27,8 +27,15 @@ fn engine() -> &'static Arc<RateLimitEngine> {
     static E: OnceLock<Arc<RateLimitEngine>> = OnceLock::new();
     E.get_or_init(|| {
         let cfg: RateLimitConfig = moat_config::from_str(Path::new("fuzz.yaml"), CONFIG).unwrap();
-        RateLimitEngine::build(&cfg, Path::new("fuzz.yaml"), Path::new("."), &["app"], None, None)
-            .unwrap()
+        RateLimitEngine::build(
+            &cfg,
+            Path::new("fuzz.yaml"),
+            Path::new("."),
+            &["app"],
+            None,
+            None,
+        )
+        .unwrap()
     })
 }
 
@@ -44,7 +51,11 @@ fuzz_target!(|data: &[u8]| {
     let path = String::from_utf8_lossy(path);
     let query = String::from_utf8_lossy(query);
     let mut b = http::Request::get(format!("/{}?{}", path.trim_start_matches('/'), query));
-    for (name, v) in [("cookie", cookie), ("authorization", auth), ("x-key", cookie)] {
+    for (name, v) in [
+        ("cookie", cookie),
+        ("authorization", auth),
+        ("x-key", cookie),
+    ] {
         if let Ok(v) = http::HeaderValue::from_bytes(v) {
             b = b.header(name, v);
         }
