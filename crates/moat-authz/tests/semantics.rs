@@ -293,39 +293,46 @@ fn path_normalization_modes() {
     assert!(req("/b?x=/../").eval(&mk(Base)).normalized_path.is_none());
 }
 
+/// Engines for one DENY and one ALLOW policy in `foo` (rule lists): with the default
+/// config, which reads requests as backends may, and with every such reading off
+/// (`as_received`, Istio's reading), with `normalization`.
+fn by_default_and_as_istio(
+    deny: &str,
+    allow: &str,
+    normalization: moat_authz::PathNormalization,
+) -> (
+    std::sync::Arc<moat_authz::AuthzEngine>,
+    std::sync::Arc<moat_authz::AuthzEngine>,
+) {
+    let y = format!(
+        "{}{}",
+        ap("foo", "deny", "DENY", deny),
+        ap("foo", "allow", "ALLOW", allow)
+    );
+    let cfg = moat_authz::AuthzConfig {
+        path_normalization: normalization,
+        ..Default::default()
+    };
+    let istio = moat_authz::AuthzConfig {
+        path_parameters: moat_authz::PathParameters::AsReceived,
+        method_overrides: moat_authz::MethodOverrides::AsReceived,
+        host_port: moat_authz::HostPort::AsReceived,
+        ..cfg.clone()
+    };
+    (engine_cfg(&y, cfg), engine_cfg(&y, istio))
+}
+
 /// istio/istio#27409: Tomcat, Jetty and Spring route `/admin;x` to `/admin` and
 /// `/public/..;/admin` to `/admin`. By default a path must be allowed read both ways;
 /// `as_received` is Envoy's reading alone.
 #[test]
 fn path_parameters_are_read_as_servlet_containers_read_them() {
     use moat_authz::PathNormalization::{Base, MergeSlashes};
-    use moat_authz::PathParameters::{AsReceived, Both};
-    let y = format!(
-        "{}{}",
-        ap(
-            "foo",
-            "deny",
-            "DENY",
-            r#"[{to: [{operation: {paths: ["/admin"]}}]}]"#
-        ),
-        ap(
-            "foo",
-            "allow",
-            "ALLOW",
-            r#"[{to: [{operation: {paths: ["/public/*", "/admin"]}}]}]"#
-        )
+    let (deny, allow) = (
+        r#"[{to: [{operation: {paths: ["/admin"]}}]}]"#,
+        r#"[{to: [{operation: {paths: ["/public/*", "/admin"]}}]}]"#,
     );
-    let mk = |path_parameters, path_normalization| {
-        engine_cfg(
-            &y,
-            moat_authz::AuthzConfig {
-                path_parameters,
-                path_normalization,
-                ..Default::default()
-            },
-        )
-    };
-    let (both, istio) = (mk(Both, Base), mk(AsReceived, Base));
+    let (both, istio) = by_default_and_as_istio(deny, allow, Base);
     for (path, by_default, as_received) in [
         ("/public/a", 200, 200),
         ("/public/a;jsessionid=1F2E", 200, 200),
@@ -347,7 +354,8 @@ fn path_parameters_are_read_as_servlet_containers_read_them() {
         );
     }
     // Merged slashes apply to the second reading as to the first.
-    assert_eq!(req("/;x/admin").status(&mk(Both, MergeSlashes)), 403);
+    let (merging, _) = by_default_and_as_istio(deny, allow, MergeSlashes);
+    assert_eq!(req("/;x/admin").status(&merging), 403);
     let d = req("/public/..;/admin").eval(&both);
     assert_eq!(d.policy.as_deref(), Some("foo/deny"));
     assert_eq!(
@@ -390,32 +398,11 @@ fn path_parameters_are_read_as_servlet_containers_read_them() {
 /// request must be allowed as each method it names; `as_received` is Envoy's reading.
 #[test]
 fn method_overrides_are_read_as_frameworks_read_them() {
-    use moat_authz::MethodOverrides::{AsReceived, Both};
-    let y = format!(
-        "{}{}",
-        ap(
-            "foo",
-            "deny",
-            "DENY",
-            r#"[{to: [{operation: {methods: ["DELETE"]}}]}]"#
-        ),
-        ap(
-            "foo",
-            "allow",
-            "ALLOW",
-            r#"[{to: [{operation: {methods: ["GET", "POST"], paths: ["/api/*"]}}]}]"#
-        )
+    let (both, istio) = by_default_and_as_istio(
+        r#"[{to: [{operation: {methods: ["DELETE"]}}]}]"#,
+        r#"[{to: [{operation: {methods: ["GET", "POST"], paths: ["/api/*"]}}]}]"#,
+        moat_authz::PathNormalization::Base,
     );
-    let mk = |method_overrides| {
-        engine_cfg(
-            &y,
-            moat_authz::AuthzConfig {
-                method_overrides,
-                ..Default::default()
-            },
-        )
-    };
-    let (both, istio) = (mk(Both), mk(AsReceived));
     let post = |path: &str| req(path).method("POST");
     for (r, by_default, as_received) in [
         (post("/api/x"), 200, 200),
@@ -508,31 +495,11 @@ fn method_overrides_are_read_as_frameworks_read_them() {
 #[test]
 fn deny_policies_read_the_host_without_its_port() {
     use moat_authz::HostPort::{AsReceived, Both};
-    let y = format!(
-        "{}{}",
-        ap(
-            "foo",
-            "deny",
-            "DENY",
-            r#"[{to: [{operation: {hosts: ["admin.example.com"]}}]}]"#
-        ),
-        ap(
-            "foo",
-            "allow",
-            "ALLOW",
-            r#"[{to: [{operation: {hosts: ["*.example.com", "a.dev.example.com:*"]}}]}]"#
-        )
+    let (both, istio) = by_default_and_as_istio(
+        r#"[{to: [{operation: {hosts: ["admin.example.com"]}}]}]"#,
+        r#"[{to: [{operation: {hosts: ["*.example.com", "a.dev.example.com:*"]}}]}]"#,
+        moat_authz::PathNormalization::Base,
     );
-    let mk = |host_port| {
-        engine_cfg(
-            &y,
-            moat_authz::AuthzConfig {
-                host_port,
-                ..Default::default()
-            },
-        )
-    };
-    let (both, istio) = (mk(Both), mk(AsReceived));
     for (host, by_default, as_received) in [
         ("www.example.com", 200, 200),
         ("admin.example.com", 403, 403),

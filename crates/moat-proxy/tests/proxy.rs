@@ -665,28 +665,16 @@ authz:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_normalized_path_is_the_one_forwarded() {
     let up = upstream("u").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(
-        dir.path().join("policies/allow.yaml"),
-        r#"apiVersion: security.istio.io/v1
+    let policy = r#"apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: public-only, namespace: istio-system}
 spec:
   action: ALLOW
   rules:
   - to: [{operation: {paths: ["/public/*"]}}]
-"#,
-    )
-    .unwrap();
-    let yaml = format!(
-        "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
-         clusters:\n  - name: app\n    endpoints: [\"{}\"]\nroutes:\n  - name: all\n    cluster: app\n\
-         authz:\n  enabled: true\n  policies: [policies]\nwaf: {{ enabled: true, mode: block }}\n",
-        up.addr
-    );
-    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
-    let addr = gw.listener_addr("main").unwrap();
+"#;
+    let (gw, addr, _dir) =
+        authz_gateway(up.addr, policy, "waf: { enabled: true, mode: block }\n").await;
     // What comes of each target: forwarded as this path, or refused with this text.
     for (raw, outcome) in [
         ("/admin/../public/x?y=1", Ok("/public/x?y=1")),
@@ -734,11 +722,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn method_overrides_and_host_ports_are_read_as_the_backend_reads_them() {
     let up = upstream("u").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(
-        dir.path().join("policies/deny.yaml"),
-        r#"apiVersion: security.istio.io/v1
+    let policy = r#"apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: no-delete, namespace: istio-system}
 spec:
@@ -746,17 +730,8 @@ spec:
   rules:
   - to: [{operation: {methods: ["DELETE"]}}]
   - to: [{operation: {hosts: ["admin.example.com"]}}]
-"#,
-    )
-    .unwrap();
-    let yaml = format!(
-        "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
-         clusters:\n  - name: app\n    endpoints: [\"{}\"]\nroutes:\n  - name: all\n    cluster: app\n\
-         authz:\n  enabled: true\n  policies: [policies]\n",
-        up.addr
-    );
-    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
-    let addr = gw.listener_addr("main").unwrap();
+"#;
+    let (gw, addr, _dir) = authz_gateway(up.addr, policy, "").await;
     let post = |target: &str, field: &str| {
         format!(
             "POST {target} HTTP/1.1\r\nhost: x\r\n{field}content-length: 0\r\nconnection: close\r\n\r\n"
@@ -799,6 +774,27 @@ spec:
         }
     }
     gw.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A gateway in front of `upstream` with access control on the Istio policies in
+/// `policy` and the `extra` config: the gateway, its main listener's address, and the
+/// directory holding its files.
+async fn authz_gateway(
+    upstream: SocketAddr,
+    policy: &str,
+    extra: &str,
+) -> (moat_proxy::RunningGateway, SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("policies/policy.yaml"), policy).unwrap();
+    let yaml = format!(
+        "listeners:\n  - name: main\n    address: 127.0.0.1:0\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         clusters:\n  - name: app\n    endpoints: [\"{upstream}\"]\nroutes:\n  - name: all\n    cluster: app\n\
+         authz:\n  enabled: true\n  policies: [policies]\n{extra}"
+    );
+    let gw = gateway(dir.path(), &yaml, GatewayOptions::default()).await;
+    let addr = gw.listener_addr("main").unwrap();
+    (gw, addr, dir)
 }
 
 /// A GET of `target` as written, on its own connection.

@@ -91,20 +91,20 @@ struct Check {
     #[arg(long, default_value_t = 0)]
     trusted_proxies: u32,
     /// Path normalization: none, base, merge_slashes, decode_and_merge_slashes.
-    #[arg(long, default_value = "base")]
-    path_normalization: String,
+    #[arg(long, default_value = "base", value_parser = config_value::<PathNormalization>)]
+    path_normalization: PathNormalization,
     /// `;` path parameters: both (the path must be allowed with and without them, as
     /// servlet containers read it) or as_received (Istio's reading).
-    #[arg(long, default_value = "both")]
-    path_parameters: String,
+    #[arg(long, default_value = "both", value_parser = config_value::<PathParameters>)]
+    path_parameters: PathParameters,
     /// Methods named in X-HTTP-Method-Override (and the like) or `_method`: both (the
     /// request must be allowed as each) or as_received (Istio's reading).
-    #[arg(long, default_value = "both")]
-    method_overrides: String,
+    #[arg(long, default_value = "both", value_parser = config_value::<MethodOverrides>)]
+    method_overrides: MethodOverrides,
     /// The host without its port and trailing dot: both (DENY policies read it too) or
     /// as_received (Istio's reading).
-    #[arg(long, default_value = "both")]
-    host_port: String,
+    #[arg(long, default_value = "both", value_parser = config_value::<HostPort>)]
+    host_port: HostPort,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -136,14 +136,12 @@ struct Validate {
     policies: Vec<PathBuf>,
 }
 
-fn parse_normalization(s: &str) -> Option<PathNormalization> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "none" => PathNormalization::None,
-        "base" => PathNormalization::Base,
-        "merge_slashes" => PathNormalization::MergeSlashes,
-        "decode_and_merge_slashes" => PathNormalization::DecodeAndMergeSlashes,
-        _ => return None,
-    })
+/// A flag value spelled as the same setting is in the config file (`authz.*`): the
+/// setting's own deserializer reads it, so the two accept the same values and the error
+/// lists them (clap exits with 2).
+fn config_value<T: serde::de::DeserializeOwned>(value: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(value.to_ascii_lowercase()))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs `moat policy`.
@@ -173,44 +171,6 @@ pub fn run(args: PolicyArgs) -> ExitCode {
 }
 
 fn run_check(c: Check) -> ExitCode {
-    let Some(norm) = parse_normalization(&c.path_normalization) else {
-        eprintln!(
-            "moat policy check: --path-normalization: expected none, base, merge_slashes or \
-             decode_and_merge_slashes, got `{}`",
-            c.path_normalization
-        );
-        return ExitCode::from(2);
-    };
-    let path_parameters = match c.path_parameters.to_ascii_lowercase().as_str() {
-        "both" => PathParameters::Both,
-        "as_received" => PathParameters::AsReceived,
-        other => {
-            eprintln!(
-                "moat policy check: --path-parameters: expected both or as_received, got `{other}`"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let method_overrides = match c.method_overrides.to_ascii_lowercase().as_str() {
-        "both" => MethodOverrides::Both,
-        "as_received" => MethodOverrides::AsReceived,
-        other => {
-            eprintln!(
-                "moat policy check: --method-overrides: expected both or as_received, got `{other}`"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let host_port = match c.host_port.to_ascii_lowercase().as_str() {
-        "both" => HostPort::Both,
-        "as_received" => HostPort::AsReceived,
-        other => {
-            eprintln!(
-                "moat policy check: --host-port: expected both or as_received, got `{other}`"
-            );
-            return ExitCode::from(2);
-        }
-    };
     let args = CheckArgs {
         policies: c.policies,
         url: c.url.unwrap_or_default(),
@@ -227,10 +187,10 @@ fn run_check(c: Check) -> ExitCode {
         labels: c.labels,
         root_namespace: c.root_namespace,
         trusted_proxies: c.trusted_proxies,
-        path_normalization: norm,
-        path_parameters,
-        method_overrides,
-        host_port,
+        path_normalization: c.path_normalization,
+        path_parameters: c.path_parameters,
+        method_overrides: c.method_overrides,
+        host_port: c.host_port,
     };
     let result = if c.tcp {
         check::build_engine(&args, HttpJwksFetcher::shared())
