@@ -268,15 +268,13 @@ fn decodes_to_text(head: &[u8], wide: WideText) -> bool {
                 WideText::Utf16Le => u16::from_le_bytes([b[0], b[1]]),
                 _ => u16::from_be_bytes([b[0], b[1]]),
             };
-            let mut units = head.chunks_exact(2).map(unit);
-            let mut n = head.len() / 2;
-            if units
+            let units = head.chunks_exact(2).map(unit);
+            let cut_pair = units
+                .clone()
                 .next_back()
-                .is_some_and(|last| (0xD800..=0xDBFF).contains(&last))
-            {
-                n -= 1;
-            }
-            char::decode_utf16(head.chunks_exact(2).take(n).map(unit))
+                .is_some_and(|last| (0xD800..=0xDBFF).contains(&last));
+            let n = units.len() - usize::from(cut_pair);
+            char::decode_utf16(units.take(n))
                 .all(|c| c.is_ok_and(|c| !is_binary_data(u32::from(c))))
         }
         WideText::Utf32Le | WideText::Utf32Be => head.chunks_exact(4).all(|b| {
@@ -425,7 +423,8 @@ mod tests {
         assert!(starts_binary(&[b'M', b'Z', 0x90, 0, 3, 0, 0, 0])); // a Windows executable
         assert!(starts_binary(&[b'M', 0, 0x90, 0, 3, 0, 0, 0])); // U+0003
         assert!(starts_binary(&[0, 0, 1, 0, 1, 0, 16, 16, 0, 0])); // ICO
-                                                                   // Only the first SNIFF_BYTES count.
+
+        // Only the first SNIFF_BYTES count.
         let mut late = vec![b'a'; SNIFF_BYTES];
         late.push(0);
         assert!(!starts_binary(&late));
