@@ -12,14 +12,16 @@
 //! * the second reading without `;` parameters (`without_path_parameters`) of a
 //!   normalised path has no `;`, no dot segment, no `//` when merging, and does not grow;
 //! * the methods a request names as overrides (`method_overrides`, the input read as a
-//!   query and as an override field) are at most `MAX_METHOD_OVERRIDES` distinct
+//!   query and as an override field; `body_method_overrides`, the input read as a form,
+//!   a multipart and a JSON body) are at most `MAX_METHOD_OVERRIDES` distinct
 //!   upper-case tokens, none the request's own method;
 //! * the bare host (`bare_host`, the input read as a `Host`) is a shorter prefix of it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use moat_authz::request::{
-    bare_host, merges_slashes, method_overrides, normalize_path, without_path_parameters,
-    PathNormalization, MAX_METHOD_OVERRIDES, MAX_PATH_LEN,
+    bare_host, body_method_overrides, merges_slashes, method_overrides, normalize_path,
+    without_path_parameters, BodyForm, PathNormalization, TooManyOverrides,
+    MAX_METHOD_OVERRIDES, MAX_PATH_LEN,
 };
 
 const MODES: [PathNormalization; 4] = [
@@ -28,6 +30,21 @@ const MODES: [PathNormalization; 4] = [
     PathNormalization::MergeSlashes,
     PathNormalization::DecodeAndMergeSlashes,
 ];
+
+/// At most `MAX_METHOD_OVERRIDES` distinct upper-case method names, none `POST`.
+fn check_overrides(named: Result<Vec<String>, TooManyOverrides>) {
+    let Ok(methods) = named else {
+        return;
+    };
+    assert!(methods.len() <= MAX_METHOD_OVERRIDES, "{methods:?}");
+    for (i, m) in methods.iter().enumerate() {
+        assert!(m != "POST" && !methods[..i].contains(m), "{methods:?}");
+        assert!(
+            !m.is_empty() && !m.bytes().any(|b| b.is_ascii_lowercase()),
+            "{methods:?}"
+        );
+    }
+}
 
 /// True when `p` holds a `.` or `..` segment.
 fn has_dot_segment(p: &str) -> bool {
@@ -95,16 +112,10 @@ fuzz_target!(|data: &[u8]| {
         fields.append("x-http-method-override", value);
     }
     for (headers, query) in [(&http::HeaderMap::new(), Some(raw)), (&fields, None)] {
-        if let Ok(methods) = method_overrides("POST", headers, query) {
-            assert!(methods.len() <= MAX_METHOD_OVERRIDES, "{methods:?}");
-            for (i, m) in methods.iter().enumerate() {
-                assert!(m != "POST" && !methods[..i].contains(m), "{methods:?}");
-                assert!(
-                    !m.is_empty() && !m.bytes().any(|b| b.is_ascii_lowercase()),
-                    "{methods:?}"
-                );
-            }
-        }
+        check_overrides(method_overrides("POST", headers, query));
+    }
+    for form in [BodyForm::UrlEncoded, BodyForm::Multipart("b"), BodyForm::Json] {
+        check_overrides(body_method_overrides("POST", form, data, Vec::new()));
     }
     if let Some(bare) = bare_host(raw) {
         assert!(

@@ -241,6 +241,7 @@ fn decisions(c: &mut Criterion) {
                     dest_ip: None,
                     sni: None,
                     peer: Some(&r.peer),
+                    body: None,
                 };
                 let mut h = headers.clone();
                 let d = e.evaluate(&input, &mut h);
@@ -285,6 +286,7 @@ fn linear_oracle(c: &mut Criterion) {
                 sni: None,
                 peer: None,
                 jwt: None,
+                bare_host: None,
             };
             g.bench_with_input(BenchmarkId::new("compiled", n), &n, |b, _| {
                 b.iter(|| black_box(compiled.first_match(black_box(&a))))

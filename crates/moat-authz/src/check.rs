@@ -25,6 +25,9 @@ pub struct CheckArgs {
     pub method: String,
     /// Extra headers, `Name: value`.
     pub headers: Vec<String>,
+    /// The request body (read for a `_method` field of a POST form, JSON or multipart
+    /// body, as the gateway reads it); absent = decided on the head.
+    pub body: Option<String>,
     /// TCP peer address (`source.ip`); absent = unknown (positive IP matches fail).
     pub source_ip: Option<String>,
     /// Original client address (`remote.ip`); absent = from X-Forwarded-For with
@@ -65,6 +68,7 @@ impl Default for CheckArgs {
             url: String::new(),
             method: "GET".into(),
             headers: Vec::new(),
+            body: None,
             source_ip: None,
             remote_ip: None,
             dest_ip: None,
@@ -176,6 +180,7 @@ pub fn check_with(engine: &AuthzEngine, args: &CheckArgs) -> Result<Decision, St
         dest_ip,
         sni: args.sni.as_deref(),
         peer: peer.as_ref(),
+        body: args.body.as_deref().map(str::as_bytes),
     };
     Ok(engine.evaluate(&input, &mut headers))
 }

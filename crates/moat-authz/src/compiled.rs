@@ -596,11 +596,18 @@ impl CPred {
 struct CClause {
     pred: CPred,
     negated: bool,
+    /// A negated host condition: it fails on [`Attrs::bare_host`] too.
+    not_host: bool,
 }
 
 impl CClause {
     #[inline]
     fn eval(&self, a: &Attrs<'_>) -> bool {
+        if self.not_host {
+            if let Some(host) = a.bare_host {
+                return !self.pred.eval(a) && !self.pred.eval(&Attrs { host, ..*a });
+            }
+        }
         self.pred.eval(a) != self.negated
     }
 }
@@ -618,6 +625,7 @@ fn compile_clauses(cs: &[Clause]) -> Vec<CClause> {
         .map(|c| CClause {
             pred: CPred::compile(&c.pred),
             negated: c.negated,
+            not_host: c.negated && c.reads_host(),
         })
         .collect()
 }

@@ -619,6 +619,8 @@ pub struct Reads {
     pub path: bool,
     /// `hosts`, or a condition on `request.headers[:authority]` or `[host]`.
     pub host: bool,
+    /// A negated one of those: `notHosts`, or `notValues` on `:authority` or `host`.
+    pub not_host: bool,
 }
 
 impl std::ops::BitOr for Reads {
@@ -628,6 +630,7 @@ impl std::ops::BitOr for Reads {
             method: self.method || other.method,
             path: self.path || other.path,
             host: self.host || other.host,
+            not_host: self.not_host || other.not_host,
         }
     }
 }
@@ -640,12 +643,11 @@ impl Rule {
             match &clause.pred {
                 Pred::Method(_) => reads.method = true,
                 Pred::Path(_) => reads.path = true,
-                Pred::Host(_) => reads.host = true,
-                Pred::Header(name, _) => match name.as_str() {
-                    ":method" => reads.method = true,
-                    ":authority" | "host" => reads.host = true,
-                    _ => {}
-                },
+                Pred::Header(name, _) if name == ":method" => reads.method = true,
+                _ if clause.reads_host() => {
+                    reads.host = true;
+                    reads.not_host |= clause.negated;
+                }
                 _ => {}
             }
         }
@@ -703,9 +705,23 @@ pub fn claim_values<'v>(claims: &'v serde_json::Value, path: &[String]) -> Vec<&
 }
 
 impl Clause {
-    /// Naive evaluation.
+    /// Naive evaluation. A negated host condition fails on the bare host too when
+    /// [`Attrs::bare_host`] is set.
     pub fn eval(&self, a: &Attrs<'_>) -> bool {
+        if let Some(host) = a.bare_host.filter(|_| self.negated && self.reads_host()) {
+            return !self.pred.eval(a) && !self.pred.eval(&Attrs { host, ..*a });
+        }
         self.pred.eval(a) != self.negated
+    }
+
+    /// Whether the clause is on the host: `hosts`, or a condition on
+    /// `request.headers[:authority]` or `[host]`.
+    pub fn reads_host(&self) -> bool {
+        match &self.pred {
+            Pred::Host(_) => true,
+            Pred::Header(name, _) => matches!(name.as_str(), ":authority" | "host"),
+            _ => false,
+        }
     }
 }
 

@@ -42,6 +42,11 @@ pub struct Attrs<'a> {
     pub peer: Option<PeerView<'a>>,
     /// Verified JWT.
     pub jwt: Option<&'a VerifiedJwt>,
+    /// The host without its port and trailing dot, which a negated host condition
+    /// (`notHosts`, a `notValues` on `:authority` or `host`) must not match either: set
+    /// while ALLOW policies are matched under `host_port: both` ([`HostPort`]), `None`
+    /// otherwise.
+    pub bare_host: Option<&'a str>,
 }
 
 impl<'a> Attrs<'a> {
@@ -194,49 +199,281 @@ pub fn method_overrides(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<Vec<String>, TooManyOverrides> {
-    let mut named = Vec::new();
-    let mut add = |item: &str| {
-        let item = item.trim();
-        let token = !item.is_empty()
-            && item.len() <= 32
-            && item
-                .bytes()
-                .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_');
-        if !token || item.eq_ignore_ascii_case(method) {
-            return Ok(());
-        }
-        let upper = item.to_ascii_uppercase();
-        if !named.contains(&upper) {
-            if named.len() == MAX_METHOD_OVERRIDES {
-                return Err(TooManyOverrides);
-            }
-            named.push(upper);
-        }
-        Ok(())
+    let mut named = Named {
+        method,
+        methods: Vec::new(),
     };
     // One pass over the fields: cheaper than a hashed lookup of each name on every
     // request, nearly all of which have none.
     for (name, value) in headers {
         if METHOD_OVERRIDE_FIELDS.contains(&name.as_str()) {
             for item in String::from_utf8_lossy(value.as_bytes()).split(',') {
-                add(item)?;
+                named.add(item)?;
             }
         }
     }
-    // The query is parsed only when it may hold the name, spelled or percent-encoded.
-    if let Some(query) = query.filter(|q| q.contains("method") || q.contains('%')) {
-        for pair in query.split('&') {
+    if let Some(query) = query.filter(|q| may_name_method(BodyForm::UrlEncoded, q.as_bytes())) {
+        named.form(query)?;
+    }
+    Ok(named.methods)
+}
+
+/// Whether `text`, in `form`'s syntax (a query is urlencoded), may hold a `_method`
+/// field: the name spelled, or a letter of it percent-encoded (urlencoded) or escaped
+/// (JSON). Nearly no request does, and the parse is skipped for the rest.
+pub fn may_name_method(form: BodyForm<'_>, text: &[u8]) -> bool {
+    match form {
+        BodyForm::UrlEncoded => {
+            memchr::memmem::find(text, b"method").is_some()
+                || memchr::memchr_iter(b'%', text).any(|at| {
+                    let hex = text.get(at + 1..at + 3).map(<[u8]>::to_ascii_lowercase);
+                    matches!(
+                        hex.as_deref(),
+                        Some(b"6d" | b"65" | b"74" | b"68" | b"6f" | b"64")
+                    )
+                })
+        }
+        BodyForm::Multipart(_) => memchr::memmem::find(text, b"method").is_some(),
+        BodyForm::Json => {
+            memchr::memmem::find(text, b"\"_method\"").is_some()
+                || memchr::memmem::find(text, b"\\u").is_some()
+        }
+    }
+}
+
+/// The syntax of a POST body that frameworks read a `_method` field from, by its
+/// `Content-Type`: Rails (`Rack::MethodOverride`), Symfony and Laravel read it from a form,
+/// Laravel from a JSON object too, and Express's `method-override` from whatever its
+/// body parser made of the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyForm<'a> {
+    /// `application/x-www-form-urlencoded`.
+    UrlEncoded,
+    /// `multipart/form-data` with this boundary.
+    Multipart(&'a str),
+    /// `application/json` or any `+json` type: a top-level `_method` member.
+    Json,
+}
+
+impl<'a> BodyForm<'a> {
+    /// The form of a body with this `Content-Type`; `None` for the types no framework
+    /// reads a `_method` from (and for a multipart body without a boundary).
+    pub fn of(content_type: &'a str) -> Option<Self> {
+        let (media, params) = content_type.split_once(';').unwrap_or((content_type, ""));
+        let media = media.trim();
+        if media.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+            Some(Self::UrlEncoded)
+        } else if media.eq_ignore_ascii_case("multipart/form-data") {
+            params.split(';').find_map(|param| {
+                let (key, value) = param.split_once('=')?;
+                key.trim().eq_ignore_ascii_case("boundary").then(|| {
+                    let value = value.trim();
+                    Self::Multipart(
+                        value
+                            .strip_prefix('"')
+                            .and_then(|v| v.strip_suffix('"'))
+                            .unwrap_or(value),
+                    )
+                })
+            })
+        } else {
+            let json = media
+                .len()
+                .checked_sub(5)
+                .and_then(|at| media.get(at..))
+                .is_some_and(|end| {
+                    end.eq_ignore_ascii_case("/json") || end.eq_ignore_ascii_case("+json")
+                });
+            json.then_some(Self::Json)
+        }
+    }
+}
+
+/// The methods a POST body names in `_method` fields, added to `head` (the overrides of
+/// its head, [`method_overrides`]) under the same limit. A JSON body that does not parse
+/// names none, as the frameworks read it.
+pub fn body_method_overrides(
+    method: &str,
+    form: BodyForm<'_>,
+    body: &[u8],
+    head: Vec<String>,
+) -> Result<Vec<String>, TooManyOverrides> {
+    let mut named = Named {
+        method,
+        methods: head,
+    };
+    if !may_name_method(form, body) {
+        return Ok(named.methods);
+    }
+    match form {
+        BodyForm::UrlEncoded => named.form(&String::from_utf8_lossy(body))?,
+        BodyForm::Multipart(boundary) => {
+            for (name, value) in multipart_fields(body, boundary.as_bytes()) {
+                if php_name(&String::from_utf8_lossy(name)) == "_method" {
+                    named.add(&String::from_utf8_lossy(value))?;
+                }
+            }
+        }
+        BodyForm::Json => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            if let Ok(JsonMethods(values)) = JsonMethods::deserialize(&mut de) {
+                for value in &values {
+                    named.add(value)?;
+                }
+            }
+        }
+    }
+    Ok(named.methods)
+}
+
+/// The methods named so far, and the request's own, which is no override.
+struct Named<'m> {
+    method: &'m str,
+    methods: Vec<String>,
+}
+
+impl Named<'_> {
+    /// Adds `item` when it is a method token other than the request's own.
+    fn add(&mut self, item: &str) -> Result<(), TooManyOverrides> {
+        let item = item.trim();
+        let token = !item.is_empty()
+            && item.len() <= 32
+            && item
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic() || b == b'-' || b == b'_');
+        if !token || item.eq_ignore_ascii_case(self.method) {
+            return Ok(());
+        }
+        let upper = item.to_ascii_uppercase();
+        if !self.methods.contains(&upper) {
+            if self.methods.len() == MAX_METHOD_OVERRIDES {
+                return Err(TooManyOverrides);
+            }
+            self.methods.push(upper);
+        }
+        Ok(())
+    }
+
+    /// Adds the value of every `_method` pair of a query or an urlencoded form.
+    fn form(&mut self, form: &str) -> Result<(), TooManyOverrides> {
+        for pair in form.split('&') {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            // Form decoding (`+` is a space), then PHP's (Symfony, Laravel): a `.`, ` `
-            // or `[` in a name is read as `_`.
+            // Form decoding (`+` is a space), then PHP's name mangling.
             let key = crate::percent::decode_all(&key.replace('+', " "));
-            let key = key.replace(['.', ' ', '['], "_");
-            if key == "_method" {
-                add(&crate::percent::decode_all(&value.replace('+', " ")))?;
+            if php_name(&key) == "_method" {
+                self.add(&crate::percent::decode_all(&value.replace('+', " ")))?;
             }
         }
+        Ok(())
     }
-    Ok(named)
+}
+
+/// A field name as PHP reads it into `$_GET` and `$_POST` (Symfony, Laravel): a `.`, ` `
+/// or `[` is `_`.
+fn php_name(name: &str) -> Cow<'_, str> {
+    if name.contains(['.', ' ', '[']) {
+        Cow::Owned(name.replace(['.', ' ', '['], "_"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// Every string value of a top-level `_method` member of a JSON object, duplicates
+/// included (PHP keeps the last, another parser the first: each is read).
+struct JsonMethods(Vec<String>);
+
+impl<'de> Deserialize<'de> for JsonMethods {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = JsonMethods;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<JsonMethods, A::Error> {
+                let mut values = Vec::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "_method" {
+                        if let serde_json::Value::String(v) = map.next_value()? {
+                            values.push(v);
+                        }
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(JsonMethods(values))
+            }
+        }
+        de.deserialize_map(Members)
+    }
+}
+
+/// The `(name, value)` of every part of a `multipart/form-data` body, as a lenient
+/// parser (Rack's, PHP's) reads it: parts start at a `--boundary` at the start of a
+/// line, the name is the part's `Content-Disposition` one, the value runs to the line
+/// break before the next delimiter (or to the end of what was read). Parts without a
+/// name are left out; the epilogue after a closing delimiter is read as a part too,
+/// which can only add readings.
+fn multipart_fields<'b>(body: &'b [u8], boundary: &[u8]) -> Vec<(&'b [u8], &'b [u8])> {
+    let mut fields = Vec::new();
+    if boundary.is_empty() {
+        return fields;
+    }
+    let mut delimiter = Vec::with_capacity(boundary.len() + 2);
+    delimiter.extend_from_slice(b"--");
+    delimiter.extend_from_slice(boundary);
+    let starts: Vec<usize> = memchr::memmem::find_iter(body, &delimiter)
+        .filter(|&at| at == 0 || body[at - 1] == b'\n')
+        .collect();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).map_or(body.len(), |&next| next);
+        let part = &body[start + delimiter.len()..end];
+        // The rest of the delimiter line (`--` closes the body, then transport padding).
+        let Some(line_end) = memchr::memchr(b'\n', part) else {
+            continue;
+        };
+        let part = &part[line_end + 1..];
+        let (head, value) = match memchr::memmem::find(part, b"\r\n\r\n") {
+            Some(at) => (&part[..at], &part[at + 4..]),
+            None => match memchr::memmem::find(part, b"\n\n") {
+                Some(at) => (&part[..at], &part[at + 2..]),
+                None => continue,
+            },
+        };
+        let value = value.strip_suffix(b"\n").unwrap_or(value);
+        let value = value.strip_suffix(b"\r").unwrap_or(value);
+        if let Some(name) = head.split(|&b| b == b'\n').find_map(disposition_name) {
+            fields.push((name, value));
+        }
+    }
+    fields
+}
+
+/// The `name` parameter of a `Content-Disposition` header line, quoted or not.
+fn disposition_name(line: &[u8]) -> Option<&[u8]> {
+    let (field, params) = line.split_at(memchr::memchr(b':', line)?);
+    if !field
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"content-disposition")
+    {
+        return None;
+    }
+    params[1..].split(|&b| b == b';').find_map(|param| {
+        let at = memchr::memchr(b'=', param)?;
+        let (key, value) = (param[..at].trim_ascii(), param[at + 1..].trim_ascii());
+        if !key.eq_ignore_ascii_case(b"name") {
+            return None;
+        }
+        Some(
+            value
+                .strip_prefix(b"\"")
+                .map(|v| v.strip_suffix(b"\"").unwrap_or(v))
+                .unwrap_or(value),
+        )
+    })
 }
 
 /// `path` (normalized, without the query) as servlet containers read it: every
@@ -551,6 +788,116 @@ mod tests {
             vec!["DELETE"; 10_000].join(",").parse().unwrap(),
         );
         assert_eq!(m(&h, None), Ok(vec!["DELETE".into()]));
+    }
+
+    #[test]
+    fn body_forms_by_content_type() {
+        use BodyForm::*;
+        for (ct, form) in [
+            ("application/x-www-form-urlencoded", Some(UrlEncoded)),
+            (
+                "Application/X-WWW-Form-Urlencoded; charset=UTF-8",
+                Some(UrlEncoded),
+            ),
+            ("multipart/form-data; boundary=abc", Some(Multipart("abc"))),
+            (
+                "multipart/form-data; charset=x; Boundary=\"a b\"",
+                Some(Multipart("a b")),
+            ),
+            ("multipart/form-data", None),
+            ("application/json", Some(Json)),
+            ("application/vnd.api+json; charset=utf-8", Some(Json)),
+            ("text/plain", None),
+            ("application/jsonx", None),
+            ("", None),
+        ] {
+            assert_eq!(BodyForm::of(ct), form, "{ct}");
+        }
+    }
+
+    #[test]
+    fn method_fields_of_bodies() {
+        let m = |form: BodyForm<'_>, body: &str| {
+            body_method_overrides("POST", form, body.as_bytes(), vec!["PUT".into()])
+        };
+        let put_and = |x: &str| Ok(vec!["PUT".to_string(), x.to_string()]);
+        let put = Ok(vec!["PUT".to_string()]);
+        // Forms: form and PHP decoding of the name, as for the query.
+        assert_eq!(
+            m(BodyForm::UrlEncoded, "a=1&_method=delete"),
+            put_and("DELETE")
+        );
+        assert_eq!(
+            m(BodyForm::UrlEncoded, "%5Fmethod=DELETE"),
+            put_and("DELETE")
+        );
+        assert_eq!(m(BodyForm::UrlEncoded, "a=_method&b=DELETE"), put);
+        assert_eq!(m(BodyForm::UrlEncoded, "_method=put&_method=post"), put);
+        // JSON: every top-level `_method` string, escaped names included; nested ones,
+        // non-strings and bodies that do not parse name none.
+        for (body, want) in [
+            (r#"{"_method":"DELETE"}"#, put_and("DELETE")),
+            (
+                r#"{"a":[1,{"b":2}],"\u005fmethod":"delete"}"#,
+                put_and("DELETE"),
+            ),
+            (
+                r#"{"_method":"PATCH","_method":"DELETE"}"#,
+                Ok(vec!["PUT".into(), "PATCH".into(), "DELETE".into()]),
+            ),
+            (r#"{"a":{"_method":"DELETE"}}"#, put.clone()),
+            (r#"{"_method":["DELETE"]}"#, put.clone()),
+            (r#"["_method","DELETE"]"#, put.clone()),
+            (r#"{"_method":"DELETE""#, put.clone()),
+        ] {
+            assert_eq!(m(BodyForm::Json, body), want, "{body}");
+        }
+        // Multipart: quoted or bare names, CRLF or LF lines, a delimiter only at the
+        // start of a line.
+        let part = |name: &str, value: &str, eol: &str| {
+            format!("--b{eol}Content-Disposition: form-data; name={name}{eol}{eol}{value}{eol}")
+        };
+        let mp = BodyForm::Multipart("b");
+        for (body, want) in [
+            (format!("{}--b--\r\n", part("\"_method\"", "DELETE", "\r\n")), put_and("DELETE")),
+            (format!("{}--b--", part("_method", "patch", "\n")), put_and("PATCH")),
+            (format!("preamble\r\n{}", part("\"x\"", "_method", "\r\n")), put.clone()),
+            (
+                format!("{}{}", part("\"a\"", "x--b", "\r\n"), part("\"_method\"", "DELETE", "\r\n")),
+                put_and("DELETE"),
+            ),
+            (
+                "--b\r\nX: a --b y\r\ncontent-disposition: form-data; name=\"_method\"\r\n\r\nDELETE".into(),
+                put_and("DELETE"),
+            ),
+            ("--b--b\r\n--b".into(), put.clone()),
+            (part("\"_method\"", "DELETE", "\r\n").replace("--b", "--c"), put.clone()),
+        ] {
+            assert_eq!(m(mp, &body), want, "{body:?}");
+        }
+        // The limit counts the head's methods too; 100,000 parts cost one pass each.
+        let over = "_method=A&_method=B&_method=C&_method=D";
+        assert_eq!(m(BodyForm::UrlEncoded, over), Err(TooManyOverrides));
+        let many = part("\"_method\"", "DELETE", "\r\n").repeat(100_000);
+        assert_eq!(m(mp, &many), put_and("DELETE"));
+        for (form, text, may) in [
+            (
+                BodyForm::UrlEncoded,
+                "title=hello&body=world%20and%C3%A9",
+                false,
+            ),
+            (BodyForm::UrlEncoded, "_m%65thod=x", true),
+            (BodyForm::UrlEncoded, "payment_method=card", true),
+            (BodyForm::Json, r#"{"payment_method":"card"}"#, false),
+            (BodyForm::Json, r#"{"_m\u0065thod":"x"}"#, true),
+            (
+                mp,
+                "--b\r\ncontent-disposition: form-data; name=x\r\n\r\n%6d",
+                false,
+            ),
+        ] {
+            assert_eq!(may_name_method(form, text.as_bytes()), may, "{text}");
+        }
     }
 
     #[test]

@@ -233,6 +233,9 @@ proptest! {
                 sni: r.sni.as_deref(),
                 peer: r.peer.as_ref().map(|_| PeerView { uris: &uris }),
                 jwt: jwt.as_ref(),
+                // Any word: what matters is that both read a negated host condition
+                // against it the same way.
+                bare_host: r.port.map(|_| r.path.as_str()),
             };
             prop_assert_eq!(compiled.first_match(&a), linear.first_match(&a), "request {:?}", r);
         }
@@ -280,6 +283,7 @@ proptest! {
                     sni: r.sni.as_deref(),
                     peer: r.peer.as_ref().map(|_| PeerView { uris: &uris }),
                     jwt: None,
+                    bare_host: None,
                 };
                 prop_assert_eq!(compiled.first_match(&a), linear.first_match(&a), "connection {:?}", r);
                 // A DENY/AUDIT rule only gets broader: whatever request the rule matched

@@ -398,6 +398,7 @@ fn path_parameters_are_read_as_servlet_containers_read_them() {
 /// request must be allowed as each method it names; `as_received` is Envoy's reading.
 #[test]
 fn method_overrides_are_read_as_frameworks_read_them() {
+    const FORM: &str = "application/x-www-form-urlencoded";
     let (both, istio) = by_default_and_as_istio(
         r#"[{to: [{operation: {methods: ["DELETE"]}}]}]"#,
         r#"[{to: [{operation: {methods: ["GET", "POST"], paths: ["/api/*"]}}]}]"#,
@@ -432,6 +433,21 @@ fn method_overrides_are_read_as_frameworks_read_them() {
         // PUT is in no ALLOW rule.
         (post("/api/x?_method=PUT"), 403, 200),
         (req("/api/x").method("DELETE"), 403, 403),
+        // A `_method` field in a POST form or JSON body (Rails, Laravel).
+        (post("/api/x").body(FORM, "a=1&_method=GET"), 200, 200),
+        (post("/api/x").body(FORM, "a=1&_method=delete"), 403, 200),
+        (
+            post("/api/x").body("application/json", r#"{"_method":"DELETE"}"#),
+            403,
+            200,
+        ),
+        (
+            post("/api/x").body("text/plain", "_method=DELETE"),
+            200,
+            200,
+        ),
+        // Only a POST's body: the frameworks override nothing else.
+        (req("/api/x").body(FORM, "_method=DELETE"), 200, 200),
     ] {
         assert_eq!(r.status(&both), by_default, "{r:?}");
         assert_eq!(r.status(&istio), as_received, "{r:?} (as_received)");
@@ -555,6 +571,38 @@ fn deny_policies_read_the_host_without_its_port() {
         d.reason,
         "matched a DENY policy for the host without its port (admin.dev.example.com)"
     );
+}
+
+/// An ALLOW of every host but one (`notHosts`) is not passed by that host with a port
+/// or a trailing dot: the negated condition fails on the bare host too. A DENY with
+/// `notHosts` keeps Istio's reading (it fails closed on a port).
+#[test]
+fn allow_policies_negating_a_host_read_it_without_its_port() {
+    let (both, istio) = by_default_and_as_istio(
+        r#"[{to: [{operation: {notHosts: ["public.example.com"], paths: ["/private"]}}]}]"#,
+        r#"[{to: [{operation: {notHosts: ["admin.example.com", "*.internal"], notPaths: ["/h"]}}]},
+           {when: [{key: "request.headers[:authority]", notValues: ["ops.example.com"]}], to: [{operation: {paths: ["/h"]}}]}]"#,
+        moat_authz::PathNormalization::Base,
+    );
+    for (host, path, by_default, as_received) in [
+        ("public.example.com", "/private", 200, 200),
+        ("public.example.com:443", "/private", 403, 403), // the DENY's notHosts as sent
+        ("public.example.com:443", "/", 200, 200),
+        ("admin.example.com", "/", 403, 403),
+        ("admin.example.com:443", "/", 403, 200),
+        ("admin.example.com.", "/", 403, 200),
+        ("db.internal:5432", "/", 403, 200),
+        ("ops.example.com:8080", "/h", 403, 200),
+        ("www.example.com:8080", "/h", 200, 200),
+    ] {
+        let r = || req(path).host(host);
+        assert_eq!(r().status(&both), by_default, "{host}{path}");
+        assert_eq!(
+            r().status(&istio),
+            as_received,
+            "{host}{path} (as_received)"
+        );
+    }
 }
 
 #[test]

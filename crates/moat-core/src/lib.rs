@@ -33,7 +33,7 @@ use std::sync::Arc;
 pub use body::{shown_by_nuls, starts_binary, Body, DecodeError, DecodeLimits, WideText};
 pub use event::{new_event_id, EventAction, SecurityEvent};
 pub use reply::{Reply, ReplyFormat};
-pub use slots::{EngineSlots, RouteMode};
+pub use slots::{ArrivedHead, EngineSlots, RouteMode};
 
 /// Identity of a TLS peer taken from its client certificate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //! looks at a request and reads it in later phases instead of recomputing. The phase
 //! traits stay object-safe (the pipeline holds `Arc<dyn Phase>`), so the slots are not an
 //! associated type of each trait but fields of one struct the pipeline owns in every
-//! [`RequestCtx`](crate::RequestCtx): plain `Copy` data, no allocation, no downcast.
+//! [`RequestCtx`](crate::RequestCtx): plain data, no downcast, and no allocation but
+//! access control's copy of a head it decides again with the body ([`ArrivedHead`]).
 //!
 //! A slot belongs to its engine: only that engine writes it, nobody else reads it. An
 //! engine that needs a slot adds a field here with a type from this crate.
@@ -22,8 +23,18 @@ pub enum RouteMode {
     Enforce(StatusCode),
 }
 
+/// A request head as it arrived, before any phase rewrote it (access control's token
+/// outputs, the normalized path).
+#[derive(Debug, Clone)]
+pub struct ArrivedHead {
+    /// The request target.
+    pub uri: http::Uri,
+    /// The header fields.
+    pub headers: http::HeaderMap,
+}
+
 /// The engines' slots of one request; all `None` when the request starts.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct EngineSlots {
     /// The WAF's mode on this request (route, allow list, monitor-only), decided with the
     /// head and reused when the body arrives.
@@ -31,4 +42,8 @@ pub struct EngineSlots {
     /// API discovery's keyed hash of (method, path template), computed when the body
     /// need is asked and reused after the response instead of walking the path again.
     pub discovery: Option<u64>,
+    /// Access control's copy of the head of a request it allowed whose body may name
+    /// another method (a `_method` field of a POST form): it decides again with the
+    /// body, on the head as the first decision read it. Made only for such requests.
+    pub authz: Option<Box<ArrivedHead>>,
 }

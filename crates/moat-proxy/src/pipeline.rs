@@ -174,6 +174,10 @@ pub fn build_pipeline_with(
             },
         )?;
         p.request_headers.push(e.clone());
+        // First on the body too: a `_method` field it refuses costs no inspection.
+        if e.reads_body_methods() {
+            p.request_body.push(e.clone());
+        }
         p.engines.authz = Some(e);
         if !cfg.authz.extension_providers.is_empty() {
             let clients = crate::ext_authz::ExtAuthzClients::new(

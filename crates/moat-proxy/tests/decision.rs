@@ -54,7 +54,7 @@ impl EventSink for Sink {
 }
 
 /// Istio policies: `/admin` is denied to everyone; `/mesh` only to the frontend's
-/// SPIFFE identity.
+/// SPIFFE identity; a user is not deleted.
 const POLICIES: &str = r#"apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: no-admin, namespace: shop }
@@ -73,6 +73,14 @@ spec:
   rules:
     - from: [{ source: { notPrincipals: ["cluster.local/ns/shop/sa/frontend"] } }]
       to: [{ operation: { paths: ["/mesh*"] } }]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: no-delete, namespace: shop }
+spec:
+  action: DENY
+  rules:
+    - to: [{ operation: { methods: ["DELETE"], paths: ["/api/users/*"] } }]
 "#;
 
 /// A gateway with one decision listener (`authz`) for the `shop` workload, every engine
@@ -314,6 +322,27 @@ async fn grpc_check_from_envoy_api_client() {
     let page: Value = serde_json::from_str(denied["body"].as_str().unwrap()).unwrap();
     let event = denied["headers"]["x-moat-event-id"].as_str().unwrap();
     assert_eq!(page["event_id"], event);
+
+    // A form naming `_method=DELETE` is decided as a DELETE too (Rails, Laravel).
+    let form = |body: &str| {
+        check(
+            &bin,
+            addr,
+            &[
+                "-method",
+                "POST",
+                "-path",
+                "/api/users/7",
+                "-H",
+                "content-type: application/x-www-form-urlencoded",
+                "-body",
+                body,
+            ],
+        )
+    };
+    assert_eq!(form("name=x&_method=PATCH")["allowed"], true);
+    let denied = form("name=x&_method=DELETE");
+    assert_eq!(denied["status"], 403, "{denied}");
 
     // A provider key pasted into a request body is a secret finding.
     let denied = check(

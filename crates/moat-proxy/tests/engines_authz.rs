@@ -177,6 +177,7 @@ spec:
   action: DENY
   rules:
   - to: [{{operation: {{paths: ["/admin*"]}}}}]
+  - to: [{{operation: {{paths: ["/me/locked"], methods: ["DELETE"]}}}}]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -276,6 +277,24 @@ async fn https_with(
     bearer: Option<&str>,
     extra: &[(&'static str, &'static str)],
 ) -> Reply {
+    let mut req = Request::get(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    for (k, v) in extra {
+        req.headers_mut().insert(*k, HeaderValue::from_static(v));
+    }
+    https_request(pki, addr, with_cert, req, bearer).await
+}
+
+/// `req` over a new TLS connection, with `bearer` as its token.
+async fn https_request(
+    pki: &TestPki,
+    addr: SocketAddr,
+    with_cert: bool,
+    mut req: Request<Full<Bytes>>,
+    bearer: Option<&str>,
+) -> Reply {
     let cfg = pki.client_config(with_cert, &["http/1.1"]);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let tls = TlsConnector::from(cfg)
@@ -286,13 +305,6 @@ async fn https_with(
         .await
         .unwrap();
     tokio::spawn(conn);
-    let mut req = Request::get(path)
-        .header("host", "localhost")
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    for (k, v) in extra {
-        req.headers_mut().insert(*k, HeaderValue::from_static(v));
-    }
     if let Some(t) = bearer {
         req.headers_mut().insert(
             "authorization",
@@ -531,6 +543,60 @@ async fn jwt_request_principal_claim_headers_and_invalid_tokens() {
     let r = https_with(&s.pki, s.addr, true, "/api/whoami", Some(&t_bob), &spoof).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     assert_eq!(json(&r.body)["headers"]["x-jwt-sub"], "bob");
+    s.gw.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A POST form naming `_method` is decided again with its body, on the head as it
+/// arrived: its token (which the first decision took off the request, as
+/// `forwardOriginalToken` is unset) is verified again, so the ALLOW on the request
+/// principal holds for that reading too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_field_is_decided_with_the_verified_token() {
+    let k1 = ec_key("k1");
+    let s = setup(&[&k1]).await;
+    let t = sign(&k1, &claims("alice"));
+    let post = |path: &str, form: &'static str| {
+        Request::post(path)
+            .header("host", "localhost")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Full::new(Bytes::from_static(form.as_bytes())))
+            .unwrap()
+    };
+    let r = https_request(
+        &s.pki,
+        s.addr,
+        false,
+        post("/me/profile", "_method=PATCH&a=1"),
+        Some(&t),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = json(&r.body);
+    assert_eq!(
+        (&v["method"], &v["body"]),
+        (&"POST".into(), &"_method=PATCH&a=1".into())
+    );
+    assert_eq!(v["headers"]["x-jwt-sub"], "alice", "{v}");
+    assert!(v["headers"].get("authorization").is_none(), "{v}");
+    let r = https_request(
+        &s.pki,
+        s.addr,
+        false,
+        post("/me/locked", "_method=DELETE"),
+        Some(&t),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text());
+    assert!(s.sink.has("/me/locked", "authz", "istio-system/deny-admin"));
+    let r = https_request(
+        &s.pki,
+        s.addr,
+        false,
+        post("/me/locked", "_method=PUT"),
+        Some(&t),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     s.gw.shutdown(Duration::from_secs(2)).await;
 }
 

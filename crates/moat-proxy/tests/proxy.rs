@@ -776,6 +776,102 @@ spec:
     gw.shutdown(Duration::from_secs(2)).await;
 }
 
+/// Rails, Symfony and Laravel route a POST whose form names `_method=DELETE` as a
+/// DELETE (Laravel a JSON body's `_method` too): the request allowed on its head is
+/// decided again with its body, and goes upstream as it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_fields_of_post_bodies_are_read_as_the_backend_reads_them() {
+    let up = upstream("u").await;
+    let policy = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-delete, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {methods: ["DELETE"], paths: ["/items/*"]}}]
+"#;
+    let multipart = |name: &str, value: &str| {
+        format!(
+            "--XyZ\r\ncontent-disposition: form-data; name=\"title\"\r\n\r\nhello\r\n\
+             --XyZ\r\nContent-Disposition: form-data; name={name}\r\n\r\n{value}\r\n--XyZ--\r\n"
+        )
+    };
+    let form = "application/x-www-form-urlencoded";
+    let json = "application/json; charset=utf-8";
+    let multi = "multipart/form-data; boundary=XyZ";
+    let cases: Vec<(&str, &str, String, &str)> = vec![
+        ("/items/1", form, "title=a&_method=patch".into(), "200"),
+        ("/items/1", form, "title=a&_method=delete".into(), "403"),
+        (
+            "/items/1",
+            form,
+            "_method=PUT&%5Fmethod=DELETE".into(),
+            "403",
+        ),
+        ("/items/1", form, "title=a&.method=DELETE".into(), "403"),
+        ("/other", form, "_method=DELETE".into(), "200"),
+        ("/items/1", "text/plain", "_method=DELETE".into(), "200"),
+        (
+            "/items/1",
+            json,
+            r#"{"title":"a","_method":"PATCH"}"#.into(),
+            "200",
+        ),
+        (
+            "/items/1",
+            json,
+            r#"{"a":{"_method":"DELETE"}}"#.into(),
+            "200",
+        ),
+        (
+            "/items/1",
+            json,
+            r#"{"\u005fmethod":"DELETE"}"#.into(),
+            "403",
+        ),
+        (
+            "/items/1",
+            json,
+            r#"{"_method":"PUT","_method":"DELETE"}"#.into(),
+            "403",
+        ),
+        ("/items/1", multi, multipart("\"_method\"", "DELETE"), "403"),
+        ("/items/1", multi, multipart("_method", "delete"), "403"),
+        ("/items/1", multi, multipart("\"_method\"", "PATCH"), "200"),
+        (
+            "/items/1",
+            form,
+            "_method=A&_method=B&_method=C&_method=D&_method=E".into(),
+            "400",
+        ),
+    ];
+    for (mode, refused) in [("", true), ("  method_overrides: as_received\n", false)] {
+        let (gw, addr, _dir) = authz_gateway(up.addr, policy, mode).await;
+        for (target, content_type, body, status) in &cases {
+            let status = if refused { status } else { "200" };
+            let request = format!(
+                "POST {target} HTTP/1.1\r\nhost: x\r\ncontent-type: {content_type}\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let answer = raw(addr, request.as_bytes()).await;
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {status}")),
+                "{mode}{target} {body}: {answer:.300}"
+            );
+            if status == "200" {
+                let echo = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+                let v: serde_json::Value = serde_json::from_slice(echo.as_bytes()).unwrap();
+                assert_eq!(
+                    (&v["method"], &v["body"]),
+                    (&"POST".into(), &body.as_str().into())
+                );
+            }
+        }
+        gw.shutdown(Duration::from_secs(2)).await;
+    }
+}
+
 /// A gateway in front of `upstream` with access control on the Istio policies in
 /// `policy` and the `extra` config: the gateway, its main listener's address, and the
 /// directory holding its files.

@@ -210,6 +210,42 @@ fn method_overrides_flag() {
     assert_eq!(code, 0, "{v}");
 }
 
+/// A POST form naming `_method=DELETE` is a DELETE to Rails or Laravel: `--body` is read
+/// as the gateway reads it, and a DENY on DELETE refuses it.
+#[test]
+fn body_flag_reads_a_method_field() {
+    let d = setup();
+    let no_delete = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n\
+        metadata: {name: no-delete, namespace: istio-system}\n\
+        spec: {action: DENY, rules: [{to: [{operation: {methods: [DELETE]}}]}]}\n";
+    std::fs::write(d.path().join("no-delete.yaml"), no_delete).unwrap();
+    let base = [
+        "--policies",
+        "no-delete.yaml",
+        "--url",
+        "http://web.shop/items/1",
+        "--method",
+        "POST",
+        "--principal",
+        "cluster.local/ns/shop/sa/frontend",
+        "--header",
+        "Content-Type: application/x-www-form-urlencoded",
+    ];
+    let (code, v) = json(d.path(), &with(&base));
+    assert_eq!(code, 0, "{v}");
+    let mut body = base.to_vec();
+    body.extend(["--body", "a=1&_method=delete"]);
+    let (code, v) = json(d.path(), &with(&body));
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains("as DELETE"),
+        "{v}"
+    );
+    body.extend(["--method-overrides", "as_received"]);
+    let (code, v) = json(d.path(), &with(&body));
+    assert_eq!(code, 0, "{v}");
+}
+
 #[test]
 fn text_output_and_exit_codes() {
     let d = setup();

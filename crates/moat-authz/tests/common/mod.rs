@@ -129,6 +129,7 @@ pub struct Req {
     pub sni: Option<String>,
     pub peer: Option<String>,
     pub jwt: Option<String>,
+    pub body: Option<Vec<u8>>,
 }
 
 pub fn req(path: &str) -> Req {
@@ -146,6 +147,7 @@ pub fn req(path: &str) -> Req {
         sni: None,
         peer: None,
         jwt: None,
+        body: None,
     }
 }
 
@@ -203,6 +205,12 @@ impl Req {
         self.jwt = Some(t.into());
         self
     }
+    pub fn body(mut self, content_type: &str, body: &str) -> Self {
+        self.headers
+            .push(("content-type".into(), content_type.into()));
+        self.body = Some(body.into());
+        self
+    }
 
     /// Evaluates; returns the decision and the (possibly rewritten) headers.
     pub fn eval_full(&self, e: &AuthzEngine) -> (Decision, HeaderMap) {
@@ -241,6 +249,7 @@ impl Req {
             dest_ip: self.dest,
             sni: self.sni.as_deref(),
             peer: peer.as_ref(),
+            body: self.body.as_deref(),
         };
         let d = e.evaluate(&input, &mut h);
         (d, h)

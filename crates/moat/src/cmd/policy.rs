@@ -41,7 +41,7 @@ struct Check {
     #[arg(long, required = true)]
     policies: Vec<PathBuf>,
     /// Evaluate a TCP connection (no HTTP attributes; needs --port) instead of a request.
-    #[arg(long, conflicts_with_all = ["url", "method", "headers", "jwt"], requires = "port")]
+    #[arg(long, conflicts_with_all = ["url", "method", "headers", "body", "jwt"], requires = "port")]
     tcp: bool,
     /// Request URL: host, path and query (and the default port).
     #[arg(long, required_unless_present = "tcp")]
@@ -52,6 +52,10 @@ struct Check {
     /// Request header `Name: value` (repeatable).
     #[arg(long = "header", short = 'H')]
     headers: Vec<String>,
+    /// Request body: a `_method` field of a POST form, JSON or multipart body (by its
+    /// Content-Type header) is read as a method override, as the gateway reads it.
+    #[arg(long)]
+    body: Option<String>,
     /// TCP peer address (source.ip / ipBlocks). Absent: unknown, so positive IP
     /// matches fail and negative ones hold.
     #[arg(long)]
@@ -176,6 +180,7 @@ fn run_check(c: Check) -> ExitCode {
         url: c.url.unwrap_or_default(),
         method: c.method.unwrap_or_else(|| "GET".into()),
         headers: c.headers,
+        body: c.body,
         source_ip: c.source_ip,
         remote_ip: c.remote_ip,
         dest_ip: c.destination_ip,
