@@ -1434,11 +1434,15 @@ impl RequestHeadersPhase for AuthzEngine {
         let input = self.request_input(ctx, req.method.as_str(), host, pq, &req.headers, None);
         let mut arrived = None;
         let d = self.with_pinned_view(&ctx.namespace, &ctx.labels, |view| {
-            // Copied before the decision rewrites the headers (token outputs).
             if self.body_may_override(view, input.method, &req.headers) {
+                // The fields are copied only when a token may be verified: its outputs
+                // (and the token's removal) are the only rewrite of them before the
+                // body phases.
+                let query = pq.split_once('?').map(|(_, q)| q);
+                let rewritten = jwt::any_token(&view.providers, &req.headers, query);
                 arrived = Some(Box::new(ArrivedHead {
                     uri: req.uri.clone(),
-                    headers: req.headers.clone(),
+                    headers: rewritten.then(|| req.headers.clone()),
                 }));
             }
             self.evaluate_in(view, &input, &mut req.headers)
@@ -1519,21 +1523,30 @@ impl RequestBodyPhase for AuthzEngine {
             Ok(decoded) => decoded,
             Err(_) => body.raw(),
         };
+        let ArrivedHead { uri, headers } = *arrived;
+        let mut copy;
+        let headers = match headers {
+            Some(arrived) => {
+                copy = arrived;
+                &mut copy
+            }
+            None => &mut req.headers,
+        };
+        let method = req.method.as_str();
         // A body naming no method of its own (nearly every one) is not decided again.
-        let names_none = post_form(req.method.as_str(), &arrived.headers).is_none_or(|form| {
-            body_method_overrides(req.method.as_str(), form, data, Vec::new())
+        let names_none = post_form(method, headers).is_none_or(|form| {
+            body_method_overrides(method, form, data, Vec::new())
                 .is_ok_and(|named| named.is_empty())
         });
         if names_none {
             return Verdict::Continue;
         }
-        let ArrivedHead { uri, mut headers } = *arrived;
         let (mut buf, mut owned) = ([0u8; 256], String::new());
-        let host = copied_host(&uri, &headers, &mut buf, &mut owned);
+        let host = copied_host(&uri, headers, &mut buf, &mut owned);
         let pq = uri.path_and_query().map_or("/", |p| p.as_str());
-        let input = self.request_input(ctx, req.method.as_str(), host, pq, &headers, Some(data));
+        let input = self.request_input(ctx, method, host, pq, headers, Some(data));
         let d = self.with_pinned_view(&ctx.namespace, &ctx.labels, |view| {
-            self.evaluate_in(view, &input, &mut headers)
+            self.evaluate_in(view, &input, headers)
         });
         if d.allowed {
             return Verdict::Continue;

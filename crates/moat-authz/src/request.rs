@@ -2,8 +2,10 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
+use std::sync::LazyLock;
 
 use http::HeaderMap;
+use memchr::memmem;
 use serde::{Deserialize, Serialize};
 
 use crate::jwt::VerifiedJwt;
@@ -222,21 +224,27 @@ pub fn method_overrides(
 /// field: the name spelled, or a letter of it percent-encoded (urlencoded) or escaped
 /// (JSON). Nearly no request does, and the parse is skipped for the rest.
 pub fn may_name_method(form: BodyForm<'_>, text: &[u8]) -> bool {
+    // Built once: a searcher costs more to build than to run over a small body.
+    static SPELLED: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"method"));
+    static MEMBER: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"_method\""));
     match form {
         BodyForm::UrlEncoded => {
-            memchr::memmem::find(text, b"method").is_some()
+            SPELLED.find(text).is_some()
                 || memchr::memchr_iter(b'%', text).any(|at| {
-                    let hex = text.get(at + 1..at + 3).map(<[u8]>::to_ascii_lowercase);
+                    let hex = |i: usize| text.get(at + i).map(u8::to_ascii_lowercase);
                     matches!(
-                        hex.as_deref(),
-                        Some(b"6d" | b"65" | b"74" | b"68" | b"6f" | b"64")
+                        (hex(1), hex(2)),
+                        (Some(b'6'), Some(b'd' | b'5' | b'8' | b'f' | b'4'))
+                            | (Some(b'7'), Some(b'4'))
                     )
                 })
         }
-        BodyForm::Multipart(_) => memchr::memmem::find(text, b"method").is_some(),
+        BodyForm::Multipart(_) => SPELLED.find(text).is_some(),
         BodyForm::Json => {
-            memchr::memmem::find(text, b"\"_method\"").is_some()
-                || memchr::memmem::find(text, b"\\u").is_some()
+            MEMBER.find(text).is_some()
+                || memchr::memchr_iter(b'\\', text).any(|at| text.get(at + 1) == Some(&b'u'))
         }
     }
 }

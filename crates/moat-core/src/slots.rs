@@ -29,8 +29,9 @@ pub enum RouteMode {
 pub struct ArrivedHead {
     /// The request target.
     pub uri: http::Uri,
-    /// The header fields.
-    pub headers: http::HeaderMap,
+    /// The header fields, when a phase may rewrite them; `None` when the request's own
+    /// are still as they arrived.
+    pub headers: Option<http::HeaderMap>,
 }
 
 /// The engines' slots of one request; all `None` when the request starts.
