@@ -1308,13 +1308,16 @@ fn reply_for(d: &Decision) -> Reply {
 }
 
 /// The form of a POST body that may name another method in a `_method` field, by the
-/// request's `Content-Type`; `None` for every other request.
+/// request's `Content-Type`; `None` for every other request. Rack parses a POST without
+/// a `Content-Type` as a form.
 fn post_form<'h>(method: &str, headers: &'h HeaderMap) -> Option<BodyForm<'h>> {
     if method != "POST" {
         return None;
     }
-    let content_type = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
-    BodyForm::of(content_type)
+    match headers.get(http::header::CONTENT_TYPE) {
+        None => Some(BodyForm::UrlEncoded),
+        Some(value) => BodyForm::of(value.to_str().ok()?),
+    }
 }
 
 /// The host a request addresses (its target's authority, else `Host`), copied out of

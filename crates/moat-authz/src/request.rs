@@ -257,7 +257,8 @@ pub fn may_name_method(form: BodyForm<'_>, text: &[u8]) -> bool {
 pub enum BodyForm<'a> {
     /// `application/x-www-form-urlencoded`.
     UrlEncoded,
-    /// `multipart/form-data` with this boundary.
+    /// `multipart/form-data` with this boundary (or `multipart/mixed` and
+    /// `multipart/related`, which Rack parses as forms too).
     Multipart(&'a str),
     /// `application/json` or any `+json` type: a top-level `_method` member.
     Json,
@@ -271,7 +272,14 @@ impl<'a> BodyForm<'a> {
         let media = media.trim();
         if media.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
             Some(Self::UrlEncoded)
-        } else if media.eq_ignore_ascii_case("multipart/form-data") {
+        } else if [
+            "multipart/form-data",
+            "multipart/mixed",
+            "multipart/related",
+        ]
+        .iter()
+        .any(|m| media.eq_ignore_ascii_case(m))
+        {
             params.split(';').find_map(|param| {
                 let (key, value) = param.split_once('=')?;
                 key.trim().eq_ignore_ascii_case("boundary").then(|| {
@@ -298,8 +306,9 @@ impl<'a> BodyForm<'a> {
 }
 
 /// The methods a POST body names in `_method` fields, added to `head` (the overrides of
-/// its head, [`method_overrides`]) under the same limit. A JSON body that does not parse
-/// names none, as the frameworks read it.
+/// its head, [`method_overrides`]) under the same limit. Each form is read leniently
+/// (see [`json_methods`] and [`multipart_fields`]): a body a framework refuses can only add
+/// readings, never hide one.
 pub fn body_method_overrides(
     method: &str,
     form: BodyForm<'_>,
@@ -322,14 +331,7 @@ pub fn body_method_overrides(
                 }
             }
         }
-        BodyForm::Json => {
-            let mut de = serde_json::Deserializer::from_slice(body);
-            if let Ok(JsonMethods(values)) = JsonMethods::deserialize(&mut de) {
-                for value in &values {
-                    named.add(value)?;
-                }
-            }
-        }
+        BodyForm::Json => json_methods(body, &mut named)?,
     }
     Ok(named.methods)
 }
@@ -386,36 +388,86 @@ fn php_name(name: &str) -> Cow<'_, str> {
     }
 }
 
-/// Every string value of a top-level `_method` member of a JSON object, duplicates
-/// included (PHP keeps the last, another parser the first: each is read).
-struct JsonMethods(Vec<String>);
-
-impl<'de> Deserialize<'de> for JsonMethods {
-    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> serde::de::Visitor<'de> for Members {
-            type Value = JsonMethods;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<JsonMethods, A::Error> {
-                let mut values = Vec::new();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == "_method" {
-                        if let serde_json::Value::String(v) = map.next_value()? {
-                            values.push(v);
+/// Adds every string value of a top-level `_method` member of a JSON object, duplicates
+/// included (PHP keeps the last, another parser the first: each is read). A scanner that
+/// counts brackets instead of a recursive parser: PHP's `json_decode` reads 512 levels of
+/// nesting where serde_json stops at 128, so a deep value next to `_method` must not hide
+/// it; a body cut at the inspection limit, or one that is no valid JSON, gives the members
+/// read before the cut or the error.
+fn json_methods(body: &[u8], named: &mut Named<'_>) -> Result<(), TooManyOverrides> {
+    /// Where the scanner is in the top-level object.
+    #[derive(PartialEq)]
+    enum At {
+        Key,
+        Colon,
+        Value,
+        Other,
+    }
+    let (mut depth, mut top_object, mut at, mut method_key) = (0usize, false, At::Other, false);
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < body.len() && body[i] != b'"' {
+                    // An escape takes the next byte with it (`\"` is no end).
+                    i += if body[i] == b'\\' { 2 } else { 1 };
+                }
+                let raw = &body[start..i.min(body.len())];
+                if depth == 1 && top_object {
+                    match at {
+                        At::Key => {
+                            method_key = json_string(raw) == "_method";
+                            at = At::Colon;
                         }
-                    } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
+                        At::Value => {
+                            if method_key {
+                                named.add(&json_string(raw))?;
+                            }
+                            at = At::Other;
+                        }
+                        _ => {}
                     }
                 }
-                Ok(JsonMethods(values))
             }
+            open @ (b'{' | b'[') => {
+                if depth == 0 {
+                    top_object = open == b'{';
+                    at = At::Key;
+                } else if depth == 1 {
+                    at = At::Other;
+                }
+                depth += 1;
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 1 && at == At::Colon => at = At::Value,
+            b',' if depth == 1 => {
+                at = At::Key;
+                method_key = false;
+            }
+            // A value that is no string (a number, `true`, `null`).
+            b if depth == 1 && at == At::Value && !b.is_ascii_whitespace() => at = At::Other,
+            _ => {}
         }
-        de.deserialize_map(Members)
+        i += 1;
+    }
+    Ok(())
+}
+
+/// The text of a JSON string's contents (`raw`, between its quotes), escapes decoded;
+/// contents that do not decode (cut in an escape) are taken as they are.
+fn json_string(raw: &[u8]) -> Cow<'_, str> {
+    if !raw.contains(&b'\\') {
+        return String::from_utf8_lossy(raw);
+    }
+    let mut quoted = Vec::with_capacity(raw.len() + 2);
+    quoted.push(b'"');
+    quoted.extend_from_slice(raw);
+    quoted.push(b'"');
+    match serde_json::from_slice::<String>(&quoted) {
+        Ok(text) => Cow::Owned(text),
+        Err(_) => String::from_utf8_lossy(raw),
     }
 }
 
@@ -813,6 +865,7 @@ mod tests {
                 Some(Multipart("a b")),
             ),
             ("multipart/form-data", None),
+            ("multipart/mixed; boundary=b", Some(Multipart("b"))),
             ("application/json", Some(Json)),
             ("application/vnd.api+json; charset=utf-8", Some(Json)),
             ("text/plain", None),
@@ -855,8 +908,17 @@ mod tests {
             ),
             (r#"{"a":{"_method":"DELETE"}}"#, put.clone()),
             (r#"{"_method":["DELETE"]}"#, put.clone()),
+            (r#"{"_method":1,"a":"DELETE"}"#, put.clone()),
             (r#"["_method","DELETE"]"#, put.clone()),
-            (r#"{"_method":"DELETE""#, put.clone()),
+            (r#"{"a":"}{\",","_method":"DELETE"}"#, put_and("DELETE")),
+            (
+                r#"{"a":{"b":"_method"},"c":"_method","d":"DELETE"}"#,
+                put.clone(),
+            ),
+            // Cut at the inspection limit, or no valid JSON: what was read before counts.
+            (r#"{"_method":"DELETE""#, put_and("DELETE")),
+            (r#"{"_method" : "DELETE", "a":[1,"#, put_and("DELETE")),
+            (r#"{"_method":"DEL\"#, put.clone()),
         ] {
             assert_eq!(m(BodyForm::Json, body), want, "{body}");
         }
@@ -882,6 +944,26 @@ mod tests {
             (part("\"_method\"", "DELETE", "\r\n").replace("--b", "--c"), put.clone()),
         ] {
             assert_eq!(m(mp, &body), want, "{body:?}");
+        }
+        // Nesting deeper than a recursive parser's limit (PHP reads 512 levels) hides
+        // nothing, before or after the member.
+        let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
+        for (body, want) in [
+            (
+                format!(r#"{{"a":{deep},"_method":"DELETE"}}"#),
+                put_and("DELETE"),
+            ),
+            (
+                format!(r#"{{"_method":"DELETE","a":{deep}}}"#),
+                put_and("DELETE"),
+            ),
+            // Unclosed brackets: the member is inside them, not at the top.
+            (
+                format!(r#"{{"a":{}"_method":"DELETE"}}"#, "[".repeat(100_000)),
+                put.clone(),
+            ),
+        ] {
+            assert_eq!(m(BodyForm::Json, &body), want);
         }
         // The limit counts the head's methods too; 100,000 parts cost one pass each.
         let over = "_method=A&_method=B&_method=C&_method=D";

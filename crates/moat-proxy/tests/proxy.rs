@@ -811,6 +811,7 @@ spec:
         ("/items/1", form, "title=a&.method=DELETE".into(), "403"),
         ("/other", form, "_method=DELETE".into(), "200"),
         ("/items/1", "text/plain", "_method=DELETE".into(), "200"),
+        ("/items/1", "", "_method=DELETE".into(), "403"), // Rack: a form
         (
             "/items/1",
             json,
@@ -835,6 +836,17 @@ spec:
             r#"{"_method":"PUT","_method":"DELETE"}"#.into(),
             "403",
         ),
+        // Deeper than serde_json's 128 levels, within PHP's 512.
+        (
+            "/items/1",
+            json,
+            format!(
+                r#"{{"a":{}{},"_method":"DELETE"}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            "403",
+        ),
         ("/items/1", multi, multipart("\"_method\"", "DELETE"), "403"),
         ("/items/1", multi, multipart("_method", "delete"), "403"),
         ("/items/1", multi, multipart("\"_method\"", "PATCH"), "200"),
@@ -849,8 +861,12 @@ spec:
         let (gw, addr, _dir) = authz_gateway(up.addr, policy, mode).await;
         for (target, content_type, body, status) in &cases {
             let status = if refused { status } else { "200" };
+            let content_type = match content_type {
+                &"" => String::new(),
+                ct => format!("content-type: {ct}\r\n"),
+            };
             let request = format!(
-                "POST {target} HTTP/1.1\r\nhost: x\r\ncontent-type: {content_type}\r\n\
+                "POST {target} HTTP/1.1\r\nhost: x\r\n{content_type}\
                  content-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
