@@ -307,7 +307,7 @@ impl<'a> BodyForm<'a> {
 
 /// The methods a POST body names in `_method` fields, added to `head` (the overrides of
 /// its head, [`method_overrides`]) under the same limit. Each form is read leniently
-/// (see [`json_methods`] and [`multipart_fields`]): a body a framework refuses can only add
+/// (see `json_methods` and `multipart_fields`): a body a framework refuses can only add
 /// readings, never hide one.
 pub fn body_method_overrides(
     method: &str,
