@@ -1430,6 +1430,27 @@ impl RequestHeadersPhase for AuthzEngine {
         "authz"
     }
 
+    /// The fields the policies' conditions read, the fields tokens are taken from and
+    /// the fields verified claims are written to, over every policy (a twin is removed
+    /// for all workloads when any policy reads the field).
+    fn fields_decided_on(&self) -> Vec<http::HeaderName> {
+        let conditions = self
+            .set
+            .authz
+            .iter()
+            .flat_map(|p| &p.rules)
+            .flat_map(|r| r.header_names())
+            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok());
+        let tokens = self.providers.iter().flatten().flat_map(|p| {
+            let from = p.locations.iter().filter_map(|l| match l {
+                jwt::Location::Header { name, .. } => Some(name),
+                _ => None,
+            });
+            from.chain(jwt::output_fields(p)).cloned()
+        });
+        conditions.chain(tokens).collect()
+    }
+
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
         let (mut buf, mut owned) = ([0u8; 256], String::new());
         let host = copied_host(&req.uri, &req.headers, &mut buf, &mut owned);

@@ -654,6 +654,20 @@ impl Rule {
         reads
     }
 
+    /// The names of the request header fields the rule's conditions read
+    /// (`request.headers[name]`, pseudo-header fields left out).
+    pub fn header_names(&self) -> impl Iterator<Item = &str> {
+        self.from
+            .iter()
+            .chain(&self.to)
+            .flatten()
+            .chain(&self.when)
+            .filter_map(|c| match &c.pred {
+                Pred::Header(name, _) if !name.starts_with(':') => Some(name.as_str()),
+                _ => None,
+            })
+    }
+
     /// Whether any `from`, `to` or `when` condition is HTTP-only.
     pub fn uses_http_only(&self) -> bool {
         self.from

@@ -943,34 +943,20 @@ pub fn authenticate(
 
 /// Removes every header the providers write from a verified token
 /// (`outputPayloadToHeader`, `outputClaimToHeaders`), so a client cannot send
-/// them itself and have them pass as verified claims. Their spellings with `_` for
-/// `-` go too: CGI, WSGI, PHP and Rack read `x_jwt_sub` and `x-jwt-sub` as one
-/// variable (`HTTP_X_JWT_SUB`), so a client's `x_jwt_sub` would pass as the claim.
+/// them itself and have them pass as verified claims. (Their spellings with `_` for
+/// `-`, which CGI-style backends read as them, are gone before the engines run:
+/// [`output_fields`] and `moat_core::fields::CgiTwins`.)
 pub fn strip_outputs(providers: &[std::sync::Arc<Provider>], headers: &mut HeaderMap) {
-    let outputs = || {
-        providers.iter().flat_map(|p| {
-            p.output_payload_to_header
-                .iter()
-                .chain(p.output_claims.iter().map(|(h, _)| h))
-        })
-    };
-    for h in outputs() {
+    for h in providers.iter().flat_map(|p| output_fields(p)) {
         headers.remove(h);
     }
-    // Rare: looked for only when some field name has an underscore.
-    if headers
-        .keys()
-        .any(|k| k.as_str().as_bytes().contains(&b'_'))
-    {
-        let spelled: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| outputs().any(|h| moat_core::fields::same_cgi_name(k.as_str(), h.as_str())))
-            .cloned()
-            .collect();
-        for k in spelled {
-            headers.remove(k);
-        }
-    }
+}
+
+/// The header fields a provider writes from a verified token.
+pub fn output_fields(p: &Provider) -> impl Iterator<Item = &HeaderName> {
+    p.output_payload_to_header
+        .iter()
+        .chain(p.output_claims.iter().map(|(h, _)| h))
 }
 
 /// Applies `outputPayloadToHeader`, `outputClaimToHeaders` and `forwardOriginalToken`

@@ -325,3 +325,38 @@ fn each_request_gets_its_own_workloads_policies() {
         );
     }
 }
+
+/// The fields the proxy removes the CGI twins of: those conditions read, those tokens
+/// come from and those verified claims are written to, over every policy.
+#[test]
+fn fields_decided_on_name_conditions_tokens_and_claims() {
+    let e = engine(
+        "apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: shop}
+spec:
+  jwtRules:
+  - issuer: https://issuer.example.com
+    jwks: '{\"keys\":[]}'
+    fromHeaders: [{name: x-jwt-assertion}]
+    outputClaimToHeaders: [{header: x-jwt-sub, claim: sub}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: other}
+spec:
+  action: DENY
+  rules:
+  - when: [{key: \"request.headers[X-User]\", values: [admin]}]
+    to: [{operation: {methods: [DELETE]}}]
+  - when: [{key: \"request.headers[:authority]\", values: [a]}]
+",
+    );
+    let mut names: Vec<String> = e
+        .fields_decided_on()
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["x-jwt-assertion", "x-jwt-sub", "x-user"]);
+}

@@ -278,6 +278,13 @@ pub trait RequestHeadersPhase: Send + Sync {
     fn name(&self) -> &'static str;
     /// May modify headers (e.g. add claim headers) or answer directly.
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict;
+    /// The request header fields this phase decides on or writes, by name (a policy's
+    /// `request.headers[x-user]`, a token's field, a rate limit's key). The gateway
+    /// removes their CGI twins (`x_user` for `x-user`) from every request before any
+    /// phase reads the head ([`fields::CgiTwins`]). Asked once per configuration.
+    fn fields_decided_on(&self) -> Vec<http::HeaderName> {
+        Vec::new()
+    }
 }
 
 /// How much of a body a phase wants to see.

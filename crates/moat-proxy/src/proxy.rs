@@ -66,6 +66,7 @@ pub(crate) async fn handle(
     // Before any engine reads the head: what the engines see is what goes upstream.
     let underscore_refused =
         ci.underscores != UnderscoreHeaders::Allow && underscore_fields(parts, ci.underscores);
+    snap.cgi_twins.remove_from(&mut parts.headers);
     let request_id = request_id(&parts.headers);
     // moat's own answer before any route is known, counted as the route-less one.
     let refuse = |status: StatusCode, decision: Decision, reason: &str| {

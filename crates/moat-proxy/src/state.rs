@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use moat_config::ConfigError;
+use moat_core::fields::CgiTwins;
 
 use crate::body::BodyPace;
 use crate::config::{self, ConfigSource, GatewayConfig};
 use crate::events::EventSink;
+use crate::h1::client::{X_FORWARDED_FOR, X_FORWARDED_PROTO, X_REQUEST_ID};
 use crate::metrics::{Metrics, RouteMetrics, TcpMetrics};
 use crate::pipeline::{Pipeline, PipelineFactory};
 use crate::reloads::{ReloadHistory, ReloadRecord};
@@ -96,6 +98,9 @@ pub struct Snapshot {
     pub(crate) listeners: Vec<ListenerRt>,
     pub(crate) max_headers: usize,
     pub(crate) max_header_bytes: usize,
+    /// The fields moat writes and the phases decide on: their CGI twins are removed
+    /// from each request before the phases read it.
+    pub(crate) cgi_twins: CgiTwins,
     pub(crate) no_route: Arc<RouteMetrics>,
     /// The span exporter for requests on this snapshot (a reload may change it).
     pub(crate) tracer: Option<Arc<moat_sinks::Tracer>>,
@@ -530,8 +535,18 @@ pub(crate) fn build_snapshot(
             .connection
             .push(Arc::new(TlsAudit::new(metrics.clone(), events.cloned())));
     }
+    let written = [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_REQUEST_ID];
+    let cgi_twins = CgiTwins::new(
+        written.into_iter().cloned().chain(
+            pipeline
+                .request_headers
+                .iter()
+                .flat_map(|p| p.fields_decided_on()),
+        ),
+    );
     Ok(Snapshot {
         max_headers: cfg.limits.max_headers,
+        cgi_twins,
         max_header_bytes: cfg.limits.max_header_bytes.min(usize::MAX as u64) as usize,
         no_route: metrics.route("_none_"),
         config: Arc::new(cfg),

@@ -280,6 +280,26 @@ async fn grpc_check_from_envoy_api_client() {
     );
     assert_eq!(ok["grpc_code"], 0, "{ok}");
     assert_eq!(ok["allowed"], true);
+    // A spelling a CGI-style backend reads as a field moat vouches for: the proxy is told
+    // to remove it. Other fields with underscores stay.
+    let ok = check(
+        &bin,
+        addr,
+        &[
+            "-path",
+            "/products",
+            "-H",
+            "x_forwarded_proto: https",
+            "-H",
+            "x_api_key: k",
+        ],
+    );
+    assert_eq!(ok["allowed"], true, "{ok}");
+    assert_eq!(
+        ok["headers_to_remove"],
+        serde_json::json!(["x_forwarded_proto"]),
+        "{ok}"
+    );
 
     // The mesh path: the frontend's certificate passes, no certificate is denied.
     let ok = check(&bin, addr, &["-path", "/mesh/orders", "-cert", cert]);
@@ -410,8 +430,19 @@ waf: { enabled: true, mode: block }
         .header("x-original-uri", "/admin")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let (s, _, _) = http_check(addr, req).await;
+    let (s, h, _) = http_check(addr, req).await;
     assert_eq!(s, StatusCode::OK);
+    assert!(!h.contains_key("x-envoy-auth-headers-to-remove"), "{h:?}");
+    // A spelling a CGI-style backend reads as a field moat vouches for: Envoy's HTTP
+    // mode is told to remove it, in its header for that.
+    let req = Request::get(&url)
+        .header("x_forwarded_proto", "https")
+        .header("x_api_key", "k")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (s, h, _) = http_check(addr, req).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["x-envoy-auth-headers-to-remove"], "x_forwarded_proto");
     // Envoy's HTTP mode: the request is the original one.
     let (s, h, _) = http_check(
         addr,

@@ -194,6 +194,19 @@ async fn limits_per_header_route_and_path_template() {
         passes(&s, 1, "/other", "192.0.2.2", &[("x-api-key", "k2")]).await,
         1
     );
+    // A CGI-style backend reads `x_api_key` as the key; the limit counted it keyless.
+    // It never reaches the backend: the upstream's echo has no such field.
+    let (status, _, body) = get_from(
+        &s,
+        "/api/a",
+        "192.0.2.9",
+        &[("x_api_key", "k1"), ("x_other", "1")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let echo: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(echo["headers"].get("x_api_key").is_none(), "{echo}");
+    assert_eq!(echo["headers"]["x_other"], "1", "{echo}");
     // Per template: every /users/{id} counts against one bucket.
     let mut ok = 0;
     for id in 0..6 {

@@ -588,6 +588,21 @@ impl RequestHeadersPhase for RateLimitEngine {
         "ratelimit"
     }
 
+    /// The fields rules count requests by (`key: [{header: NAME}]`): a client's
+    /// `x_api_key` would reach a CGI-style backend as the key while its requests were
+    /// counted as keyless.
+    fn fields_decided_on(&self) -> Vec<http::HeaderName> {
+        self.config
+            .rules
+            .iter()
+            .flat_map(|r| &r.key)
+            .filter_map(|k| match k {
+                config::KeyPart::Header(name) => Some(name.0.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn on_request_headers(
         &self,
         ctx: &mut RequestCtx,

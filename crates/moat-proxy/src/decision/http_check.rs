@@ -39,6 +39,10 @@ const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// Envoy's HTTP service mode: the fields the proxy is to remove from the request, as a
+/// list (the gRPC answer's `headers_to_remove`).
+const X_ENVOY_AUTH_HEADERS_TO_REMOVE: HeaderName =
+    HeaderName::from_static("x-envoy-auth-headers-to-remove");
 const X_MOAT_STATUS: HeaderName = HeaderName::from_static("x-moat-status");
 
 /// Answers one HTTP decision request.
@@ -109,6 +113,14 @@ where
             let mut resp = Response::new(Full::new(Bytes::new()));
             for (k, v) in decided.headers {
                 resp.headers_mut().append(k, v);
+            }
+            // Forward-auth proxies (nginx, Traefik, Caddy) have no such list.
+            let names = decided.removed.iter().map(|h| h.as_str());
+            let list = names.collect::<Vec<_>>().join(", ");
+            if !forward_auth && !list.is_empty() {
+                if let Ok(v) = HeaderValue::from_str(&list) {
+                    resp.headers_mut().insert(X_ENVOY_AUTH_HEADERS_TO_REMOVE, v);
+                }
             }
             resp
         }

@@ -188,6 +188,9 @@ async fn run_phases(
         );
         return Err((page, Decision::Limit));
     }
+    // Removed here, after the caller's fields were copied: the answer tells the proxy
+    // to remove them too (`headers_to_remove`).
+    snap.cgi_twins.remove_from(&mut parts.headers);
     let pipeline = &snap.pipeline;
     let headers = request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await;
     if ctx.ext_authz.is_some() {

@@ -97,17 +97,6 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name == PROXY_CONNECTION
 }
 
-/// A client's spelling of a forwarding field moat writes with `_` for `-`
-/// (`x_forwarded_proto`): a CGI-style backend reads it as the field itself, beside or
-/// instead of moat's (`moat_core::fields::same_cgi_name`).
-fn is_forwarding_spelling(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    name.as_bytes().contains(&b'_')
-        && [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_REQUEST_ID]
-            .iter()
-            .any(|f| moat_core::fields::same_cgi_name(name, f.as_str()))
-}
-
 /// The head of a request as moat sends it upstream, before it is written out (the
 /// client's header map is borrowed, not copied or modified).
 #[derive(Debug)]
@@ -180,8 +169,6 @@ pub(crate) fn encode_request_head(
             }
         } else if name == X_FORWARDED_FOR || name == X_FORWARDED_PROTO || name == X_REQUEST_ID {
             // Rewritten below.
-            continue;
-        } else if is_forwarding_spelling(name) {
             continue;
         } else if name == COOKIE {
             // One `Cookie` line, its pairs joined by "; " (RFC 9113 8.2.3): browsers
@@ -515,10 +502,6 @@ mod tests {
         h.insert(&X_REQUEST_ID, HeaderValue::from_static("replaced"));
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
         h.append(&X_FORWARDED_FOR, HeaderValue::from_static("5.6.7.8"));
-        // Spellings a CGI-style backend reads as the forwarding fields moat writes.
-        h.insert("x_forwarded_proto", HeaderValue::from_static("https"));
-        h.insert("x_request-id", HeaderValue::from_static("spoofed"));
-        h.insert("x_forwarded_for", HeaderValue::from_static("127.0.0.1"));
         let peer = HeaderValue::from_static("10.0.0.1");
         let out = wire(&request(&h, &peer), RequestFraming::None);
         assert_eq!(
