@@ -937,6 +937,22 @@ impl RequestHeadersPhase for WafEngine {
         "waf"
     }
 
+    /// Without `inspect_all_headers`, the fields inspected: a CGI-style backend would
+    /// read a client's `user_agent` as the `User-Agent` the WAF inspected, and the twin
+    /// itself would go uninspected. With it (the default), a twin is inspected as a
+    /// field of its own; virtual patches name fields of products that read them by
+    /// their exact names, so theirs are not listed.
+    fn fields_decided_on(&self) -> Vec<http::HeaderName> {
+        if self.cfg.inspect_all_headers {
+            return Vec::new();
+        }
+        ["user-agent", "referer", "origin"]
+            .into_iter()
+            .chain(self.extra_headers.iter().map(String::as_str))
+            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect()
+    }
+
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {
         let mode = self.route_mode(ctx);
         if mode == RouteMode::Off {

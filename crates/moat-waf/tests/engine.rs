@@ -1181,3 +1181,21 @@ fn json_findings_name_their_pointer() {
         );
     }
 }
+
+/// The fields whose CGI twins the gateway removes: none while every header is inspected
+/// (a twin is inspected as a field of its own), the inspected ones otherwise.
+#[test]
+fn fields_decided_on_are_the_inspected_ones_when_not_every_header_is() {
+    assert!(engine(&WafConfig::default()).fields_decided_on().is_empty());
+    let cfg = WafConfig {
+        inspect_all_headers: false,
+        extra_headers: vec!["X-Api-Query".into()],
+        ..WafConfig::default()
+    };
+    let names: Vec<String> = engine(&cfg)
+        .fields_decided_on()
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    assert_eq!(names, ["user-agent", "referer", "origin", "x-api-query"]);
+}
