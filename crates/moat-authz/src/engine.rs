@@ -1467,6 +1467,7 @@ impl RequestHeadersPhase for AuthzEngine {
                 arrived = Some(Box::new(ArrivedHead {
                     uri: req.uri.clone(),
                     headers: rewritten.then(|| req.headers.clone()),
+                    custom_asked: false,
                 }));
             }
             self.evaluate_in(view, &input, &mut req.headers)
@@ -1508,6 +1509,9 @@ impl RequestHeadersPhase for AuthzEngine {
             ));
         }
         if d.allowed {
+            if let Some(a) = &mut arrived {
+                a.custom_asked = d.custom.is_some();
+            }
             ctx.slots.authz = arrived;
             return Verdict::Continue;
         }
@@ -1519,8 +1523,9 @@ impl RequestHeadersPhase for AuthzEngine {
 /// Laravel route `POST` + `_method=DELETE` as a DELETE): the request allowed on its
 /// head is decided again, on the head as it arrived, with each method the body names as
 /// one more reading. Only the first `body_max` bytes are read, as every body phase reads
-/// them (the route's `on_limit`). A CUSTOM policy is matched on the head only: its
-/// provider is called before the body phases.
+/// them (the route's `on_limit`). A CUSTOM policy that only such a reading matches has
+/// its provider asked after the body phases (`RequestCtx::ext_authz`), with the request
+/// as it is (a `POST`, and its body when the provider wants it).
 impl RequestBodyPhase for AuthzEngine {
     fn name(&self) -> &'static str {
         "authz"
@@ -1547,7 +1552,11 @@ impl RequestBodyPhase for AuthzEngine {
             Ok(decoded) => decoded,
             Err(_) => body.raw(),
         };
-        let ArrivedHead { uri, headers } = *arrived;
+        let ArrivedHead {
+            uri,
+            headers,
+            custom_asked,
+        } = *arrived;
         let mut copy;
         let headers = match headers {
             Some(arrived) => {
@@ -1573,6 +1582,11 @@ impl RequestBodyPhase for AuthzEngine {
             self.evaluate_in(view, &input, headers)
         });
         if d.allowed {
+            // A CUSTOM rule a method the body names matched: its provider is asked once
+            // the body phases ran (the gateway calls it, as it does after the head's).
+            if !custom_asked {
+                ctx.ext_authz = d.custom;
+            }
             return Verdict::Continue;
         }
         self.refusal(ctx, &d)

@@ -32,6 +32,9 @@ pub struct ArrivedHead {
     /// The header fields, when a phase may rewrite them; `None` when the request's own
     /// are still as they arrived.
     pub headers: Option<http::HeaderMap>,
+    /// The head's decision named a CUSTOM provider: it is asked about the request once,
+    /// whatever the body names.
+    pub custom_asked: bool,
 }
 
 /// The engines' slots of one request; all `None` when the request starts.

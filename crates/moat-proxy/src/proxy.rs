@@ -302,10 +302,12 @@ fn forward_path(parts: &mut http::request::Parts, pq: http::uri::PathAndQuery) {
     }
 }
 
-/// Calls the CUSTOM provider [`request_headers_phase`] left for the body: `data` is
-/// the start of the body (all of it unless `more`). A body longer than the provider's
-/// `maxRequestBytes` is refused (413) unless it allows partial messages; then it gets
-/// the first `maxRequestBytes`.
+/// Calls the CUSTOM provider left in `ctx.ext_authz` once the body is buffered: the one
+/// [`request_headers_phase`] left for the body, or one access control's body phase named
+/// (a `_method` field a CUSTOM rule matched). `data` is the start of the body (all of it
+/// unless `more`). A body longer than the provider's `maxRequestBytes` is refused (413)
+/// unless it allows partial messages; then it gets the first `maxRequestBytes`. A
+/// provider that does not want the body is called without it.
 pub(crate) async fn custom_with_body(
     pipeline: &Pipeline,
     ctx: &mut RequestCtx,
@@ -317,7 +319,10 @@ pub(crate) async fn custom_with_body(
         return Ok(());
     };
     let Some(spec) = ext.wants_body(&provider) else {
-        return Ok(());
+        return ext
+            .check(&provider, ctx, parts, None)
+            .await
+            .map_err(|reply| (reply, Decision::Block));
     };
     let max = spec.max_request_bytes as usize;
     let partial = more || data.len() > max;
@@ -495,6 +500,10 @@ async fn request_body_phase(
         &pipeline.request_body,
         |p| p.on_request_body(ctx, parts, &mut b),
     )?;
+    // A CUSTOM rule a `_method` field of the body matched (access control's body phase).
+    if ctx.ext_authz.is_some() {
+        custom_with_body(pipeline, ctx, parts, &buffered.data, buffered.truncated).await?;
+    }
     if let Some(t) = &buffered.trailers {
         request_trailers_phase(st, ctx, parts, t)?;
     }

@@ -59,6 +59,15 @@ spec:
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
+metadata: { name: opa-deletes, namespace: shop }
+spec:
+  selector: { matchLabels: { app: shop } }
+  action: CUSTOM
+  provider: { name: opa }
+  rules: [{ to: [{ operation: { methods: [DELETE], paths: ["/items/*"] } }] }]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
 metadata: { name: rbac, namespace: shop }
 spec:
   selector: { matchLabels: { app: shop } }
@@ -153,6 +162,7 @@ waf: { enabled: true, mode: block }
     let yaml = format!(
         r#"listeners:
   - {{ name: main, address: 127.0.0.1:0 }}
+  - {{ name: check, address: 127.0.0.1:0, protocol: decision, decision: {{ labels: {{ app: shop }}, namespace: shop }} }}
 admin: {{ address: 127.0.0.1:0 }}
 clusters:
   - {{ name: app, endpoints: ["{up}"], labels: {{ app: shop }}, namespace: shop }}
@@ -196,6 +206,36 @@ authz:
     let (s, _, b) = get(&c, &format!("{base}/plain")).await;
     assert_eq!(s, StatusCode::OK);
     assert!(common::json(&b)["headers"].get("x-opa-checked").is_none());
+
+    // A POST that a Rails, Symfony or Laravel backend routes as a DELETE (`_method`)
+    // is put to the provider the CUSTOM rule on DELETE names, as it is: OPA denies
+    // every method but GET. Without the field, no CUSTOM rule matches.
+    let addr = gw.listener_addr("main").unwrap();
+    let post = |body: &'static str| {
+        format!(
+            "POST /items/1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let answer = common::raw(addr, post("title=a").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.300}");
+    let answer = common::raw(addr, post("title=a&_method=DELETE").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.300}");
+    assert!(answer.ends_with("denied by opa"), "{answer:.300}");
+    // The decision service does the same for Envoy's HTTP mode (the request itself).
+    let check = gw.listener_addr("check").unwrap();
+    let answer = common::raw(check, post("title=a").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.300}");
+    let answer = common::raw(check, post("title=a&_method=DELETE").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.300}");
+    // A DELETE itself is put to OPA at its head.
+    let answer = common::raw(
+        addr,
+        b"DELETE /items/1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.300}");
 
     // moat over HTTP: its WAF decides.
     let (s, _, _) = get(&c, &format!("{base}/waf/search?q=shoes")).await;

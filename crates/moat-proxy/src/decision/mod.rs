@@ -212,7 +212,9 @@ async fn run_phases(
         Phase::RequestBody,
         &pipeline.request_body,
         |p| p.on_request_body(ctx, parts, &mut b),
-    )
+    )?;
+    // A CUSTOM rule a `_method` field of the body matched (access control's body phase).
+    custom_with_body(pipeline, ctx, parts, body, false).await
 }
 
 /// Headers in `after` that `before` did not have with that value.
