@@ -257,6 +257,10 @@ pub struct WafEngine {
     id: u64,
 }
 
+/// The header fields inspected whatever `inspect_all_headers` says: the ones attacks
+/// arrive in that backends log and echo.
+const ALWAYS_INSPECTED: [&str; 4] = ["user-agent", "referer", "x-forwarded-for", "origin"];
+
 /// Source of [`WafEngine`] ids.
 static NEXT_ENGINE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -489,7 +493,7 @@ impl WafEngine {
                 // converted to text only for headers that are inspected
                 "cookie" => ins.cookies(&crate::util::lossy(value)),
                 "content-length" | "host" | "authorization" | "connection" => {}
-                "user-agent" | "referer" | "x-forwarded-for" | "origin" => ins.header(lname, value),
+                n if ALWAYS_INSPECTED.contains(&n) => ins.header(lname, value),
                 other => {
                     if self.cfg.inspect_all_headers || self.extra_headers.iter().any(|h| h == other)
                     {
@@ -946,7 +950,7 @@ impl RequestHeadersPhase for WafEngine {
         if self.cfg.inspect_all_headers {
             return Vec::new();
         }
-        ["user-agent", "referer", "origin"]
+        ALWAYS_INSPECTED
             .into_iter()
             .chain(self.extra_headers.iter().map(String::as_str))
             .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())

@@ -1197,5 +1197,14 @@ fn fields_decided_on_are_the_inspected_ones_when_not_every_header_is() {
         .iter()
         .map(|h| h.to_string())
         .collect();
-    assert_eq!(names, ["user-agent", "referer", "origin", "x-api-query"]);
+    assert_eq!(
+        names,
+        [
+            "user-agent",
+            "referer",
+            "x-forwarded-for",
+            "origin",
+            "x-api-query"
+        ]
+    );
 }

@@ -115,9 +115,9 @@ where
                 resp.headers_mut().append(k, v);
             }
             // Forward-auth proxies (nginx, Traefik, Caddy) have no such list.
-            let names = decided.removed.iter().map(|h| h.as_str());
-            let list = names.collect::<Vec<_>>().join(", ");
-            if !forward_auth && !list.is_empty() {
+            if !forward_auth && !decided.removed.is_empty() {
+                let names = decided.removed.iter().map(|h| h.as_str());
+                let list = names.collect::<Vec<_>>().join(", ");
                 if let Ok(v) = HeaderValue::from_str(&list) {
                     resp.headers_mut().insert(X_ENVOY_AUTH_HEADERS_TO_REMOVE, v);
                 }
