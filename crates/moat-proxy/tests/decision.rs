@@ -53,8 +53,8 @@ impl EventSink for Sink {
     }
 }
 
-/// Istio policies: `/admin` is denied to everyone; `/mesh` only to the frontend's
-/// SPIFFE identity; a user is not deleted.
+/// Istio policies: `/admin` is denied to everyone, and so is the `admin` user's
+/// `x-user`; `/mesh` only to the frontend's SPIFFE identity; a user is not deleted.
 const POLICIES: &str = r#"apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: no-admin, namespace: shop }
@@ -63,6 +63,7 @@ spec:
   action: DENY
   rules:
     - to: [{ operation: { paths: ["/admin*"] } }]
+    - when: [{ key: "request.headers[x-user]", values: ["admin"] }]
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -127,6 +128,8 @@ http {{
     scgi_temp_path {d}/scgi;
     server {{
         listen 127.0.0.1:{port};
+        # As Traefik and Caddy do: fields with underscores reach moat and the upstream.
+        underscores_in_headers on;
         location / {{
             auth_request /_moat;
             auth_request_set $moat_event $upstream_http_x_moat_event_id;
@@ -229,6 +232,27 @@ async fn nginx_auth_request_allows_and_denies() {
         m.contains(r#"moat_requests_total{route="authz",status="403",decision="block"} 2"#),
         "{m}"
     );
+
+    // A policy on `x-user` through nginx; a client's `x_user`, which a CGI-style
+    // backend reads as `x-user` and nginx cannot be told to remove, is refused rather
+    // than passed unread. Other fields with underscores go on.
+    let get_with = |name: &'static str, value: &'static str| {
+        let req = Request::get(url("/products"))
+            .header(name, value)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        send(&c, req)
+    };
+    let (s, _, _) = get_with("x-user", "admin").await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, _) = get_with("x_user", "admin").await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(up.connections(), 1, "the twin never reached the upstream");
+    let (s, _, b) = get_with("x_api_key", "k").await;
+    assert_eq!(s, StatusCode::OK, "{b:?}");
+    assert_eq!(common::json(&b)["headers"]["x_api_key"], "k");
+    let access = sink.access.lock().clone();
+    assert_eq!(access[4]["status"], 400, "{:?}", access[4]);
     drop(gw);
 }
 

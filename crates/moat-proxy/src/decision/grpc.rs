@@ -202,6 +202,7 @@ pub(crate) fn to_check(a: Attributes, caller: SocketAddr) -> Result<Check, Strin
         conn,
         client_ip,
         caller,
+        removes_fields: true,
     })
 }
 

@@ -106,6 +106,7 @@ where
         conn,
         client_ip,
         caller: peer,
+        removes_fields: !forward_auth,
     };
     let decided = decide(shared, &snap, rt, check).await;
     match decided.denied {

@@ -64,6 +64,9 @@ pub(crate) struct Check {
     pub(crate) client_ip: IpAddr,
     /// The proxy that asked.
     pub(crate) caller: SocketAddr,
+    /// Whether the caller removes the fields the answer names before it forwards the
+    /// request (Envoy does; forward-auth proxies have no such list).
+    pub(crate) removes_fields: bool,
 }
 
 /// What [`decide`] answers.
@@ -93,6 +96,7 @@ pub(crate) async fn decide(
         conn,
         client_ip,
         caller,
+        removes_fields,
     } = check;
     let mut ctx = RequestCtx {
         request_id: request_id(&parts.headers),
@@ -109,7 +113,16 @@ pub(crate) async fn decide(
         slots: Default::default(),
     };
     let original = parts.headers.clone();
-    let outcome = run_phases(shared, snap, rt, &mut ctx, &mut parts, body.as_ref()).await;
+    let outcome = run_phases(
+        shared,
+        snap,
+        rt,
+        &mut ctx,
+        &mut parts,
+        body.as_ref(),
+        removes_fields,
+    )
+    .await;
     let event_id = ctx
         .events
         .iter()
@@ -169,6 +182,7 @@ async fn run_phases(
     ctx: &mut RequestCtx,
     parts: &mut http::request::Parts,
     body: Option<&Bytes>,
+    removes_fields: bool,
 ) -> Result<(), (Reply, Decision)> {
     if parts.headers.len() > snap.max_headers {
         let page = error_page(
@@ -189,8 +203,18 @@ async fn run_phases(
         return Err((page, Decision::Limit));
     }
     // Removed here, after the caller's fields were copied: the answer tells the proxy
-    // to remove them too (`headers_to_remove`).
-    snap.cgi_twins.remove_from(&mut parts.headers);
+    // to remove them too (`headers_to_remove`). A caller that cannot would forward a
+    // twin to a CGI-style backend as the field the phases decided on: refused instead,
+    // as the proxy's `headers_with_underscores: reject` refuses such fields.
+    if snap.cgi_twins.remove_from(&mut parts.headers) > 0 && !removes_fields {
+        let page = error_page(
+            StatusCode::BAD_REQUEST,
+            parts.headers.get(ACCEPT),
+            "header field name with an underscore",
+            &ctx.request_id,
+        );
+        return Err((page, Decision::Error));
+    }
     let pipeline = &snap.pipeline;
     let headers = request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await;
     if ctx.ext_authz.is_some() {
