@@ -19,6 +19,7 @@ use crate::body::{
 };
 use crate::config::{OnLimit, UnderscoreHeaders};
 use crate::connection::ConnInfo;
+use crate::decision::X_MOAT_EVENT_ID;
 use crate::events::AccessInfo;
 use crate::ext_authz::CheckBody;
 use crate::metrics::{Decision, Metrics, Phase};
@@ -159,7 +160,17 @@ pub(crate) async fn handle(
     let resp = proxy(&mut state, &mut ctx, parts, body).await;
     let (mut resp, decision) = match resp {
         Ok(x) => x,
-        Err((reply, decision)) => (reply_response(reply, &ctx.request_id), decision),
+        Err((reply, decision)) => {
+            let mut resp = reply_response(reply, &ctx.request_id);
+            // Every engine's refusal names its event, whatever its body: Istio's
+            // `RBAC: access denied` and a token's 401 carry none of their own.
+            if let Some(ev) = blocking_event(&ctx.events) {
+                if let Ok(id) = HeaderValue::from_str(&ev.id) {
+                    resp.headers_mut().entry(X_MOAT_EVENT_ID).or_insert(id);
+                }
+            }
+            (resp, decision)
+        }
     };
     // The client can quote the id of any response (unless the upstream set its own).
     // A value of its own, not a clone of the request's: a clone would turn both into
@@ -1206,6 +1217,11 @@ pub(crate) fn error_page(
         request_id,
         None,
     )
+}
+
+/// The event of the engine that refused the request: the last one that blocked.
+pub(crate) fn blocking_event(events: &[SecurityEvent]) -> Option<&SecurityEvent> {
+    events.iter().rev().find(|e| e.action == EventAction::Block)
 }
 
 /// Turns a [`Reply`] into a response carrying `x-request-id`.

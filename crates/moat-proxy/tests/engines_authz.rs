@@ -325,17 +325,29 @@ async fn https_request(
 /// Keeps (request path, engine, rule, action) of every security event.
 #[derive(Default)]
 struct Sink {
-    security: parking_lot::Mutex<Vec<(String, &'static str, String, moat_core::EventAction)>>,
+    /// Path, engine, rule, action and event id of each security event.
+    #[allow(clippy::type_complexity)]
+    security:
+        parking_lot::Mutex<Vec<(String, &'static str, String, moat_core::EventAction, String)>>,
 }
 
 impl Sink {
     fn has(&self, path: &str, engine: &str, rule_prefix: &str) -> bool {
-        self.security.lock().iter().any(|(p, e, r, a)| {
+        self.security.lock().iter().any(|(p, e, r, a, _)| {
             p == path
                 && *e == engine
                 && r.starts_with(rule_prefix)
                 && *a == moat_core::EventAction::Block
         })
+    }
+
+    /// The id of the last event `engine` blocked `path` with.
+    fn block_id(&self, path: &str, engine: &str) -> Option<String> {
+        let events = self.security.lock();
+        let last = events.iter().rev().find(|(p, e, _, a, _)| {
+            p == path && *e == engine && *a == moat_core::EventAction::Block
+        });
+        last.map(|ev| ev.4.clone())
     }
 }
 
@@ -355,6 +367,7 @@ impl moat_proxy::EventSink for Sink {
             event.engine,
             event.rule.clone(),
             event.action,
+            event.id.clone(),
         ));
         true
     }
@@ -451,10 +464,18 @@ async fn spiffe_principal_policies_over_mtls() {
     let r = https(&s.pki, s.addr, true, "/administrator", None).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
 
-    // Each denial is a security event at the sink, naming the deciding policy.
+    // Each denial is a security event at the sink, naming the deciding policy; the
+    // response names the event beside Istio's text.
     assert!(s
         .sink
         .has("/admin/users", "authz", "istio-system/deny-admin"));
+    let r = https(&s.pki, s.addr, true, "/admin/users", None).await;
+    assert_eq!(r.text(), "RBAC: access denied");
+    let id = r.headers["x-moat-event-id"].to_str().unwrap();
+    assert!(
+        eventually(|| async { s.sink.block_id("/admin/users", "authz").as_deref() == Some(id) })
+            .await
+    );
     assert!(s.sink.has("/api/items", "authz", ""));
 
     // Outside /api/* the principal rule does not apply.
@@ -525,6 +546,11 @@ async fn jwt_request_principal_claim_headers_and_invalid_tokens() {
     let r = https(&s.pki, s.addr, false, "/me/profile", Some(&expired)).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(r.text(), "Jwt is expired");
+    let id = r.headers["x-moat-event-id"].to_str().unwrap();
+    assert!(
+        eventually(|| async { s.sink.block_id("/me/profile", "authn").as_deref() == Some(id) })
+            .await
+    );
     let www = r.headers["www-authenticate"].to_str().unwrap();
     assert!(www.starts_with("Bearer realm="), "{www}");
     assert!(www.contains(r#"error="invalid_token""#), "{www}");

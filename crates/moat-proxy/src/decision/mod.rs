@@ -29,13 +29,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, ACCEPT, USER_AGENT};
 use http::StatusCode;
-use moat_core::{Connection, EventAction, Reply, RequestCtx};
+use moat_core::{Connection, Reply, RequestCtx};
 
 use crate::events::AccessInfo;
 use crate::metrics::{Decision, Phase};
 use crate::proxy::{
-    custom_with_body, error_page, phase_body, request_headers_phase, request_host, request_id,
-    run_phase,
+    blocking_event, custom_with_body, error_page, phase_body, request_headers_phase, request_host,
+    request_id, run_phase,
 };
 use crate::state::{DecisionRt, Shared, Snapshot};
 
@@ -123,11 +123,7 @@ pub(crate) async fn decide(
         removes_fields,
     )
     .await;
-    let event_id = ctx
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.action == EventAction::Block)
+    let event_id = blocking_event(&ctx.events)
         .or_else(|| ctx.events.last())
         .and_then(|e| HeaderValue::from_str(&e.id).ok());
     let (decided, decision) = match outcome {
