@@ -160,17 +160,7 @@ pub(crate) async fn handle(
     let resp = proxy(&mut state, &mut ctx, parts, body).await;
     let (mut resp, decision) = match resp {
         Ok(x) => x,
-        Err((reply, decision)) => {
-            let mut resp = reply_response(reply, &ctx.request_id);
-            // Every engine's refusal names its event, whatever its body: Istio's
-            // `RBAC: access denied` and a token's 401 carry none of their own.
-            if let Some(ev) = blocking_event(&ctx.events) {
-                if let Ok(id) = HeaderValue::from_str(&ev.id) {
-                    resp.headers_mut().entry(X_MOAT_EVENT_ID).or_insert(id);
-                }
-            }
-            (resp, decision)
-        }
+        Err((reply, decision)) => (refusal_response(reply, &ctx), decision),
     };
     // The client can quote the id of any response (unless the upstream set its own).
     // A value of its own, not a clone of the request's: a clone would turn both into
@@ -1217,6 +1207,20 @@ pub(crate) fn error_page(
         request_id,
         None,
     )
+}
+
+/// The response for a refusal, naming its event whatever its body: Istio's `RBAC:
+/// access denied` and a token's 401 carry none of their own. Out of line: the
+/// forwarded request's path does not carry it.
+#[cold]
+fn refusal_response(reply: Reply, ctx: &RequestCtx) -> ProxyResponse {
+    let mut resp = reply_response(reply, &ctx.request_id);
+    if let Some(ev) = blocking_event(&ctx.events) {
+        if let Ok(id) = HeaderValue::from_str(&ev.id) {
+            resp.headers_mut().entry(X_MOAT_EVENT_ID).or_insert(id);
+        }
+    }
+    resp
 }
 
 /// The event of the engine that refused the request: the last one that blocked.
