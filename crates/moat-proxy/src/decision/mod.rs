@@ -170,6 +170,18 @@ pub(crate) async fn decide(
     decided
 }
 
+/// moat's own refusal of a check, before any phase ran: its error page.
+fn refuse(
+    parts: &http::request::Parts,
+    ctx: &RequestCtx,
+    status: StatusCode,
+    title: &str,
+    decision: Decision,
+) -> Result<(), (Reply, Decision)> {
+    let page = error_page(status, parts.headers.get(ACCEPT), title, &ctx.request_id);
+    Err((page, decision))
+}
+
 /// The request head and body phases; the first refusal ends them.
 async fn run_phases(
     shared: &Shared,
@@ -181,35 +193,32 @@ async fn run_phases(
     removes_fields: bool,
 ) -> Result<(), (Reply, Decision)> {
     if parts.headers.len() > snap.max_headers {
-        let page = error_page(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            parts.headers.get(ACCEPT),
+        let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        return refuse(
+            parts,
+            ctx,
+            status,
             "request header fields too large",
-            &ctx.request_id,
+            Decision::Limit,
         );
-        return Err((page, Decision::Limit));
     }
     if body.is_some_and(|b| b.len() as u64 > rt.max_body) {
-        let page = error_page(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            parts.headers.get(ACCEPT),
+        let status = StatusCode::PAYLOAD_TOO_LARGE;
+        return refuse(
+            parts,
+            ctx,
+            status,
             "request body too large",
-            &ctx.request_id,
+            Decision::Limit,
         );
-        return Err((page, Decision::Limit));
     }
     // Removed here, after the caller's fields were copied: the answer tells the proxy
     // to remove them too (`headers_to_remove`). A caller that cannot would forward a
     // twin to a CGI-style backend as the field the phases decided on: refused instead,
     // as the proxy's `headers_with_underscores: reject` refuses such fields.
     if snap.cgi_twins.remove_from(&mut parts.headers) > 0 && !removes_fields {
-        let page = error_page(
-            StatusCode::BAD_REQUEST,
-            parts.headers.get(ACCEPT),
-            "header field name with an underscore",
-            &ctx.request_id,
-        );
-        return Err((page, Decision::Error));
+        let title = "header field name with an underscore";
+        return refuse(parts, ctx, StatusCode::BAD_REQUEST, title, Decision::Error);
     }
     let pipeline = &snap.pipeline;
     let headers = request_headers_phase(&shared.metrics, &mut None, pipeline, ctx, parts).await;
