@@ -90,6 +90,30 @@ fn events_query_table_and_json() {
     assert_eq!(code, 0);
     assert_eq!(out.lines().count(), 5);
 
+    // What a refused user quotes (the response's x-request-id) finds its events.
+    let (code, out, err) = moat(&["events", "--db", db, "--request-id", "req-2", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(lines[0]["event"]["engine"], "authz");
+    let (code, out, _) = moat(&[
+        "events",
+        "--db",
+        db,
+        "--client-ip",
+        "192.0.2.1",
+        "--rule",
+        "xss",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 5, "a header and 4 rows: {out}");
+    let (code, out, _) = moat(&["events", "--db", db, "--client-ip", "192.0.2.9"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 1, "the header alone: {out}");
+
     let (code, _, err) = moat(&["events", "--db", db, "--since", "soon"]);
     assert_eq!(code, 2);
     assert!(err.contains("since"), "{err}");

@@ -31,6 +31,15 @@ pub struct EventsArgs {
     /// Decision or action (`allow`, `block`, `monitor`, `error`, `redact`, `bypass`).
     #[arg(long)]
     pub action: Option<String>,
+    /// Rule, detector or policy of a security event (`sqli`, `ns/policy[rule 0]`).
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Client IP, as recorded.
+    #[arg(long)]
+    pub client_ip: Option<String>,
+    /// Request id: the `x-request-id` of a response (a block page shows it too).
+    #[arg(long)]
+    pub request_id: Option<String>,
     /// Maximum number of events, newest first (1..=10000).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
@@ -49,6 +58,9 @@ pub fn run(args: EventsArgs) -> ExitCode {
         ("type", args.kind),
         ("route", args.route),
         ("action", args.action),
+        ("rule", args.rule),
+        ("client_ip", args.client_ip),
+        ("request_id", args.request_id),
         ("limit", Some(args.limit.to_string())),
     ];
     for (k, v) in params {
