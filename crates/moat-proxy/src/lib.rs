@@ -65,10 +65,10 @@ mod upstream_conn;
 
 pub use admin::{AdminHandler, AdminRequest, AdminResponse, AdminRouter};
 pub use config::{ConfigSource, GatewayConfig};
-pub use decision::X_MOAT_EVENT_ID;
 pub use events::{AccessInfo, EventSink, TcpAccessInfo};
 pub use gateway::{Gateway, GatewayOptions, RunningGateway};
 pub use pipeline::{build_pipeline, Pipeline, PipelineFactory};
+pub use proxy::X_MOAT_EVENT_ID;
 pub use state::Shared;
 
 /// The quickstart configuration (`moat serve` without `--config`).

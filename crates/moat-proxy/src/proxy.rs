@@ -19,7 +19,6 @@ use crate::body::{
 };
 use crate::config::{OnLimit, UnderscoreHeaders};
 use crate::connection::ConnInfo;
-use crate::decision::X_MOAT_EVENT_ID;
 use crate::events::AccessInfo;
 use crate::ext_authz::CheckBody;
 use crate::metrics::{Decision, Metrics, Phase};
@@ -36,6 +35,10 @@ pub type ProxyResponse = Response<ProxyBody>;
 
 /// Longest accepted incoming `x-request-id`; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
+
+/// Names the security event a request raised: on every refusal, and in the decision
+/// service's answers (allowed in monitor mode, or denied).
+pub const X_MOAT_EVENT_ID: HeaderName = HeaderName::from_static("x-moat-event-id");
 
 /// Bodies up to this size that are already in memory (request bodies with a
 /// `Content-Length`, small upstream responses) are forwarded in the same write as their

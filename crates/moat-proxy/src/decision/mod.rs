@@ -35,7 +35,7 @@ use crate::events::AccessInfo;
 use crate::metrics::{Decision, Phase};
 use crate::proxy::{
     blocking_event, custom_with_body, error_page, phase_body, request_headers_phase, request_host,
-    request_id, run_phase,
+    request_id, run_phase, X_MOAT_EVENT_ID,
 };
 use crate::state::{DecisionRt, Shared, Snapshot};
 
@@ -47,9 +47,6 @@ pub(crate) mod parsers {
     pub(crate) use super::http_check::{forwarded_client, original_request};
     pub(crate) use crate::check_request::CheckRequest;
 }
-
-/// Names the security event a request raised (allowed in monitor mode, or denied).
-pub const X_MOAT_EVENT_ID: HeaderName = HeaderName::from_static("x-moat-event-id");
 
 /// One authorization question, whichever front door it came through.
 pub(crate) struct Check {
