@@ -66,10 +66,8 @@ fn main() {
     for chunk in rows.chunks(10_000) {
         store.insert(chunk).unwrap();
     }
-    let one_request = match &rows[(N / 3) as usize] {
-        Record::Security(r) => r.request_id.clone(),
-        _ => unreachable!(),
-    };
+    let one_request = rows[(N / 3) as usize].request_id().unwrap().to_string();
+    let one_event = rows[(N / 4) as usize].event_id().unwrap().to_string();
     let q = |qs: &str| EventQuery::from_query_string(qs, now).unwrap();
     let queries = [
         ("first_page", q("since=1h&type=security&limit=50"), 50),
@@ -102,6 +100,11 @@ fn main() {
         (
             "request_id",
             q(&format!("since=1h&request_id={one_request}&limit=50")),
+            1,
+        ),
+        (
+            "event_id",
+            q(&format!("since=1h&event_id={one_event}&limit=50")),
             1,
         ),
     ];

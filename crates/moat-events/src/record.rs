@@ -281,6 +281,14 @@ impl Record {
             Record::Tls(_) | Record::Tcp(_) => None,
         }
     }
+
+    /// The event id of a security record.
+    pub fn event_id(&self) -> Option<&str> {
+        match self {
+            Record::Security(r) => Some(&r.event.id),
+            Record::Access(_) | Record::Tls(_) | Record::Tcp(_) => None,
+        }
+    }
 }
 
 /// Lowercase name of an action, as serialized.

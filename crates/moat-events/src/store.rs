@@ -1,9 +1,9 @@
 //! The persistent event store: SQLite in WAL mode.
 //!
 //! One table, `events(id, ts, kind, engine, route, action, request_id, data, rule,
-//! client_ip_hash, request_id_hash)`, where `data` is the record's JSON line and the
-//! other columns are copies of the fields queries filter on, one index on
-//! `(ts, id, client_ip_hash, request_id_hash)`, and the per-slice counts of [`rollup`]
+//! client_ip_hash, request_id_hash, event_id_hash)`, where `data` is the record's JSON
+//! line and the other columns are copies of the fields queries filter on, one index on
+//! `(ts, id, client_ip_hash, request_id_hash, event_id_hash)`, and the per-slice counts of [`rollup`]
 //! for the timeline and the other filters; see the private `schema` module (and
 //! docs/events.md) for why, and for the upgrade of a store written by an older moat.
 //! The background writer inserts one transaction per batch; retention deletes by age
@@ -69,6 +69,9 @@ pub struct EventQuery {
     pub client_ip: Option<String>,
     /// Request id.
     pub request_id: Option<String>,
+    /// Event id of a security event (the `x-moat-event-id` of a refusal, the id on a
+    /// block page).
+    pub event_id: Option<String>,
     /// Only events after the one with this store id in the listing order (newest
     /// first): the next page of a listing (keyset pagination: each page costs the same
     /// however deep it is).
@@ -88,6 +91,7 @@ impl Default for EventQuery {
             rule: None,
             client_ip: None,
             request_id: None,
+            event_id: None,
             before_id: None,
             limit: DEFAULT_QUERY_LIMIT,
         }
@@ -119,7 +123,7 @@ impl EventQuery {
     }
 
     /// Sets one parameter by name (`since`, `until`, `type`, `route`, `action`, `rule`,
-    /// `client_ip`, `request_id`, `before`, `limit`).
+    /// `client_ip`, `request_id`, `event_id`, `before`, `limit`).
     pub fn set(&mut self, key: &str, value: &str, now_ms: u64) -> Result<(), QueryError> {
         let bad = |m: String| QueryError {
             param: key.to_string(),
@@ -143,6 +147,7 @@ impl EventQuery {
             "rule" => self.rule = Some(nonempty(value)?),
             "client_ip" | "ip" => self.client_ip = Some(nonempty(value)?),
             "request_id" => self.request_id = Some(nonempty(value)?),
+            "event_id" => self.event_id = Some(nonempty(value)?),
             "before" => {
                 let n: i64 = value
                     .parse()
@@ -162,7 +167,7 @@ impl EventQuery {
                 return Err(QueryError {
                     param: other.to_string(),
                     message: "unknown parameter (expected since, until, type, route, action, \
-                              rule, client_ip, request_id, before, limit)"
+                              rule, client_ip, request_id, event_id, before, limit)"
                         .into(),
                 })
             }
@@ -300,8 +305,8 @@ impl EventStore {
             let mut stmt = tx
                 .prepare_cached(
                     "INSERT INTO events (ts, kind, engine, route, action, request_id, data,
-                                         rule, client_ip_hash, request_id_hash)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                         rule, client_ip_hash, request_id_hash, event_id_hash)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )
                 .map_err(err)?;
             for (rec, json) in rows {
@@ -316,6 +321,7 @@ impl EventStore {
                     rec.rule(),
                     rec.client_ip().map(key_hash),
                     rec.request_id().map(key_hash),
+                    rec.event_id().map(key_hash),
                 ])
                 .map_err(err)?;
                 counts.add(rec);
@@ -476,7 +482,7 @@ impl EventStore {
             before_id: None,
             ..q.clone()
         };
-        let sql = if q.client_ip.is_some() || q.request_id.is_some() {
+        let sql = if !q.counts_answer_filters() {
             let (mut sql, more) = q.where_clause("SELECT (ts - ?) / ?, count(*) FROM events");
             args.extend(more);
             sql.push_str(" GROUP BY 1");
@@ -586,6 +592,11 @@ impl EventQuery {
             args.push(key_hash(r).into());
             args.push(r.clone().into());
         }
+        if let Some(e) = &self.event_id {
+            sql.push_str(" AND event_id_hash = ? AND json_extract(data, '$.event.id') = ?");
+            args.push(key_hash(e).into());
+            args.push(e.clone().into());
+        }
         if let Some(b) = self.before_id {
             // After record `b` in the listing order (ts, id descending); the plain `ts`
             // bound lets the time index skip the newer rows.
@@ -599,11 +610,16 @@ impl EventQuery {
         (sql, args)
     }
 
+    /// Whether the counts table can count the matches: no filter on the client IP, the
+    /// request id or the event id (which the counts do not have).
+    fn counts_answer_filters(&self) -> bool {
+        self.client_ip.is_none() && self.request_id.is_none() && self.event_id.is_none()
+    }
+
     /// Whether the counts table can say where the matches are: a filter on its columns,
-    /// and none on the client IP or the request id (which the counts do not have).
+    /// and none it does not have.
     fn counts_answer_where(&self) -> bool {
-        self.client_ip.is_none()
-            && self.request_id.is_none()
+        self.counts_answer_filters()
             && (self.kind.is_some()
                 || self.route.is_some()
                 || self.action.is_some()

@@ -93,6 +93,7 @@ fn matches(v: &serde_json::Value, q: &EventQuery) -> bool {
         && is(&q.route, route)
         && is(&q.client_ip, s(&v["client_ip"]))
         && is(&q.request_id, s(&v["request_id"]))
+        && is(&q.event_id, s(&v["event"]["id"]))
 }
 
 /// The records matching `qs` within `[since, until)`, newest first, from the rows.
@@ -123,10 +124,15 @@ const FILTERS: [&str; 13] = [
 /// Records a page of [`assert_store_matches_rows`]: small enough to split the bursts.
 const PAGE: usize = 25;
 
-/// Every filter's listing, paged, and its timeline, slice by slice, agree with the rows.
+/// Every filter's listing, paged, and its timeline, slice by slice, agree with the rows
+/// (the filters of [`FILTERS`], and one on the event id of the newest security record).
 fn assert_store_matches_rows(store: &EventStore, since: u64, until: u64) {
     let rows = all_rows(store);
-    for qs in FILTERS {
+    let event_id = rows
+        .iter()
+        .find_map(|v| v["event"]["id"].as_str())
+        .map(|id| format!("event_id={id}"));
+    for qs in FILTERS.iter().copied().chain(event_id.as_deref()) {
         let want = expected(&rows, qs, since, until);
         let mut q = EventQuery::from_query_string(qs, 0).unwrap();
         (q.since, q.until, q.limit) = (Some(since), Some(until), PAGE);
@@ -271,6 +277,55 @@ fn a_version_1_store_is_upgraded_when_the_writer_opens_it() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(indexes, ["events_scan"], "the old time index is gone");
+}
+
+/// Rewrites a store of this moat as version 2 wrote it: no event id hashes.
+fn downgrade_to_v2(path: &Path) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "DROP INDEX events_scan;
+             ALTER TABLE events DROP COLUMN event_id_hash;
+             CREATE INDEX events_scan ON events(ts, id, client_ip_hash, request_id_hash);
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_version_2_store_is_upgraded_when_the_writer_opens_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let now = now_ms();
+    let start = now - 3_600_000;
+    let records = mixed(600, start, 6_000);
+    let store = EventStore::open(&path).unwrap();
+    store.insert(&records).unwrap();
+    drop(store);
+    downgrade_to_v2(&path);
+
+    let e = EventStore::open_read_only(&path).unwrap_err().to_string();
+    assert!(e.contains("v2.db") && e.contains("version 2"), "{e}");
+    let store = EventStore::open(&path).unwrap();
+    assert_eq!(store.count().unwrap(), 600);
+    // The event ids written before the upgrade are found by their new hashes.
+    for r in records
+        .iter()
+        .filter(|r| r.event_id().is_some())
+        .step_by(37)
+    {
+        let id = r.event_id().unwrap();
+        let mut q = EventQuery::default();
+        q.set("event_id", id, now).unwrap();
+        let found = store.query(&q).unwrap();
+        assert_eq!(found.len(), 1, "{id}");
+        assert_eq!(found[0]["event"]["id"], id);
+        assert_eq!(found[0]["request_id"], r.request_id().unwrap());
+    }
+    assert_store_matches_rows(&store, start, now);
+    drop(store);
+    let store = EventStore::open_read_only(&path).unwrap();
+    assert_store_matches_rows(&store, start, now);
 }
 
 #[test]

@@ -341,8 +341,15 @@ fn console_in_a_real_browser() {
     );
     assert_eq!(http(gw, "GET", "/admin/panel", None).0, 403);
     let sqli = "/search?q=1%27%20OR%20%271%27=%271";
-    let (status, _) = http(gw, "GET", sqli, None);
+    let (status, page) = http(gw, "GET", sqli, None);
     assert_eq!(status, 403, "the SQL injection is blocked");
+    // What the blocked user sees and quotes to support.
+    let event_id = page
+        .split("Event id: <code>")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .unwrap_or_else(|| panic!("no event id on the block page: {page}"))
+        .to_string();
 
     let driver_port = free_port().unwrap();
     let _driver = ChildGuard(
@@ -430,6 +437,22 @@ fn console_in_a_real_browser() {
     assert!(detail.contains("sqli"), "{detail}");
     assert!(d.text("#request-line").contains("GET /search?q=1%27%20OR"));
     assert!(d.text("#headers").contains("host"));
+    assert!(detail.contains(&event_id), "{detail}");
+
+    // Support's way in: the event id from the block page, alone in the listing.
+    d.goto(&format!("{base}/console/events"));
+    d.type_into("#f-event_id", &event_id);
+    d.click("#filter");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !d.url().contains("event_id=") {
+        assert!(Instant::now() < deadline, "the filter was not submitted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let listing = d.source();
+    assert_eq!(listing.matches("a class=\"event\"").count(), 1, "{listing}");
+    d.click("a.event");
+    d.wait_for("#detail");
+    assert!(d.text("#detail").contains(&event_id));
     d.screenshot(&shots, "event");
 
     // Exclude: the snippet and the diff, then apply.

@@ -33,6 +33,7 @@ fn events_query_table_and_json() {
     };
     let (queue, writer) = EventWriter::start(&cfg, dir.path()).unwrap();
     let now = now_ms();
+    let mut event_ids = Vec::new();
     for (i, (engine, route, age_ms)) in [
         ("waf", "api", 60_000u64),
         ("waf", "web", 120_000),
@@ -42,6 +43,8 @@ fn events_query_table_and_json() {
     .into_iter()
     .enumerate()
     {
+        let event = SecurityEvent::new(engine, "xss", EventAction::Block, "cross-site scripting");
+        event_ids.push(event.id.clone());
         assert!(queue.push(Record::Security(SecurityRecord {
             ts: now - age_ms,
             request_id: format!("req-{i}"),
@@ -49,7 +52,7 @@ fn events_query_table_and_json() {
             client_ip: "192.0.2.1".into(),
             method: "GET".into(),
             path: "/search".into(),
-            event: SecurityEvent::new(engine, "xss", EventAction::Block, "cross-site scripting"),
+            event,
             request: None,
         })));
     }
@@ -110,6 +113,20 @@ fn events_query_table_and_json() {
     ]);
     assert_eq!(code, 0);
     assert_eq!(out.lines().count(), 5, "a header and 4 rows: {out}");
+    // The event id a refusal's x-moat-event-id (or a block page) names finds that
+    // event alone, however old (the 3-hour-old one here).
+    let (code, out, err) = moat(&["events", "--db", db, "--event-id", &event_ids[3], "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(lines[0]["event"]["id"], event_ids[3].as_str());
+    assert_eq!(lines[0]["request_id"], "req-3");
+    let (code, out, _) = moat(&["events", "--db", db, "--event-id", "0123456789abcdef"]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 1, "the header alone: {out}");
     let (code, out, _) = moat(&["events", "--db", db, "--client-ip", "192.0.2.9"]);
     assert_eq!(code, 0);
     assert_eq!(out.lines().count(), 1, "the header alone: {out}");

@@ -17,7 +17,7 @@ pub const PAGE_SIZE: usize = 50;
 const TIMELINE_SLICES: usize = 60;
 
 /// The filters of the listing: query parameter, label.
-const FILTERS: [(&str, &str); 7] = [
+const FILTERS: [(&str, &str); 8] = [
     ("since", "since"),
     ("until", "until"),
     ("rule", "rule"),
@@ -25,6 +25,7 @@ const FILTERS: [(&str, &str); 7] = [
     ("route", "route"),
     ("client_ip", "client IP"),
     ("request_id", "request id"),
+    ("event_id", "event id"),
 ];
 
 /// Choices of the type/engine filter (`any`: every record type).

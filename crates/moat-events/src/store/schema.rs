@@ -15,16 +15,22 @@
 //! - `event_counts`, the per-slice counts the timeline and the other filters read (see
 //!   [`super::rollup`]).
 //!
+//! Version 3 adds `event_id_hash`, the hash of a security record's event id (the
+//! `x-moat-event-id` of a refusal, the id on a block page), to the same index: the
+//! event id a denied user quotes is found as the request id is. Access, TLS and tcp
+//! records leave it NULL (one byte in the index entry).
+//!
 //! The index is ordered by `(ts, id)` first: records arrive in time order, so each
 //! insert appends to it, even when a burst shares one millisecond, and it is the
 //! listing's order, which then needs no sort.
 
-use rusqlite::{Connection, Transaction};
+use rusqlite::types::Value;
+use rusqlite::{params_from_iter, Connection, Transaction};
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub const VERSION: i64 = 2;
+pub const VERSION: i64 = 3;
 
-/// Tables and indexes of a version 2 store.
+/// Tables and indexes of a version 3 store.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -37,10 +43,11 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL,
     rule TEXT,
     client_ip_hash INTEGER,
-    request_id_hash INTEGER
+    request_id_hash INTEGER,
+    event_id_hash INTEGER
 );
 CREATE INDEX IF NOT EXISTS events_scan
-    ON events(ts, id, client_ip_hash, request_id_hash);
+    ON events(ts, id, client_ip_hash, request_id_hash, event_id_hash);
 CREATE TABLE IF NOT EXISTS event_counts (
     slice INTEGER NOT NULL,
     kind TEXT NOT NULL,
@@ -53,7 +60,7 @@ CREATE TABLE IF NOT EXISTS event_counts (
 ) WITHOUT ROWID;
 ";
 
-/// The hash stored for a client IP or a request id: 32-bit FNV-1a, fixed forever (it
+/// The hash stored for a client IP, a request id or an event id: 32-bit FNV-1a, fixed forever (it
 /// is in the file). Collisions only cost reading a row that is then rejected.
 pub(crate) fn key_hash(value: &str) -> i64 {
     let mut h: u32 = 0x811c_9dc5;
@@ -94,7 +101,7 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<
     .map(|n| n > 0)
 }
 
-/// Creates the tables of a new store, or upgrades a version 1 store, in one
+/// Creates the tables of a new store, or upgrades a store of an older version, in one
 /// transaction (a crash midway leaves the old store as it was).
 pub(crate) fn prepare(conn: &mut Connection) -> Result<(), SchemaError> {
     let v = version(conn)?;
@@ -105,9 +112,13 @@ pub(crate) fn prepare(conn: &mut Connection) -> Result<(), SchemaError> {
         return Ok(());
     }
     let tx = conn.transaction()?;
-    let v1 = has_column(&tx, "events", "data")? && !has_column(&tx, "events", "rule")?;
+    let stored = has_column(&tx, "events", "data")?;
+    let v1 = stored && !has_column(&tx, "events", "rule")?;
     if v1 {
         upgrade_v1(&tx)?;
+    }
+    if stored && !has_column(&tx, "events", "event_id_hash")? {
+        upgrade_v2(&tx)?;
     }
     tx.execute_batch(TABLES)?;
     if v1 {
@@ -132,32 +143,53 @@ fn upgrade_v1(tx: &Transaction<'_>) -> rusqlite::Result<()> {
          UPDATE events SET
              rule = coalesce(json_extract(data, '$.event.rule'), json_extract(data, '$.rule'));",
     )?;
-    let mut read = tx.prepare(
+    fill_hashes(
+        tx,
         "SELECT id, json_extract(data, '$.client_ip'), request_id FROM events
          WHERE id > ?1 ORDER BY id LIMIT ?2",
+        "UPDATE events SET client_ip_hash = ?2, request_id_hash = ?3 WHERE id = ?1",
+    )
+}
+
+/// Version 2 to 3, before `TABLES` makes the new index: the event ids' hashes, the
+/// old index dropped.
+fn upgrade_v2(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "DROP INDEX IF EXISTS events_scan;
+         ALTER TABLE events ADD COLUMN event_id_hash INTEGER;",
     )?;
-    let mut write =
-        tx.prepare("UPDATE events SET client_ip_hash = ?2, request_id_hash = ?3 WHERE id = ?1")?;
+    fill_hashes(
+        tx,
+        "SELECT id, json_extract(data, '$.event.id') FROM events
+         WHERE kind = 'security' AND id > ?1 ORDER BY id LIMIT ?2",
+        "UPDATE events SET event_id_hash = ?2 WHERE id = ?1",
+    )
+}
+
+/// Hash columns filled in chunks of rows: `read` selects `id` and the values to hash
+/// for the rows after id `?1` (at most `?2`, in id order); `write` sets the hashes of
+/// row `?1` from `?2` on, in the order of `read`'s values.
+fn fill_hashes(tx: &Transaction<'_>, read: &str, write: &str) -> rusqlite::Result<()> {
+    let mut read = tx.prepare(read)?;
+    let mut write = tx.prepare(write)?;
+    let values = read.column_count() - 1;
     let mut after = i64::MIN;
     loop {
         let chunk = read
             .query_map((after, UPGRADE_CHUNK as i64), |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                ))
+                let mut row = vec![Value::Integer(r.get(0)?)];
+                for i in 1..=values {
+                    let value: Option<String> = r.get(i)?;
+                    row.push(value.as_deref().map(key_hash).into());
+                }
+                Ok(row)
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        for (id, ip, rid) in &chunk {
-            write.execute((
-                id,
-                ip.as_deref().map(key_hash),
-                rid.as_deref().map(key_hash),
-            ))?;
+        for row in &chunk {
+            write.execute(params_from_iter(row))?;
         }
-        match chunk.last() {
-            Some((id, _, _)) if chunk.len() == UPGRADE_CHUNK => after = *id,
+        match chunk.last().map(|row| &row[0]) {
+            Some(Value::Integer(id)) if chunk.len() == UPGRADE_CHUNK => after = *id,
             _ => return Ok(()),
         }
     }

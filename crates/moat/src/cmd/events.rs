@@ -40,6 +40,10 @@ pub struct EventsArgs {
     /// Request id: the `x-request-id` of a response (a block page shows it too).
     #[arg(long)]
     pub request_id: Option<String>,
+    /// Event id of a security event: the `x-moat-event-id` of a refusal (a block page
+    /// shows it too).
+    #[arg(long)]
+    pub event_id: Option<String>,
     /// Maximum number of events, newest first (1..=10000).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
@@ -61,6 +65,7 @@ pub fn run(args: EventsArgs) -> ExitCode {
         ("rule", args.rule),
         ("client_ip", args.client_ip),
         ("request_id", args.request_id),
+        ("event_id", args.event_id),
         ("limit", Some(args.limit.to_string())),
     ];
     for (k, v) in params {
