@@ -430,6 +430,19 @@ impl std::fmt::Debug for AuthzEngine {
 }
 
 impl AuthzEngine {
+    /// The header fields verified tokens are read from and the fields their claims are
+    /// written to, over every provider (with repeats): the fields whose value the
+    /// request phase may remove or set from a token.
+    pub fn token_fields(&self) -> impl Iterator<Item = &http::HeaderName> {
+        self.providers.iter().flatten().flat_map(|p| {
+            let from = p.locations.iter().filter_map(|l| match l {
+                jwt::Location::Header { name, .. } => Some(name),
+                _ => None,
+            });
+            from.chain(jwt::output_fields(p))
+        })
+    }
+
     /// Loads the policies named in `cfg` (relative to `base_dir`), fetches remote JWKS
     /// once through `fetcher` and starts refreshing them in the background (on a thread
     /// of the engine's, which calls `fetcher` too).
@@ -1441,14 +1454,7 @@ impl RequestHeadersPhase for AuthzEngine {
             .flat_map(|p| &p.rules)
             .flat_map(|r| r.header_names())
             .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok());
-        let tokens = self.providers.iter().flatten().flat_map(|p| {
-            let from = p.locations.iter().filter_map(|l| match l {
-                jwt::Location::Header { name, .. } => Some(name),
-                _ => None,
-            });
-            from.chain(jwt::output_fields(p)).cloned()
-        });
-        conditions.chain(tokens).collect()
+        conditions.chain(self.token_fields().cloned()).collect()
     }
 
     fn on_request_headers(&self, ctx: &mut RequestCtx, req: &mut http::request::Parts) -> Verdict {

@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -84,10 +84,64 @@ spec:
     - to: [{ operation: { methods: ["DELETE"], paths: ["/api/users/*"] } }]
 "#;
 
+/// The issuers' signing key, generated once per run (ES256), as a JWK and for signing.
+static KEY: LazyLock<(Value, jsonwebtoken::EncodingKey)> = LazyLock::new(|| {
+    use base64::Engine as _;
+    use ring::signature::{self, KeyPair};
+    let rng = ring::rand::SystemRandom::new();
+    let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+    let doc = signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+    let pk = signature::EcdsaKeyPair::from_pkcs8(alg, doc.as_ref(), &rng)
+        .unwrap()
+        .public_key()
+        .as_ref()
+        .to_vec();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let jwk = serde_json::json!({"kty": "EC", "kid": "k1", "crv": "P-256",
+                                 "x": b64(&pk[1..33]), "y": b64(&pk[33..])});
+    (jwk, jsonwebtoken::EncodingKey::from_ec_der(doc.as_ref()))
+});
+
+/// A token of `issuer` for `sub`, valid for an hour.
+fn token(issuer: &str, sub: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = serde_json::json!({"iss": issuer, "sub": sub, "iat": now, "exp": now + 3600});
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    h.kid = Some("k1".into());
+    jsonwebtoken::encode(&h, &claims, &KEY.1).unwrap()
+}
+
+/// Tokens of two issuers, both copying `sub` into `x-jwt-sub`: `keep.test`'s are
+/// forwarded (`forwardOriginalToken`), `strip.test`'s are not (Istio's default).
+fn request_authentication() -> String {
+    let jwks = serde_json::json!({"keys": [KEY.0.clone()]}).to_string();
+    format!(
+        r#"---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {{ name: tokens, namespace: shop }}
+spec:
+  selector: {{ matchLabels: {{ app: shop }} }}
+  jwtRules:
+    - issuer: "https://keep.test"
+      jwks: '{jwks}'
+      forwardOriginalToken: true
+      outputClaimToHeaders: [{{ header: x-jwt-sub, claim: sub }}]
+    - issuer: "https://strip.test"
+      jwks: '{jwks}'
+      outputClaimToHeaders: [{{ header: x-jwt-sub, claim: sub }}]
+"#
+    )
+}
+
 /// A gateway with one decision listener (`authz`) for the `shop` workload, every engine
 /// on in block mode.
 async fn decision_gateway(dir: &Path, extra: &str) -> (RunningGateway, Arc<Sink>) {
-    std::fs::write(dir.join("policies.yaml"), POLICIES).unwrap();
+    let policies = format!("{POLICIES}{}", request_authentication());
+    std::fs::write(dir.join("policies.yaml"), policies).unwrap();
     let yaml = format!(
         r#"listeners:
   - name: authz
@@ -112,7 +166,9 @@ secrets: {{ enabled: true, action: block }}
     (common::gateway(dir, &yaml, opts).await, sink)
 }
 
-fn nginx_conf(dir: &Path, port: u16, moat: SocketAddr, up: SocketAddr) -> PathBuf {
+/// nginx in front of `up`, asking moat at `/check` with `auth_request`; `copy` is
+/// added to the protected location (the fields it copies from moat's answer).
+fn nginx_conf(dir: &Path, port: u16, moat: SocketAddr, up: SocketAddr, copy: &str) -> PathBuf {
     let d = dir.display();
     let conf = format!(
         r#"master_process off;
@@ -134,6 +190,7 @@ http {{
             auth_request /_moat;
             auth_request_set $moat_event $upstream_http_x_moat_event_id;
             add_header X-Moat-Event-Id $moat_event always;
+            {copy}
             proxy_pass http://{up};
         }}
         location = /_moat {{
@@ -155,6 +212,27 @@ http {{
     path
 }
 
+/// Starts nginx with `conf` (prefix `dir`) and waits for it to listen on `port`.
+fn start_nginx(nginx: &Path, dir: &Path, conf: &Path, port: u16) -> ChildGuard {
+    // `master_process off`: one process, so that killing it leaves no worker behind.
+    let child = ChildGuard(
+        Command::new(nginx)
+            .args(["-e", "stderr", "-p"])
+            .arg(dir)
+            .arg("-c")
+            .arg(conf)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        wait_for_port(port, Duration::from_secs(10)),
+        "nginx did not start"
+    );
+    child
+}
+
 /// nginx `auth_request` in front of an upstream, moat deciding: a normal request
 /// reaches the upstream, an SQL injection and a policy denial get 403 from nginx, with
 /// the event id nginx copied from moat's answer; the records name the decision listener
@@ -169,23 +247,8 @@ async fn nginx_auth_request_allows_and_denies() {
     let moat = gw.listener_addr("authz").unwrap();
     let up = upstream("app").await;
     let port = free_port().unwrap();
-    let conf = nginx_conf(dir.path(), port, moat, up.addr);
-    // `master_process off`: one process, so that killing it leaves no worker behind.
-    let _nginx = ChildGuard(
-        Command::new(nginx)
-            .args(["-e", "stderr", "-p"])
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&conf)
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    assert!(
-        wait_for_port(port, Duration::from_secs(10)),
-        "nginx did not start"
-    );
+    let conf = nginx_conf(dir.path(), port, moat, up.addr, "");
+    let _nginx = start_nginx(&nginx, dir.path(), &conf, port);
     let c = client();
     let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
 
@@ -253,6 +316,71 @@ async fn nginx_auth_request_allows_and_denies() {
     assert_eq!(common::json(&b)["headers"]["x_api_key"], "k");
     let access = sink.access.lock().clone();
     assert_eq!(access[4]["status"], 400, "{:?}", access[4]);
+    drop(gw);
+}
+
+/// Forward-auth cannot remove a field, so moat's answer carries the token's fields as
+/// the upstream is to receive them, for the proxy to copy (nginx: `auth_request_set` and
+/// `proxy_set_header`; an empty value is not sent): a token `forwardOriginalToken` does
+/// not forward never reaches the upstream, one it forwards does, and the verified claim
+/// replaces what the client sent under its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_forward_auth_forwards_tokens_as_the_policy_says() {
+    let Some(nginx) = real_part("nginx", "scripts/ensure-apt nginx") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, _sink) = decision_gateway(dir.path(), "").await;
+    let moat = gw.listener_addr("authz").unwrap();
+    let up = upstream("app").await;
+    let port = free_port().unwrap();
+    let copy = "auth_request_set $moat_authorization $upstream_http_authorization;
+            auth_request_set $moat_jwt_sub $upstream_http_x_jwt_sub;
+            proxy_set_header Authorization $moat_authorization;
+            proxy_set_header X-Jwt-Sub $moat_jwt_sub;";
+    let conf = nginx_conf(dir.path(), port, moat, up.addr, copy);
+    let _nginx = start_nginx(&nginx, dir.path(), &conf, port);
+    let c = client();
+    let get_with = |headers: Vec<(&'static str, String)>| {
+        let mut req = Request::get(format!("http://127.0.0.1:{port}/products"));
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        send(&c, req.body(Full::new(Bytes::new())).unwrap())
+    };
+    let bearer = |t: String| ("authorization", format!("Bearer {t}"));
+    let spoofed = ("x-jwt-sub", "admin".to_string());
+
+    // Istio's default: the verified token is not forwarded; its claim is.
+    let (s, _, b) = get_with(vec![
+        bearer(token("https://strip.test", "alice")),
+        spoofed.clone(),
+    ])
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b:?}");
+    let seen = &common::json(&b)["headers"];
+    assert!(seen.get("authorization").is_none(), "{seen}");
+    assert_eq!(seen["x-jwt-sub"], "alice");
+
+    // forwardOriginalToken: the token goes on as it came.
+    let t = token("https://keep.test", "bob");
+    let (s, _, b) = get_with(vec![bearer(t.clone())]).await;
+    assert_eq!(s, StatusCode::OK, "{b:?}");
+    let seen = &common::json(&b)["headers"];
+    assert_eq!(seen["authorization"], format!("Bearer {t}").as_str());
+    assert_eq!(seen["x-jwt-sub"], "bob");
+
+    // No token: a claim header the client wrote is not passed as verified.
+    let (s, _, b) = get_with(vec![spoofed]).await;
+    assert_eq!(s, StatusCode::OK, "{b:?}");
+    let seen = &common::json(&b)["headers"];
+    assert!(seen.get("x-jwt-sub").is_none(), "{seen}");
+
+    // A token that fails verification is refused before the upstream.
+    let forged = format!("{}x", token("https://strip.test", "mallory"));
+    let (s, _, _) = get_with(vec![bearer(forged)]).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "a forward-auth denial is 403");
+    assert_eq!(up.connections(), 3, "one per request nginx forwarded");
     drop(gw);
 }
 

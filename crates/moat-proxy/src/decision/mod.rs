@@ -126,6 +126,9 @@ pub(crate) async fn decide(
     let (decided, decision) = match outcome {
         Ok(()) => {
             let mut headers = added_headers(&original, &parts.headers);
+            if !removes_fields {
+                token_fields_as_forwarded(snap, &parts.headers, &mut headers);
+            }
             headers.extend(event_id.map(|id| (X_MOAT_EVENT_ID, id)));
             let removed = original
                 .keys()
@@ -190,22 +193,17 @@ async fn run_phases(
     removes_fields: bool,
 ) -> Result<(), (Reply, Decision)> {
     if parts.headers.len() > snap.max_headers {
+        let title = "request header fields too large";
         let status = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
-        return refuse(
-            parts,
-            ctx,
-            status,
-            "request header fields too large",
-            Decision::Limit,
-        );
+        return refuse(parts, ctx, status, title, Decision::Limit);
     }
     if body.is_some_and(|b| b.len() as u64 > rt.max_body) {
-        let status = StatusCode::PAYLOAD_TOO_LARGE;
+        let title = "request body too large";
         return refuse(
             parts,
             ctx,
-            status,
-            "request body too large",
+            StatusCode::PAYLOAD_TOO_LARGE,
+            title,
             Decision::Limit,
         );
     }
@@ -240,7 +238,39 @@ async fn run_phases(
         |p| p.on_request_body(ctx, parts, &mut b),
     )?;
     // A CUSTOM rule a `_method` field of the body matched (access control's body phase).
-    custom_with_body(pipeline, ctx, parts, body, false).await
+    if ctx.ext_authz.is_some() {
+        custom_with_body(pipeline, ctx, parts, body, false).await?;
+    }
+    Ok(())
+}
+
+/// For a caller that cannot remove fields (forward-auth): the fields verified tokens are
+/// read from and written to, each with the values the upstream is to receive, absent
+/// when it is to receive none (a token `forwardOriginalToken` does not forward, a claim
+/// header a client sent without a token). nginx (`auth_request_set` and
+/// `proxy_set_header`), Traefik (`authResponseHeaders`) and Caddy (`copy_headers`) set
+/// a field they are told to copy from the answer, and remove it when the answer has
+/// none. `headers` already holds the fields the phases added or changed.
+fn token_fields_as_forwarded(
+    snap: &Snapshot,
+    after: &http::HeaderMap,
+    headers: &mut Vec<(HeaderName, HeaderValue)>,
+) {
+    let Some(authz) = &snap.pipeline.engines.authz else {
+        return;
+    };
+    for name in authz.token_fields() {
+        // Already answered: changed by the phases, or named by two providers.
+        if headers.iter().any(|(k, _)| k == name) {
+            continue;
+        }
+        headers.extend(
+            after
+                .get_all(name)
+                .iter()
+                .map(|v| (name.clone(), v.clone())),
+        );
+    }
 }
 
 /// Headers in `after` that `before` did not have with that value.
