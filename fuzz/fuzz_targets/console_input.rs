@@ -1,6 +1,7 @@
 //! The web console's parsing of request input, on arbitrary bytes: form and query
-//! decoding (bounded field count), the session cookie, Host and Origin checks, the
-//! redacted request summary of security events. No panic; bounds hold.
+//! decoding (bounded field count), the event filters of the console and of
+//! `GET /v1/events` (bounded limit and values), the session cookie, Host and Origin
+//! checks, the redacted request summary of security events. No panic; bounds hold.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
@@ -8,6 +9,12 @@ fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);
     if let Some(pairs) = moat_console::web::decode_pairs(&s) {
         assert!(pairs.len() <= moat_console::web::MAX_FIELDS);
+    }
+    if let Ok(q) = moat_events::EventQuery::from_query_string(&s, 1_800_000_000_000) {
+        assert!((1..=moat_events::store::MAX_QUERY_LIMIT).contains(&q.limit));
+        for v in [&q.rule, &q.client_ip, &q.request_id, &q.event_id].into_iter().flatten() {
+            assert!(!v.is_empty() && v.len() <= 256);
+        }
     }
     let mut headers = http::HeaderMap::new();
     if let Ok(v) = http::HeaderValue::from_bytes(data) {
