@@ -21,6 +21,13 @@ fn moat(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `moat events --json`'s output: one record a line.
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn events_query_table_and_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,10 +81,7 @@ fn events_query_table_and_json() {
         "events", "--db", db, "--since", "1h", "--type", "waf", "--route", "api", "--json",
     ]);
     assert_eq!(code, 0, "{err}");
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&out);
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["request_id"], "req-0");
     assert_eq!(lines[0]["event"]["rule"], "xss");
@@ -96,10 +100,7 @@ fn events_query_table_and_json() {
     // What a refused user quotes (the response's x-request-id) finds its events.
     let (code, out, err) = moat(&["events", "--db", db, "--request-id", "req-2", "--json"]);
     assert_eq!(code, 0, "{err}");
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&out);
     assert_eq!(lines.len(), 1, "{out}");
     assert_eq!(lines[0]["event"]["engine"], "authz");
     let (code, out, _) = moat(&[
@@ -117,10 +118,7 @@ fn events_query_table_and_json() {
     // event alone, however old (the 3-hour-old one here).
     let (code, out, err) = moat(&["events", "--db", db, "--event-id", &event_ids[3], "--json"]);
     assert_eq!(code, 0, "{err}");
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&out);
     assert_eq!(lines.len(), 1, "{out}");
     assert_eq!(lines[0]["event"]["id"], event_ids[3].as_str());
     assert_eq!(lines[0]["request_id"], "req-3");
