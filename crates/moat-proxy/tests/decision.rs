@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::jwt::{ec_key, jwks, sign, TestKey};
 use common::{client, send, upstream};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
@@ -84,23 +85,8 @@ spec:
     - to: [{ operation: { methods: ["DELETE"], paths: ["/api/users/*"] } }]
 "#;
 
-/// The issuers' signing key, generated once per run (ES256), as a JWK and for signing.
-static KEY: LazyLock<(Value, jsonwebtoken::EncodingKey)> = LazyLock::new(|| {
-    use base64::Engine as _;
-    use ring::signature::{self, KeyPair};
-    let rng = ring::rand::SystemRandom::new();
-    let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-    let doc = signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
-    let pk = signature::EcdsaKeyPair::from_pkcs8(alg, doc.as_ref(), &rng)
-        .unwrap()
-        .public_key()
-        .as_ref()
-        .to_vec();
-    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
-    let jwk = serde_json::json!({"kty": "EC", "kid": "k1", "crv": "P-256",
-                                 "x": b64(&pk[1..33]), "y": b64(&pk[33..])});
-    (jwk, jsonwebtoken::EncodingKey::from_ec_der(doc.as_ref()))
-});
+/// The issuers' signing key, generated once per run.
+static KEY: LazyLock<TestKey> = LazyLock::new(|| ec_key("k1"));
 
 /// A token of `issuer` for `sub`, valid for an hour.
 fn token(issuer: &str, sub: &str) -> String {
@@ -108,16 +94,16 @@ fn token(issuer: &str, sub: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let claims = serde_json::json!({"iss": issuer, "sub": sub, "iat": now, "exp": now + 3600});
-    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-    h.kid = Some("k1".into());
-    jsonwebtoken::encode(&h, &claims, &KEY.1).unwrap()
+    sign(
+        &KEY,
+        &serde_json::json!({"iss": issuer, "sub": sub, "iat": now, "exp": now + 3600}),
+    )
 }
 
 /// Tokens of two issuers, both copying `sub` into `x-jwt-sub`: `keep.test`'s are
 /// forwarded (`forwardOriginalToken`), `strip.test`'s are not (Istio's default).
 fn request_authentication() -> String {
-    let jwks = serde_json::json!({"keys": [KEY.0.clone()]}).to_string();
+    let jwks = jwks(&[&KEY]);
     format!(
         r#"---
 apiVersion: security.istio.io/v1

@@ -13,67 +13,26 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use bytes::Bytes;
+use common::jwt::{ec_key, jwks, sign, sign_kid, TestKey};
 use common::{gateway, json, raw, upstream};
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use moat_proxy::GatewayOptions;
 use moat_tls::testing::TestPki;
 use moat_tls::tokio_rustls::TlsConnector;
-use ring::rand::SystemRandom;
-use ring::signature::{self, KeyPair};
 use rustls_pki_types::ServerName;
 use serde_json::{json as js, Value};
 
 const ISS: &str = "https://issuer.test";
-
-/// An ES256 signing key generated for the test, with its public JWK.
-struct TestKey {
-    enc: EncodingKey,
-    jwk: Value,
-}
-
-fn b64u(b: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
-}
-
-fn ec_key(kid: &str) -> TestKey {
-    let rng = SystemRandom::new();
-    let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-    let doc = signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
-    let kp = signature::EcdsaKeyPair::from_pkcs8(alg, doc.as_ref(), &rng).unwrap();
-    let pk = kp.public_key().as_ref();
-    TestKey {
-        enc: EncodingKey::from_ec_der(doc.as_ref()),
-        jwk: js!({"kty": "EC", "kid": kid, "use": "sig", "crv": "P-256",
-                  "x": b64u(&pk[1..33]), "y": b64u(&pk[33..])}),
-    }
-}
-
-fn jwks(keys: &[&TestKey]) -> String {
-    js!({"keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()}).to_string()
-}
 
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
-}
-
-/// Signs `claims` with `key`, using `kid` in the header.
-fn sign_kid(key: &TestKey, kid: &str, claims: &Value) -> String {
-    let mut h = Header::new(Algorithm::ES256);
-    h.kid = Some(kid.to_string());
-    jsonwebtoken::encode(&h, claims, &key.enc).unwrap()
-}
-
-fn sign(key: &TestKey, claims: &Value) -> String {
-    sign_kid(key, key.jwk["kid"].as_str().unwrap(), claims)
 }
 
 fn claims(sub: &str) -> Value {

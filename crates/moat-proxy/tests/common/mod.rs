@@ -3,6 +3,8 @@
 // Test helpers: a failed setup step is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod jwt;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
