@@ -3,9 +3,10 @@
 //! One table, `events(id, ts, kind, engine, route, action, request_id, data, rule,
 //! client_ip_hash, request_id_hash, event_id_hash)`, where `data` is the record's JSON
 //! line and the other columns are copies of the fields queries filter on, one index on
-//! `(ts, id, client_ip_hash, request_id_hash, event_id_hash)`, and the per-slice counts of [`rollup`]
-//! for the timeline and the other filters; see the private `schema` module (and
-//! docs/events.md) for why, and for the upgrade of a store written by an older moat.
+//! `(ts, id, client_ip_hash, request_id_hash, event_id_hash)`, and the per-slice counts
+//! of [`rollup`] for the timeline and the other filters; see the private `schema`
+//! module (and docs/events.md) for why, and for the upgrade of a store written by an
+//! older moat.
 //! The background writer inserts one transaction per batch; retention deletes by age
 //! and, past the size limit, the oldest rows, then returns free pages to the OS with
 //! `PRAGMA incremental_vacuum`.
@@ -582,20 +583,25 @@ impl EventQuery {
         }
         self.push_column_filters(&mut sql, &mut args);
         // The hash is in the index: only the rows it matches are read and compared.
-        if let Some(ip) = &self.client_ip {
-            sql.push_str(" AND client_ip_hash = ? AND json_extract(data, '$.client_ip') = ?");
-            args.push(key_hash(ip).into());
-            args.push(ip.clone().into());
-        }
-        if let Some(r) = &self.request_id {
-            sql.push_str(" AND request_id_hash = ? AND request_id = ?");
-            args.push(key_hash(r).into());
-            args.push(r.clone().into());
-        }
-        if let Some(e) = &self.event_id {
-            sql.push_str(" AND event_id_hash = ? AND json_extract(data, '$.event.id') = ?");
-            args.push(key_hash(e).into());
-            args.push(e.clone().into());
+        let hashed = [
+            (
+                &self.client_ip,
+                "client_ip_hash",
+                "json_extract(data, '$.client_ip')",
+            ),
+            (&self.request_id, "request_id_hash", "request_id"),
+            (
+                &self.event_id,
+                "event_id_hash",
+                "json_extract(data, '$.event.id')",
+            ),
+        ];
+        for (value, hash_column, stored) in hashed {
+            if let Some(v) = value {
+                sql.push_str(&format!(" AND {hash_column} = ? AND {stored} = ?"));
+                args.push(key_hash(v).into());
+                args.push(v.clone().into());
+            }
         }
         if let Some(b) = self.before_id {
             // After record `b` in the listing order (ts, id descending); the plain `ts`

@@ -60,8 +60,9 @@ CREATE TABLE IF NOT EXISTS event_counts (
 ) WITHOUT ROWID;
 ";
 
-/// The hash stored for a client IP, a request id or an event id: 32-bit FNV-1a, fixed forever (it
-/// is in the file). Collisions only cost reading a row that is then rejected.
+/// The hash stored for a client IP, a request id or an event id: 32-bit FNV-1a, fixed
+/// forever (it is in the file). Collisions only cost reading a row that is then
+/// rejected.
 pub(crate) fn key_hash(value: &str) -> i64 {
     let mut h: u32 = 0x811c_9dc5;
     for b in value.bytes() {
