@@ -599,6 +599,54 @@ fn cost_measures_each_engine_of_a_config() {
     assert!(err.contains("engine `authz` is not enabled"), "{err}");
 }
 
+/// `moat bench cost` decides as the proxy does for the route's workload: a policy
+/// that selects the cluster's labels applies (the harness once measured access control
+/// on a workload without labels, to which no selector applies, and with fresh `Arc`s
+/// per request, which the engine's per-workload view is keyed by).
+#[test]
+fn cost_applies_the_policies_of_the_routes_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("policies.yaml"),
+        "apiVersion: security.istio.io/v1\n\
+         kind: AuthorizationPolicy\n\
+         metadata: {name: deny-admin, namespace: shop}\n\
+         spec:\n\
+         \x20 selector: {matchLabels: {app: bench}}\n\
+         \x20 action: DENY\n\
+         \x20 rules: [{to: [{operation: {paths: [\"/admin/*\"]}}]}]\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("moat.yaml");
+    std::fs::write(
+        &cfg,
+        "listeners: [{name: main, address: 127.0.0.1:0}]\n\
+         clusters: [{name: app, endpoints: [\"127.0.0.1:9\"], labels: {app: bench}, namespace: shop}]\n\
+         routes: [{name: api, host: \"*\", path_prefix: /, cluster: app}]\n\
+         events: {sink: {type: none}}\n\
+         authz: {enabled: true, policies: [policies.yaml]}\n",
+    )
+    .unwrap();
+    let blocked = |path: &str| {
+        let out = moat()
+            .args(["bench", "cost"])
+            .arg(&cfg)
+            .args(["-n", "20", "--json", "--engines", "authz", "--path", path])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(rows[0]["engines"], "authz", "{rows}");
+        rows[0]["blocked"].as_u64().unwrap()
+    };
+    assert_eq!(blocked("/admin/users"), 20);
+    assert_eq!(blocked("/api/items"), 0);
+}
+
 /// `moat … | head -1`: the reader of moat's output went away before it wrote. That is
 /// the end of the output, not a crash (`println!` panics on a closed pipe).
 #[test]

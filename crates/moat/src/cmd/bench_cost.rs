@@ -17,8 +17,10 @@
 
 mod thread_counters;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -77,6 +79,10 @@ struct Exchange {
     response: http::response::Parts,
     response_body: Bytes,
     route: String,
+    /// The route's workload, shared by every request as the proxy's route shares it
+    /// (access control finds its view of a workload by these `Arc`s' addresses).
+    labels: Arc<BTreeMap<String, String>>,
+    namespace: Arc<str>,
 }
 
 /// What one measurement found, per request.
@@ -245,18 +251,30 @@ fn exchange(
         .context("response")?
         .into_parts()
         .0;
-    // The route the proxy would pick for this request.
+    // The route the proxy would pick for this request, and the workload behind it.
     let route = cfg
         .routes
         .first()
-        .map(|r| r.name.value.clone())
         .with_context(|| format!("{}: no route", src.file.display()))?;
+    let cluster = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name.value == route.cluster.value)
+        .with_context(|| {
+            format!(
+                "{}: no cluster `{}`",
+                src.file.display(),
+                route.cluster.value
+            )
+        })?;
     Ok(Exchange {
         head,
         body,
         response,
         response_body,
-        route,
+        route: route.name.value.clone(),
+        labels: Arc::new(cluster.labels.clone()),
+        namespace: cluster.namespace.as_str().into(),
     })
 }
 
@@ -337,6 +355,8 @@ fn measured(p: &Pipeline, ex: &Exchange, n: u64, other: &mut [u8]) -> u64 {
 /// phase answered it.
 fn one(p: &Pipeline, ex: &Exchange) -> bool {
     let mut ctx = RequestCtx::for_test(&ex.route);
+    ctx.labels = ex.labels.clone();
+    ctx.namespace = ex.namespace.clone();
     let mut head = ex.head.clone();
     for ph in &p.request_headers {
         if let Verdict::Respond(_) = ph.on_request_headers(&mut ctx, &mut head) {
