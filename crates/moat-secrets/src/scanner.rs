@@ -828,6 +828,22 @@ impl Hit {
     }
 }
 
+/// The regions (sorted by `lo`) as `(lo, hi)` spans, overlapping and adjacent
+/// regions merged into one: a search runs once over each span.
+fn merged(regions: &[Region]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let first = regions.get(i)?;
+        let (lo, mut hi) = (first.lo, first.hi);
+        i += 1;
+        while let Some(next) = regions.get(i).filter(|r| r.lo <= hi.saturating_add(1)) {
+            hi = hi.max(next.hi);
+            i += 1;
+        }
+        Some((lo, hi))
+    })
+}
+
 /// Runs `re` over the regions where a match may start, reproducing exactly the
 /// matches `find_iter` would report over the whole payload: every match contains
 /// a keyword hit and is at most `l` bytes long, so it starts in some
@@ -841,15 +857,7 @@ fn windowed(
     out: &mut Vec<(usize, usize)>,
 ) {
     let mut pos = 0usize;
-    let mut i = 0;
-    while i < regions.len() {
-        let lo = regions[i].lo;
-        let mut hi = regions[i].hi;
-        i += 1;
-        while i < regions.len() && regions[i].lo <= hi.saturating_add(1) {
-            hi = hi.max(regions[i].hi);
-            i += 1;
-        }
+    for (lo, hi) in merged(regions) {
         let mut at = lo.max(pos);
         while at <= hi {
             let end = hi.saturating_add(l).min(data.len());
@@ -933,15 +941,7 @@ fn prefixed(
     let mut attempts = ANCHORED_ATTEMPTS;
     // (searched from, leftmost match at or after it)
     let mut cache: Option<(usize, Option<(usize, usize)>)> = None;
-    let mut i = 0;
-    while i < regions.len() {
-        let lo = regions[i].lo;
-        let mut hi = regions[i].hi;
-        i += 1;
-        while i < regions.len() && regions[i].lo <= hi.saturating_add(1) {
-            hi = hi.max(regions[i].hi);
-            i += 1;
-        }
+    for (lo, hi) in merged(regions) {
         let mut at = lo.max(pos);
         while at <= hi {
             if let Some((from, res)) = cache {
