@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, EXPECT, UPGRADE, USER_AGENT,
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, EXPECT, HOST, UPGRADE,
+    USER_AGENT,
 };
 use http::{HeaderMap, HeaderName, Response, StatusCode, Version};
 use moat_core::{
@@ -969,9 +970,25 @@ fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders
 ///   spaces, upper case and non-ASCII in a name (RFC 9113 8.2.1), and the `http` crate
 ///   lets `"` through as well: written into an HTTP/1.1 head, such a name is one an
 ///   upstream's parser refuses or reads another way.
+/// - A `host` field that is not one `host[:port]` (RFC 9112 3.2, as HTTP/1.1's parser
+///   checks it). moat routes and authorizes on the value as sent, and an HTTP/1.1
+///   upstream strips the whitespace around a field value: `host: " admin.internal"`
+///   would reach it as a host moat never matched a route or a policy against. RFC 9113
+///   8.2.1 makes such a value malformed in any field; only `host` (and `:authority`,
+///   which the h2 crate parses as a URI authority) decides where a request goes, so
+///   other padded fields are forwarded, their padding harmless.
 fn h2_request_error(parts: &mut http::request::Parts) -> Option<(StatusCode, &'static str)> {
     if parts.headers.keys().any(|k| k.as_str().contains('"')) {
         return Some((StatusCode::BAD_REQUEST, "invalid header field name"));
+    }
+    if parts.headers.contains_key(HOST) {
+        let mut hosts = parts.headers.get_all(HOST).iter();
+        let valid = hosts
+            .next()
+            .is_some_and(|h| crate::h1::server::valid_host(h.as_bytes()));
+        if !valid || hosts.next().is_some() {
+            return Some((StatusCode::BAD_REQUEST, "invalid host"));
+        }
     }
     if parts.headers.contains_key(EXPECT) {
         let failed = parts

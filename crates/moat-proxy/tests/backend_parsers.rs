@@ -51,7 +51,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::{
-    answer_statuses, exchange, guarded_gateway, h2_exchange, h2_frame, h2_session, hpack_literal,
+    answer_statuses, exchange, guarded_gateway, guarded_gateway_with, h2_exchange, h2_frame,
+    h2_session, hpack_literal,
 };
 use generated::h2::{
     h2_mutated_strategy, h2_strategy, judge_h2, H2Request, H2Stream, Sent, UpstreamRead,
@@ -1793,6 +1794,85 @@ fn a_malformed_field_h2_drops_across_continuation_is_never_forwarded() {
                 assert!(read.is_empty(), "{case}: {records:?}");
                 assert!(!answer.answered_by_upstream(), "{case}: {answer:?}");
             }
+        }
+    }
+}
+
+/// An HTTP/2 request without `:authority` is routed and authorized on its `host`
+/// field, as sent; an HTTP/1.1 parser strips the whitespace around a field value. A
+/// `host` that is not one `host[:port]` (padded, or two of them) is refused, so no
+/// host reaches the backend that moat did not match its policies against: here a
+/// DENY on `admin.internal`, which `" admin.internal"` once slipped past.
+#[test]
+fn an_h2_host_field_moat_did_not_authorize_never_reaches_the_backend() {
+    let Some(backend) = go_backend(&[]) else {
+        return;
+    };
+    const DENY_HOST: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin-host, namespace: istio-system}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {hosts: ["admin.internal", "admin.internal:*"]}}]
+"#;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The host fields of each stream, and whether the backend may read it.
+    let cases: [(&[&str], bool); 7] = [
+        (&["x"], true),
+        (&["x:8080"], true),
+        (&["admin.internal"], false),
+        (&[" admin.internal"], false),
+        (&["admin.internal\t"], false),
+        (&["x", "admin.internal"], false),
+        (&["admin .internal"], false),
+    ];
+    for (k, (hosts, forwarded)) in cases.iter().enumerate() {
+        let case = format!("h{k}");
+        let mut block = Vec::new();
+        hpack_literal(&mut block, ":method", "GET");
+        hpack_literal(&mut block, ":scheme", "http");
+        hpack_literal(&mut block, ":path", "/");
+        for host in *hosts {
+            hpack_literal(&mut block, "host", host);
+        }
+        hpack_literal(&mut block, "x-case", &case);
+        let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        h2_frame(&mut w, 0x4, 0, 0, &[]);
+        h2_frame(&mut w, 0x1, 0x1 | 0x4, 1, &block);
+        let session = rt.block_on(async {
+            let (gw, _dir) = guarded_gateway_with(backend.addr, DENY_HOST).await;
+            let addr = gw.listener_addr("main").unwrap();
+            let session = h2_session(addr, &w, 1).await;
+            gw.shutdown(Duration::from_secs(5)).await;
+            backend.drain().await;
+            session
+        });
+        let records = backend.records.lock().unwrap().clone();
+        let read: Vec<&Value> = records
+            .iter()
+            .filter(|r| field(r, "x-case") == Some(&case))
+            .collect();
+        let answer = &session.streams[0];
+        if *forwarded {
+            assert_eq!(read.len(), 1, "{hosts:?}: {records:?}");
+            assert_eq!(field(read[0], "host"), Some(hosts[0]), "{hosts:?}");
+            assert!(answer.answered_by_upstream(), "{hosts:?}: {answer:?}");
+        } else {
+            assert!(
+                read.is_empty(),
+                "{hosts:?} reached the backend: {records:?}"
+            );
+            assert!(!answer.answered_by_upstream(), "{hosts:?}: {answer:?}");
+            let status = answer.status();
+            assert!(
+                matches!(status.as_deref(), Some("400" | "403")) || answer.reset.is_some(),
+                "{hosts:?}: {answer:?}"
+            );
         }
     }
 }

@@ -240,7 +240,7 @@ fn names_framing_or_routing(token: &[u8]) -> bool {
 
 /// True when `v` can be a `Host` value: `host[:port]`, the host a registered name,
 /// an IPv4 address or a bracketed IP literal (RFC 3986 3.2.2), possibly empty.
-fn valid_host(v: &[u8]) -> bool {
+pub(crate) fn valid_host(v: &[u8]) -> bool {
     v.iter().all(|&b| {
         b.is_ascii_alphanumeric()
             || matches!(

@@ -610,9 +610,18 @@ spec:
 /// in block mode: the smuggling tests' target, where a request hidden from moat would
 /// reach `/admin/secret`. The directory holds its config; keep it for the test.
 pub async fn guarded_gateway(upstream: SocketAddr) -> (RunningGateway, tempfile::TempDir) {
+    guarded_gateway_with(upstream, DENY_ADMIN).await
+}
+
+/// [`guarded_gateway`] with `policy` (one AuthorizationPolicy document) in place of
+/// its `/admin*` denial.
+pub async fn guarded_gateway_with(
+    upstream: SocketAddr,
+    policy: &str,
+) -> (RunningGateway, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("policies")).unwrap();
-    std::fs::write(dir.path().join("policies/deny.yaml"), DENY_ADMIN).unwrap();
+    std::fs::write(dir.path().join("policies/deny.yaml"), policy).unwrap();
     let gw = gateway(
         dir.path(),
         &guarded_config(upstream),

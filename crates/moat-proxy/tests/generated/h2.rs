@@ -57,6 +57,9 @@ const FIELDS: &[(&str, &str, Refuse)] = &[
     ("x-foo", "a, b", Refuse::No),
     ("x-foo", " padded ", Refuse::No),
     ("host", "admin.internal", Refuse::No),
+    // Not one `host[:port]`: an HTTP/1.1 upstream would read `admin.internal`, a host
+    // moat never routed or authorized on.
+    ("host", " admin.internal", Refuse::Always),
     ("transfer-encoding", "chunked", Refuse::UnlessSplit),
     ("connection", "close", Refuse::UnlessSplit),
     ("keep-alive", "timeout=5", Refuse::UnlessSplit),
