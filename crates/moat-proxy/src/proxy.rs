@@ -970,16 +970,27 @@ fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders
 ///   spaces, upper case and non-ASCII in a name (RFC 9113 8.2.1), and the `http` crate
 ///   lets `"` through as well: written into an HTTP/1.1 head, such a name is one an
 ///   upstream's parser refuses or reads another way.
+/// - Whitespace around a field value (malformed, RFC 9113 8.2.1), which HTTP/1.1's
+///   parser strips (RFC 9112 5.1) and an HTTP/1.1 upstream would strip from what moat
+///   forwards: it is trimmed here, so the engines read each value as the upstream will
+///   (a padded ` Bearer <jwt>` checked as no token, then read as one, or a padded
+///   `host` matched against no policy host, then served as the host it names).
 /// - A `host` field that is not one `host[:port]` (RFC 9112 3.2, as HTTP/1.1's parser
-///   checks it). moat routes and authorizes on the value as sent, and an HTTP/1.1
-///   upstream strips the whitespace around a field value: `host: " admin.internal"`
-///   would reach it as a host moat never matched a route or a policy against. RFC 9113
-///   8.2.1 makes such a value malformed in any field; only `host` (and `:authority`,
-///   which the h2 crate parses as a URI authority) decides where a request goes, so
-///   other padded fields are forwarded, their padding harmless.
+///   checks it): moat routes and authorizes an HTTP/2 request without `:authority` on
+///   it, and an upstream would read it another way.
 fn h2_request_error(parts: &mut http::request::Parts) -> Option<(StatusCode, &'static str)> {
     if parts.headers.keys().any(|k| k.as_str().contains('"')) {
         return Some((StatusCode::BAD_REQUEST, "invalid header field name"));
+    }
+    for (_, v) in parts.headers.iter_mut() {
+        let b = v.as_bytes();
+        let padded = |c: Option<&u8>| matches!(c, Some(b' ' | b'\t'));
+        if padded(b.first()) || padded(b.last()) {
+            // A part of a valid value is valid: it only loses bytes at both ends.
+            if let Ok(trimmed) = HeaderValue::from_bytes(b.trim_ascii()) {
+                *v = trimmed;
+            }
+        }
     }
     if parts.headers.contains_key(HOST) {
         let mut hosts = parts.headers.get_all(HOST).iter();
@@ -1265,6 +1276,34 @@ pub(crate) fn reply_response(reply: Reply, request_id: &str) -> ProxyResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn h2_field_values_are_trimmed_and_the_host_checked() {
+        let head = |fields: &[(&str, &str)]| {
+            let mut b = http::Request::builder().version(Version::HTTP_2).uri("/");
+            for (k, v) in fields {
+                b = b.header(*k, *v);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        let mut p = head(&[
+            ("authorization", " Bearer abc\t"),
+            ("x-a", "\t \t"),
+            ("x-b", "in side"),
+            ("host", " a.example:8080 "),
+        ]);
+        assert_eq!(h2_request_error(&mut p), None);
+        assert_eq!(p.headers["authorization"], "Bearer abc");
+        assert_eq!(p.headers["x-a"], "");
+        assert_eq!(p.headers["x-b"], "in side");
+        assert_eq!(request_host(&p), "a.example");
+        for hosts in [&["a b"][..], &["a", "b"], &["a/b"], &[""]] {
+            let fields: Vec<_> = hosts.iter().map(|h| ("host", *h)).collect();
+            let refused = h2_request_error(&mut head(&fields)).map(|(s, _)| s);
+            let want = (!hosts[0].is_empty() || hosts.len() > 1).then_some(StatusCode::BAD_REQUEST);
+            assert_eq!(refused, want, "{hosts:?}");
+        }
+    }
 
     #[test]
     fn host_port_is_stripped() {

@@ -57,9 +57,9 @@ const FIELDS: &[(&str, &str, Refuse)] = &[
     ("x-foo", "a, b", Refuse::No),
     ("x-foo", " padded ", Refuse::No),
     ("host", "admin.internal", Refuse::No),
-    // Not one `host[:port]`: an HTTP/1.1 upstream would read `admin.internal`, a host
-    // moat never routed or authorized on.
-    ("host", " admin.internal", Refuse::Always),
+    // Malformed (RFC 9113 8.2.1): moat trims it, as an HTTP/1.1 upstream would.
+    ("host", " admin.internal", Refuse::No),
+    ("host", "admin .internal", Refuse::Always),
     ("transfer-encoding", "chunked", Refuse::UnlessSplit),
     ("connection", "close", Refuse::UnlessSplit),
     ("keep-alive", "timeout=5", Refuse::UnlessSplit),
@@ -750,8 +750,10 @@ pub fn judge_h2(
         }
         // The host moat routed and authorized on is the one the upstream reads:
         // `:authority`, else `host` (RFC 9113 8.3.1).
+        // The upstream's parser strips the whitespace around a value; so must moat,
+        // before it routes.
         if let Some(host) = s.first(":authority").or(s.first("host")) {
-            let host = String::from_utf8_lossy(host);
+            let host = String::from_utf8_lossy(host.trim_ascii());
             if UpstreamRead::values(&r.headers, "host") != [host.as_ref()] {
                 return report(format!(
                     "stream {k} reached the upstream for another host than {host}"
