@@ -31,6 +31,29 @@ pub struct Forwarded {
     pub rest: usize,
 }
 
+/// The head moat sends upstream for `parts`, as the proxy builds it: the target's
+/// authority replaces `Host`, an endpoint's own stands in when there is neither.
+fn upstream_head<'a>(
+    parts: &'a http::request::Parts,
+    target: &'a str,
+    peer: &'a HeaderValue,
+) -> UpstreamHead<'a> {
+    UpstreamHead {
+        method: &parts.method,
+        target,
+        headers: &parts.headers,
+        upgrade: false,
+        replace_host: parts.uri.authority().is_some(),
+        default_host: parts
+            .uri
+            .authority()
+            .map_or("upstream.test", |a| a.as_str()),
+        forwarded_for: peer,
+        forwarded_proto: "http",
+        request_id: "fuzz",
+    }
+}
+
 /// Runs `input` (bytes from a client) through moat's request head parser and body
 /// decoder, and writes the upstream request the proxy would send, both with the body in
 /// memory and streamed. `None` when moat refuses the input or it ends mid-request.
@@ -61,20 +84,7 @@ pub fn forward_request(input: &[u8]) -> Option<Forwarded> {
     let peer = HeaderValue::from_static("192.0.2.1");
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let upstream = |body: ProxyBody| UpstreamRequest {
-        head: UpstreamHead {
-            method: &parts.method,
-            target,
-            headers: &parts.headers,
-            upgrade: false,
-            replace_host: parts.uri.authority().is_some(),
-            default_host: parts
-                .uri
-                .authority()
-                .map_or("upstream.test", |a| a.as_str()),
-            forwarded_for: &peer,
-            forwarded_proto: "http",
-            request_id: "fuzz",
-        },
+        head: upstream_head(parts, target, &peer),
         body,
     };
 
@@ -368,6 +378,146 @@ pub fn forward_auth_headers(input: &[u8]) -> Result<(), String> {
         if parts.headers.get(HOST) != Some(&h) {
             return Err("host not taken from the forward-auth header".into());
         }
+    }
+    Ok(())
+}
+
+/// An HTTP/2 request head (an optional `:authority`, then fields as the h2 crate hands
+/// them over) through moat's HTTP/2 head checks and written as the HTTP/1.1 head moat
+/// sends upstream, read back by `httparse`: what the engines read is what the upstream
+/// reads. Every field moat forwards as it is arrives with the values the engines saw,
+/// in order; `Cookie` as one line of them; the host moat routed on (`request_host`) is
+/// the one in the upstream's `Host`. Input: lines; the first is the `:authority` (empty
+/// for none), the others `name:value`, the value untrimmed.
+pub fn check_h2_head(input: &[u8]) -> Result<(), String> {
+    use http::header::{HeaderName, COOKIE, HOST};
+    let mut lines = input.split(|b| *b == b'\n');
+    let authority = lines.next().unwrap_or_default();
+    let mut builder = http::Request::builder().version(http::Version::HTTP_2);
+    builder = if authority.is_empty() {
+        builder.uri("/p")
+    } else {
+        let Ok(a) = http::uri::Authority::try_from(authority) else {
+            return Ok(());
+        };
+        builder.uri(format!("http://{a}/p"))
+    };
+    for line in lines {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        // HTTP/2 refuses upper case in a name (RFC 9113 8.2.1); `http` would lower it.
+        if name.iter().any(u8::is_ascii_uppercase) {
+            continue;
+        }
+        let (Ok(k), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) else {
+            continue;
+        };
+        builder = builder.header(k, v);
+    }
+    let Ok(req) = builder.body(()) else {
+        return Ok(());
+    };
+    let mut parts = req.into_parts().0;
+    if crate::proxy::authority_error(&parts.uri).is_some()
+        || crate::proxy::h2_request_error(&mut parts).is_some()
+    {
+        return Ok(());
+    }
+    let peer = HeaderValue::from_static("192.0.2.1");
+    let head = upstream_head(&parts, "/p", &peer);
+    let mut wire = Vec::new();
+    encode_request_head(&mut wire, &head, RequestFraming::None);
+    let mut slots = vec![httparse::EMPTY_HEADER; parts.headers.len() + 8];
+    let mut read = httparse::Request::new(&mut slots);
+    match read.parse(&wire) {
+        Ok(httparse::Status::Complete(n)) if n == wire.len() => {}
+        other => {
+            return Err(format!(
+                "httparse read {other:?} in {:?}",
+                String::from_utf8_lossy(&wire)
+            ))
+        }
+    }
+    let written = |name: &HeaderName| {
+        !matches!(
+            name.as_str(),
+            "host"
+                | "cookie"
+                | "connection"
+                | "te"
+                | "trailer"
+                | "transfer-encoding"
+                | "content-length"
+                | "upgrade"
+                | "keep-alive"
+                | "proxy-connection"
+                | "x-forwarded-for"
+                | "x-forwarded-proto"
+                | "x-request-id"
+        )
+    };
+    let seen: Vec<(&str, &[u8])> = parts
+        .headers
+        .iter()
+        .filter(|(k, _)| written(k))
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let upstream: Vec<(String, &[u8])> = read
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), h.value))
+        .filter(|(k, _)| HeaderName::from_bytes(k.as_bytes()).is_ok_and(|k| written(&k)))
+        .collect();
+    let upstream: Vec<(&str, &[u8])> = upstream.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    if seen != upstream {
+        return Err(format!(
+            "the engines read {seen:?}, the upstream {upstream:?}"
+        ));
+    }
+    let values = |name: &str| -> Vec<&[u8]> {
+        read.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+            .collect()
+    };
+    let cookies: Vec<&[u8]> = parts
+        .headers
+        .get_all(COOKIE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .filter(|v| !v.is_empty())
+        .collect();
+    let want_cookie = if cookies.is_empty() {
+        vec![]
+    } else {
+        vec![cookies.join(&b"; "[..])]
+    };
+    if values("cookie") != want_cookie {
+        return Err(format!(
+            "cookies {cookies:?} reached the upstream as {:?}",
+            values("cookie")
+        ));
+    }
+    let hosts = values("host");
+    let [host] = hosts[..] else {
+        return Err(format!("the upstream read the hosts {hosts:?}"));
+    };
+    let routed = crate::proxy::request_host(&parts);
+    let host = std::str::from_utf8(host).unwrap_or_default();
+    // Neither `:authority` nor `host`: moat routes on no host and sends the
+    // endpoint's own.
+    let addressed = parts.uri.authority().is_some() || parts.headers.contains_key(HOST);
+    if !addressed && host == head.default_host {
+        return Ok(());
+    }
+    if moat_core::strip_port(host) != routed {
+        return Err(format!(
+            "moat routed on {routed:?}, the upstream reads the host {host:?} (fields {:?})",
+            parts.headers.get_all(HOST)
+        ));
     }
     Ok(())
 }

@@ -94,20 +94,8 @@ pub(crate) async fn handle(
         );
     }
 
-    // Userinfo in the target's authority (`http://admin@host/`, or HTTP/2's
-    // `:authority`) is an error (RFC 9110 4.2.4, RFC 9113 8.3.1): moat routes and
-    // authorizes on the host after the `@`, and a backend reading the forwarded `Host`
-    // another way would see a host moat never checked.
-    if parts
-        .uri
-        .authority()
-        .is_some_and(|a| a.as_str().contains('@'))
-    {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            Decision::Error,
-            "userinfo in the request target",
-        );
+    if let Some(reason) = authority_error(&parts.uri) {
+        return refuse(StatusCode::BAD_REQUEST, Decision::Error, reason);
     }
 
     if let Some((status, reason)) = h2_error {
@@ -962,6 +950,30 @@ fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders
     false
 }
 
+/// What is wrong with the authority of a request target (absolute form, or HTTP/2's
+/// `:authority`), if anything. moat routes and authorizes on its host, and an upstream
+/// reads the whole authority as the `Host` it is sent; where the two could part, the
+/// request is refused:
+/// - userinfo (`http://admin@host/`, an error by RFC 9110 4.2.4 and RFC 9113 8.3.1): a
+///   backend reading the `Host` another way would see a host moat never checked;
+/// - a port that is not digits (`a.example:x`, which the `http` crate takes): no two
+///   parsers agree on where such a host ends.
+pub(crate) fn authority_error(uri: &http::Uri) -> Option<&'static str> {
+    let a = uri.authority()?;
+    let Some(port) = a.as_str().strip_prefix(a.host()) else {
+        return Some("userinfo in the request target");
+    };
+    if a.as_str().contains('@') {
+        return Some("userinfo in the request target");
+    }
+    match port.strip_prefix(':') {
+        Some(digits) if !digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Some("invalid port in the request target")
+        }
+        _ => None,
+    }
+}
+
 /// What HTTP/1.1's parser refuses in a head and HTTP/2 lets through, checked on an
 /// HTTP/2 request before moat translates it: the error to answer with, if any.
 /// - An expectation (RFC 9110 10.1.1): moat frames the body it forwards itself, so
@@ -978,7 +990,9 @@ fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders
 /// - A `host` field that is not one `host[:port]` (RFC 9112 3.2, as HTTP/1.1's parser
 ///   checks it): moat routes and authorizes an HTTP/2 request without `:authority` on
 ///   it, and an upstream would read it another way.
-fn h2_request_error(parts: &mut http::request::Parts) -> Option<(StatusCode, &'static str)> {
+pub(crate) fn h2_request_error(
+    parts: &mut http::request::Parts,
+) -> Option<(StatusCode, &'static str)> {
     if parts.headers.keys().any(|k| k.as_str().contains('"')) {
         return Some((StatusCode::BAD_REQUEST, "invalid header field name"));
     }
@@ -1302,6 +1316,55 @@ mod tests {
             let refused = h2_request_error(&mut head(&fields)).map(|(s, _)| s);
             let want = (!hosts[0].is_empty() || hosts.len() > 1).then_some(StatusCode::BAD_REQUEST);
             assert_eq!(refused, want, "{hosts:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// What the engines read of an HTTP/2 head is what an HTTP/1.1 upstream reads
+        /// of the head moat writes (`fuzzing::check_h2_head`, also a fuzz target),
+        /// on fields padded, repeated and named as hosts.
+        #[test]
+        fn an_h2_head_reaches_the_upstream_as_the_engines_read_it(
+            authority in proptest::sample::select(vec!["", "a.example", "a.example:8080", "[::1]:1", "a.e:x"]),
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "host", "cookie", "authorization", "x-a", "x-forwarded-for", "te",
+                    ]),
+                    "[ \t]{0,2}[a-z.:; ]{0,8}[ \t]{0,2}",
+                ),
+                0..6,
+            ),
+        ) {
+            let mut input = authority.as_bytes().to_vec();
+            for (name, value) in &fields {
+                input.push(b'\n');
+                input.extend_from_slice(name.as_bytes());
+                input.push(b':');
+                input.extend_from_slice(value.as_bytes());
+            }
+            if let Err(e) = crate::fuzzing::check_h2_head(&input) {
+                proptest::prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn a_target_authority_is_one_host_and_a_numeric_port() {
+        for (target, refused) in [
+            ("/p", false),
+            ("http://a.example/p", false),
+            ("http://a.example:8080/p", false),
+            ("http://a.example:/p", false),
+            ("http://[::1]:80/p", false),
+            ("http://[::1]/p", false),
+            ("http://a.example:x/p", true),
+            ("http://a.example:80x/p", true),
+            ("http://u@a.example/p", true),
+            ("http://u:p@a.example:80/p", true),
+        ] {
+            let uri: http::Uri = target.parse().unwrap();
+            assert_eq!(authority_error(&uri).is_some(), refused, "{target}");
         }
     }
 

@@ -1768,15 +1768,7 @@ fn a_malformed_field_h2_drops_across_continuation_is_never_forwarded() {
             } else {
                 h2_frame(&mut w, 0x1, 0x1 | 0x4, 1, &block);
             }
-            let session = rt.block_on(async {
-                let (gw, _dir) = guarded_gateway(backend.addr).await;
-                let addr = gw.listener_addr("main").unwrap();
-                let session = h2_session(addr, &w, 1).await;
-                gw.shutdown(Duration::from_secs(5)).await;
-                backend.drain().await;
-                session
-            });
-            let records = backend.records.lock().unwrap().clone();
+            let (session, records) = one_h2_stream(&rt, &backend, None, &w);
             let read: Vec<&Value> = records
                 .iter()
                 .filter(|r| field(r, "x-case") == Some(&case))
@@ -1796,6 +1788,30 @@ fn a_malformed_field_h2_drops_across_continuation_is_never_forwarded() {
             }
         }
     }
+}
+
+/// Sends `wire` (an HTTP/2 connection of one stream) to a fresh guarded gateway in
+/// front of `backend`, with `policy` in place of its `/admin*` denial when given: what
+/// the client read, and every record the backend holds after it.
+fn one_h2_stream(
+    rt: &tokio::runtime::Runtime,
+    backend: &Backend,
+    policy: Option<&str>,
+    wire: &[u8],
+) -> (common::Session, Vec<Value>) {
+    let session = rt.block_on(async {
+        let (gw, _dir) = match policy {
+            Some(p) => guarded_gateway_with(backend.addr, p).await,
+            None => guarded_gateway(backend.addr).await,
+        };
+        let addr = gw.listener_addr("main").unwrap();
+        let session = h2_session(addr, wire, 1).await;
+        gw.shutdown(Duration::from_secs(5)).await;
+        backend.drain().await;
+        session
+    });
+    let records = backend.records.lock().unwrap().clone();
+    (session, records)
 }
 
 /// An HTTP/2 request without `:authority` is routed and authorized on its `host`
@@ -1845,15 +1861,7 @@ spec:
         let mut w = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         h2_frame(&mut w, 0x4, 0, 0, &[]);
         h2_frame(&mut w, 0x1, 0x1 | 0x4, 1, &block);
-        let session = rt.block_on(async {
-            let (gw, _dir) = guarded_gateway_with(backend.addr, DENY_HOST).await;
-            let addr = gw.listener_addr("main").unwrap();
-            let session = h2_session(addr, &w, 1).await;
-            gw.shutdown(Duration::from_secs(5)).await;
-            backend.drain().await;
-            session
-        });
-        let records = backend.records.lock().unwrap().clone();
+        let (session, records) = one_h2_stream(&rt, &backend, Some(DENY_HOST), &w);
         let read: Vec<&Value> = records
             .iter()
             .filter(|r| field(r, "x-case") == Some(&case))

@@ -174,16 +174,20 @@ pub(crate) fn encode_request_head(
             // One `Cookie` line, its pairs joined by "; " (RFC 9113 8.2.3): browsers
             // split cookies into one HTTP/2 field each, and HTTP/1.1 servers read one
             // line (RFC 6265 5.4), some only the first.
+            // An empty field adds no cookie: joined, it would leave a `;` that the
+            // engines never read.
             if !cookie_written {
                 cookie_written = true;
-                buf.extend_from_slice(b"cookie: ");
-                for (i, v) in headers.get_all(COOKIE).iter().enumerate() {
-                    if i > 0 {
+                let mut crumbs = headers.get_all(COOKIE).iter().filter(|v| !v.is_empty());
+                if let Some(first) = crumbs.next() {
+                    buf.extend_from_slice(b"cookie: ");
+                    buf.extend_from_slice(first.as_bytes());
+                    for v in crumbs {
                         buf.extend_from_slice(b"; ");
+                        buf.extend_from_slice(v.as_bytes());
                     }
-                    buf.extend_from_slice(v.as_bytes());
+                    buf.extend_from_slice(b"\r\n");
                 }
-                buf.extend_from_slice(b"\r\n");
             }
             continue;
         }
