@@ -440,23 +440,13 @@ pub fn check_h2_head(input: &[u8]) -> Result<(), String> {
             ))
         }
     }
+    // The fields `encode_request_head` writes as they are: not hop-by-hop, not the
+    // ones it joins (`Cookie`), replaces (`Host`) or rewrites.
     let written = |name: &HeaderName| {
-        !matches!(
-            name.as_str(),
-            "host"
-                | "cookie"
-                | "connection"
-                | "te"
-                | "trailer"
-                | "transfer-encoding"
-                | "content-length"
-                | "upgrade"
-                | "keep-alive"
-                | "proxy-connection"
-                | "x-forwarded-for"
-                | "x-forwarded-proto"
-                | "x-request-id"
-        )
+        use crate::h1::client::{is_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_PROTO, X_REQUEST_ID};
+        !(is_hop_by_hop(name)
+            || [HOST, COOKIE].contains(name)
+            || [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_REQUEST_ID].contains(&name))
     };
     let seen: Vec<(&str, &[u8])> = parts
         .headers

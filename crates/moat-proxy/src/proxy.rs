@@ -960,12 +960,11 @@ fn underscore_fields(parts: &mut http::request::Parts, action: UnderscoreHeaders
 ///   parsers agree on where such a host ends.
 pub(crate) fn authority_error(uri: &http::Uri) -> Option<&'static str> {
     let a = uri.authority()?;
-    let Some(port) = a.as_str().strip_prefix(a.host()) else {
-        return Some("userinfo in the request target");
-    };
     if a.as_str().contains('@') {
         return Some("userinfo in the request target");
     }
+    // Without userinfo the authority is the host, then `:port` if any.
+    let port = a.as_str().get(a.host().len()..).unwrap_or_default();
     match port.strip_prefix(':') {
         Some(digits) if !digits.bytes().all(|b| b.is_ascii_digit()) => {
             Some("invalid port in the request target")

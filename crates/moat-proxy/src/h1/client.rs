@@ -86,7 +86,7 @@ pub(crate) enum RequestFraming {
 
 /// Header fields that apply to one connection only (RFC 9110 7.6.1), and the framing
 /// fields moat writes itself.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == CONNECTION
         || name == TE
         || name == TRAILER
