@@ -3,3 +3,15 @@
 # /proc/PID/task/*/schedstat (its first field), so that a run's CPU is the difference
 # of two readings.
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
+
+# `idle_path` prints how this machine's idle CPUs wait for work: the cpuidle driver and,
+# under KVM's haltpoll driver, how long the guest polls before it halts the vCPU
+# (guest_halt_poll_ns; 0 halts at once). On a VM a wake-up from a halt goes through the
+# host, and that sets the floor of every loopback latency figure, moat's and its peers'.
+idle_path() {
+    local d=/sys/devices/system/cpu/cpuidle p=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+    printf 'idle: driver %s, governor %s' "$(cat $d/current_driver 2>/dev/null || echo none)" \
+        "$(cat $d/current_governor_ro $d/current_governor 2>/dev/null | head -1 || echo none)"
+    if [[ -r $p ]]; then printf ', guest_halt_poll_ns %s' "$(cat $p)"; fi
+    echo
+}
