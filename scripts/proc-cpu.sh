@@ -10,8 +10,11 @@ cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {pri
 # host, and that sets the floor of every loopback latency figure, moat's and its peers'.
 idle_path() {
     local d=/sys/devices/system/cpu/cpuidle p=/sys/module/haltpoll/parameters/guest_halt_poll_ns
-    printf 'idle: driver %s, governor %s' "$(cat $d/current_driver 2>/dev/null || echo none)" \
-        "$(cat $d/current_governor_ro $d/current_governor 2>/dev/null | head -1 || echo none)"
-    if [[ -r $p ]]; then printf ', guest_halt_poll_ns %s' "$(cat $p)"; fi
+    local driver=none governor=none
+    [[ -r $d/current_driver ]] && read -r driver <"$d/current_driver"
+    [[ -r $d/current_governor_ro ]] && read -r governor <"$d/current_governor_ro"
+    [[ -r $d/current_governor ]] && read -r governor <"$d/current_governor"
+    printf 'idle: driver %s, governor %s' "$driver" "$governor"
+    if [[ -r $p ]]; then printf ', guest_halt_poll_ns %s' "$(<"$p")"; fi
     echo
 }
