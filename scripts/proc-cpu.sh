@@ -8,8 +8,9 @@ cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {pri
 # under KVM's haltpoll driver, how long the guest polls before it halts the vCPU
 # (guest_halt_poll_ns; 0 halts at once). On a VM a wake-up from a halt goes through the
 # host, and that sets the floor of every loopback latency figure, moat's and its peers'.
+halt_poll_file=/sys/module/haltpoll/parameters/guest_halt_poll_ns
 idle_path() {
-    local d=/sys/devices/system/cpu/cpuidle p=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+    local d=/sys/devices/system/cpu/cpuidle p=$halt_poll_file
     local driver=none governor=none
     [[ -r $d/current_driver ]] && read -r driver <"$d/current_driver"
     [[ -r $d/current_governor_ro ]] && read -r governor <"$d/current_governor_ro"
